@@ -1,0 +1,209 @@
+"""The in-process agent: one per Python process of the watched job, started by sitecustomize.
+
+It owns the state file, a daemon heartbeat thread, the phase stack and the collective counters.
+Everything it does is guarded: the first failure is written once to the run directory, the agent
+switches itself off, and the training process runs on untouched. Standard library only.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import IO, Any
+
+from stalldoc.agent import statefile
+
+ENV_AGENT_DIR = "STALLDOC_AGENT_DIR"
+ENV_WATCHER_PID = "STALLDOC_WATCHER_PID"
+ENV_DUMP_SIGNAL = "STALLDOC_DUMP_SIGNAL"
+DEFAULT_DUMP_SIGNAL = "SIGUSR2"
+HEARTBEAT_SECONDS = 0.25
+ERROR_LOG = "agent-errors.log"
+_PR_SET_PTRACER = 0x59616D61
+
+_AGENT: Agent | None = None
+
+
+def _env_int(name: str, default: int = -1) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class Agent:
+    """Writes this process's progress into its state file."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.pid = os.getpid()
+        now = time.time()
+        self.state = statefile.StateWriter(
+            statefile.state_path(directory, self.pid), self.pid, _env_int("RANK"),
+            _env_int("LOCAL_RANK"), _env_int("WORLD_SIZE"), now)
+        self.enabled = True
+        self.marker_seq = 0
+        self.phase_count = 0
+        self.phases: list[tuple[str, float]] = []
+        self.groups: dict[str, int] = {}
+        self.coll_counters: dict[int, list[int]] = {}
+        self.dump_file: IO[str] | None = None
+        self._stop = threading.Event()
+
+    # ----- life cycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        thread = threading.Thread(target=self._beat, name="stalldoc-agent", daemon=True)
+        thread.start()
+        atexit.register(self._at_exit)
+        self._chain_excepthook()
+        self._allow_ptrace()
+        self._register_dump_signal()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            if not self.enabled:
+                return
+            self.guard(self.state.heartbeat, time.time())
+
+    def _at_exit(self) -> None:
+        if self.enabled:
+            self.guard(self.state.status, statefile.STATUS_EXITED)
+
+    def _chain_excepthook(self) -> None:
+        previous = sys.excepthook
+
+        def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+            if self.enabled:
+                text = "".join(traceback.format_exception_only(kind, value)).strip()
+                self.guard(self._record_exception, text)
+            previous(kind, value, tb)
+
+        sys.excepthook = hook
+
+    def _record_exception(self, text: str) -> None:
+        self.state.error(text)
+        self.state.status(statefile.STATUS_EXCEPTION)
+
+    def _allow_ptrace(self) -> None:
+        """Let the watcher ptrace us under Yama ptrace_scope=1 without root."""
+        watcher = _env_int(ENV_WATCHER_PID)
+        if watcher > 0 and sys.platform.startswith("linux"):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PTRACER, ctypes.c_ulong(watcher), 0, 0, 0)  # EINVAL without Yama
+
+    def _register_dump_signal(self) -> None:
+        """faulthandler stack dump on a signal: the fallback when ptrace is denied."""
+        signum = getattr(signal, os.environ.get(ENV_DUMP_SIGNAL, DEFAULT_DUMP_SIGNAL), None)
+        if signum is None or signal.getsignal(signum) not in (signal.SIG_DFL, None):
+            return
+        path = os.path.join(self.directory, f"faulthandler-{self.pid}.txt")
+        self.dump_file = open(path, "a", encoding="utf-8")
+        faulthandler.register(signum, file=self.dump_file, all_threads=True, chain=False)
+
+    def detach_after_fork(self) -> None:
+        """In a forked child: the file belongs to the parent, so stop writing to it."""
+        self.enabled = False
+
+    # ----- failure ----------------------------------------------------------------------------
+    def guard(self, fn: Any, *args: Any) -> Any:
+        """Call ``fn``; on any error disable the agent and return None."""
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - the agent must never raise into the job
+            self.fail(exc)
+            return None
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.enabled:
+            return
+        self.enabled = False
+        report_failure(self.directory, exc)
+        try:
+            self.state.error(f"agent disabled: {exc!r}")
+            self.state.status(statefile.STATUS_DISABLED)
+        except Exception:  # noqa: BLE001
+            pass
+
+    # ----- phases -----------------------------------------------------------------------------
+    def _bump(self, now: float) -> None:
+        self.marker_seq += 1
+        self.state.marker(self.marker_seq, now)
+
+    def phase_enter(self, name: str) -> None:
+        now = time.time()
+        self.phases.append((name, now))
+        self.state.phase_stack([p for p, _ in self.phases])
+        self._bump(now)
+
+    def phase_exit(self, name: str) -> None:
+        now = time.time()
+        while self.phases:
+            top, started = self.phases.pop()
+            if top == name:
+                self.phase_count += 1
+                self.state.phase_done(self.phase_count, name, started, now)
+                break
+        self.state.phase_stack([p for p, _ in self.phases])
+        self._bump(now)
+
+    # ----- collectives ------------------------------------------------------------------------
+    def group_slot(self, name: str) -> int:
+        slot = self.groups.get(name)
+        if slot is None:
+            slot = min(len(self.groups), statefile.GROUP_SLOTS - 1)
+            if slot == len(self.groups):
+                self.state.group_name(slot, name)
+            self.groups[name] = slot
+        return slot
+
+
+def report_failure(directory: str, exc: BaseException) -> None:
+    """Write one line about an agent failure to the run directory (stderr if that fails too)."""
+    line = f"pid {os.getpid()}: stalldoc agent disabled: {exc!r}\n"
+    try:
+        run_dir = os.path.dirname(os.path.abspath(directory))
+        with open(os.path.join(run_dir, ERROR_LOG), "a", encoding="utf-8") as fh:
+            fh.write(line)
+    except Exception:  # noqa: BLE001
+        try:
+            sys.stderr.write(line)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def current() -> Agent | None:
+    """The running agent of this process, if any and still enabled."""
+    agent = _AGENT
+    return agent if agent is not None and agent.enabled else None
+
+
+def _after_fork_in_child() -> None:
+    global _AGENT
+    if _AGENT is not None:
+        _AGENT.detach_after_fork()
+        _AGENT = None
+
+
+def start_from_env() -> Agent | None:
+    """Start the agent if the watcher asked for it (``STALLDOC_AGENT_DIR``); never raises."""
+    global _AGENT
+    directory = os.environ.get(ENV_AGENT_DIR)
+    if not directory or _AGENT is not None:
+        return _AGENT
+    try:
+        agent = Agent(directory)
+        agent.start()
+    except Exception as exc:  # noqa: BLE001
+        report_failure(directory, exc)
+        return None
+    _AGENT = agent
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    from stalldoc.agent import collectives, post_import
+    post_import.when_imported("torch.distributed", collectives.install)
+    return agent

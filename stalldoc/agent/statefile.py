@@ -1,0 +1,269 @@
+"""The per-rank shared-memory state file: its binary layout, the writer the agent uses, the reader
+the watcher uses.
+
+The agent maps the file with ``mmap`` and writes into it with ``struct.pack_into``; the page cache
+makes every write visible to a reader at once, and the file can still be read after the rank froze,
+stopped or died. Standard library only: this module runs inside every training process.
+
+Layout (little endian, ``SIZE`` bytes):
+
+- 0: header (``_HEADER``): magic, version, status, pid, rank, local rank, world size, start time,
+  heartbeat, marker sequence, time of the last marker, exit code.
+- 256: current phase stack, ``/``-joined utf-8 with a 2-byte length.
+- 768: last error or uncaught exception text, same encoding.
+- 1024: completed-phase ring: a count, then ``PHASE_SLOTS`` entries (name, start, end).
+- 4096: ``GROUP_SLOTS`` process-group slots: a header (name, started, completed) and a ring of
+  ``RING_SLOTS`` collective entries (seq, numel, entered, completed, op, dtype, flags).
+
+An entry whose completion time is 0.0 has been entered and not completed.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+
+MAGIC = b"SDAG"
+VERSION = 1
+
+STATUS_RUNNING = 0
+STATUS_EXITED = 1
+STATUS_EXCEPTION = 2
+STATUS_DISABLED = 3
+
+_HEADER = struct.Struct("<4sHHIiiiddQdi")
+_TEXT_LEN = struct.Struct("<H")
+PHASE_STACK_OFFSET = 256
+PHASE_STACK_SIZE = 512
+ERROR_OFFSET = 768
+ERROR_SIZE = 256
+PHASE_RING_OFFSET = 1024
+PHASE_SLOTS = 32
+_PHASE_COUNT = struct.Struct("<Q")
+_PHASE_ENTRY = struct.Struct("<48sdd")
+GROUP_OFFSET = 4096
+GROUP_SLOTS = 8
+RING_SLOTS = 64
+_GROUP_HEADER = struct.Struct("<40sQQ")
+GROUP_HEADER_SIZE = 64
+ENTRY = struct.Struct("<QQdd24s7sB")
+GROUP_SIZE = GROUP_HEADER_SIZE + RING_SLOTS * ENTRY.size
+SIZE = GROUP_OFFSET + GROUP_SLOTS * GROUP_SIZE
+
+FLAG_ASYNC = 1
+_F64 = struct.Struct("<d")
+_U64 = struct.Struct("<Q")
+_HEARTBEAT_OFFSET = 32
+_MARKER_OFFSET = 40
+_STATUS_OFFSET = 6
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """One collective call as a rank saw it."""
+
+    group: str
+    seq: int
+    op: str
+    numel: int
+    dtype: str
+    entered_at: float
+    completed_at: float | None
+    is_async: bool
+
+    @property
+    def completed(self) -> bool:
+        return self.completed_at is not None
+
+
+@dataclass(frozen=True)
+class PhaseRecord:
+    """A completed phase: its name and when it started and ended."""
+
+    name: str
+    started_at: float
+    ended_at: float
+
+    @property
+    def duration(self) -> float:
+        return self.ended_at - self.started_at
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """A process group's counters and the newest collectives in it (oldest first)."""
+
+    name: str
+    started: int
+    completed: int
+    ring: tuple[CollectiveRecord, ...]
+
+
+@dataclass(frozen=True)
+class AgentSnapshot:
+    """Everything one rank's state file says at the moment it was read."""
+
+    pid: int
+    rank: int
+    local_rank: int
+    world_size: int
+    status: int
+    started_at: float
+    heartbeat_at: float
+    marker_seq: int
+    last_marker_at: float
+    exit_code: int | None
+    phase_stack: tuple[str, ...]
+    error: str
+    phases_completed: int
+    phases: tuple[PhaseRecord, ...]
+    groups: tuple[GroupState, ...]
+
+    @property
+    def collective_seq(self) -> int:
+        """Total collectives completed over all groups: rises whenever a collective finishes."""
+        return sum(g.completed for g in self.groups)
+
+    @property
+    def pending(self) -> tuple[CollectiveRecord, ...]:
+        """Collectives entered and not completed, one per group at most (the newest)."""
+        out = []
+        for group in self.groups:
+            if group.ring and not group.ring[-1].completed:
+                out.append(group.ring[-1])
+        return tuple(out)
+
+
+class StateFileError(Exception):
+    """The file is not a state file this version can read."""
+
+
+def _encode(text: str, size: int) -> bytes:
+    data = text.encode("utf-8", "replace")[: size - _TEXT_LEN.size]
+    return _TEXT_LEN.pack(len(data)) + data
+
+
+def _decode_text(buf: bytes, offset: int) -> str:
+    (length,) = _TEXT_LEN.unpack_from(buf, offset)
+    start = offset + _TEXT_LEN.size
+    return buf[start : start + length].decode("utf-8", "replace")
+
+
+def _cstr(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+class StateWriter:
+    """The agent's side: owns the mmap and writes fields in place."""
+
+    def __init__(self, path: str, pid: int, rank: int, local_rank: int, world_size: int,
+                 now: float) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, SIZE)
+            self.buf = mmap.mmap(fd, SIZE)
+        finally:
+            os.close(fd)
+        self.path = path
+        _HEADER.pack_into(self.buf, 0, MAGIC, VERSION, STATUS_RUNNING, pid, rank, local_rank,
+                          world_size, now, now, 0, now, -1)
+
+    def heartbeat(self, now: float) -> None:
+        _F64.pack_into(self.buf, _HEARTBEAT_OFFSET, now)
+
+    def marker(self, seq: int, now: float) -> None:
+        struct.pack_into("<Qd", self.buf, _MARKER_OFFSET, seq, now)
+
+    def status(self, status: int, exit_code: int | None = None) -> None:
+        struct.pack_into("<H", self.buf, _STATUS_OFFSET, status)
+        if exit_code is not None:
+            struct.pack_into("<i", self.buf, _HEADER.size - 4, exit_code)
+
+    def phase_stack(self, stack: list[str]) -> None:
+        self.buf[PHASE_STACK_OFFSET : PHASE_STACK_OFFSET + PHASE_STACK_SIZE] = _encode(
+            "/".join(stack), PHASE_STACK_SIZE).ljust(PHASE_STACK_SIZE, b"\0")
+
+    def error(self, text: str) -> None:
+        self.buf[ERROR_OFFSET : ERROR_OFFSET + ERROR_SIZE] = _encode(text, ERROR_SIZE).ljust(
+            ERROR_SIZE, b"\0")
+
+    def phase_done(self, count: int, name: str, started: float, ended: float) -> None:
+        """Store completed phase number ``count`` (1-based) in the ring."""
+        slot = (count - 1) % PHASE_SLOTS
+        offset = PHASE_RING_OFFSET + _PHASE_COUNT.size + slot * _PHASE_ENTRY.size
+        _PHASE_ENTRY.pack_into(self.buf, offset, name.encode()[:48], started, ended)
+        _PHASE_COUNT.pack_into(self.buf, PHASE_RING_OFFSET, count)
+
+    def group_name(self, slot: int, name: str) -> None:
+        offset = GROUP_OFFSET + slot * GROUP_SIZE
+        _GROUP_HEADER.pack_into(self.buf, offset, name.encode()[:40], 0, 0)
+
+    def close(self) -> None:
+        self.buf.close()
+
+
+def entry_offset(slot: int, seq: int) -> int:
+    """Byte offset of collective number ``seq`` (1-based) of group ``slot``."""
+    return GROUP_OFFSET + slot * GROUP_SIZE + GROUP_HEADER_SIZE + ((seq - 1) % RING_SLOTS) * ENTRY.size
+
+
+def group_counter_offset(slot: int) -> int:
+    """Byte offset of a group's (started, completed) counters."""
+    return GROUP_OFFSET + slot * GROUP_SIZE + 40
+
+
+def _read_group(buf: bytes, slot: int) -> GroupState | None:
+    offset = GROUP_OFFSET + slot * GROUP_SIZE
+    raw_name, started, completed = _GROUP_HEADER.unpack_from(buf, offset)
+    name = _cstr(raw_name)
+    if not name:
+        return None
+    ring = []
+    for seq in range(max(1, started - RING_SLOTS + 1), started + 1):
+        s, numel, t0, t1, op, dtype, flags = ENTRY.unpack_from(buf, entry_offset(slot, seq))
+        if s != seq:  # torn or overwritten while we read: skip the entry
+            continue
+        ring.append(CollectiveRecord(name, s, _cstr(op), numel, _cstr(dtype), t0,
+                                     t1 if t1 > 0.0 else None, bool(flags & FLAG_ASYNC)))
+    return GroupState(name, started, completed, tuple(ring))
+
+
+def _read_phases(buf: bytes) -> tuple[int, tuple[PhaseRecord, ...]]:
+    (count,) = _PHASE_COUNT.unpack_from(buf, PHASE_RING_OFFSET)
+    records = []
+    for n in range(max(1, count - PHASE_SLOTS + 1), count + 1):
+        offset = PHASE_RING_OFFSET + _PHASE_COUNT.size + ((n - 1) % PHASE_SLOTS) * _PHASE_ENTRY.size
+        name, t0, t1 = _PHASE_ENTRY.unpack_from(buf, offset)
+        records.append(PhaseRecord(_cstr(name), t0, t1))
+    return count, tuple(records)
+
+
+def parse_state(buf: bytes) -> AgentSnapshot:
+    """Decode a state file's bytes; raises StateFileError for a foreign or newer file."""
+    if len(buf) < SIZE:
+        raise StateFileError(f"state file is {len(buf)} bytes, expected {SIZE}")
+    (magic, version, status, pid, rank, local_rank, world, started, heartbeat, marker_seq,
+     marker_at, exit_code) = _HEADER.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise StateFileError("not a stalldoc state file (bad magic)")
+    if version != VERSION:
+        raise StateFileError(f"state file version {version}; this stalldoc reads {VERSION}")
+    stack_text = _decode_text(buf, PHASE_STACK_OFFSET)
+    count, phases = _read_phases(buf)
+    groups = tuple(g for g in (_read_group(buf, s) for s in range(GROUP_SLOTS)) if g is not None)
+    return AgentSnapshot(pid, rank, local_rank, world, status, started, heartbeat, marker_seq,
+                         marker_at, exit_code if exit_code >= 0 else None,
+                         tuple(p for p in stack_text.split("/") if p), _decode_text(buf, ERROR_OFFSET),
+                         count, phases, groups)
+
+
+def read_state(path: str) -> AgentSnapshot:
+    """Read and decode one state file."""
+    with open(path, "rb") as fh:
+        return parse_state(fh.read(SIZE))
+
+
+def state_path(directory: str, pid: int) -> str:
+    """Where the agent of process ``pid`` keeps its state file."""
+    return os.path.join(directory, f"agent-{pid}.state")

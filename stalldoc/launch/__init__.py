@@ -1,0 +1,1 @@
+"""Starting the watched command: agent injection, the job's process tree, signals, exit codes."""
