@@ -1,0 +1,1 @@
+"""What a stall looks like across ranks: stack groups, culprit frames, collective alignment."""

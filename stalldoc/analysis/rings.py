@@ -1,0 +1,81 @@
+"""Align the collective rings of all ranks: who waits in which collective, who never entered it,
+and where ranks disagree on what collective number N is."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from stalldoc.agent.statefile import AgentSnapshot, CollectiveRecord
+
+
+@dataclass(frozen=True)
+class MissingFromCollective:
+    """Ranks ``waiting`` sit in collective ``seq`` of ``group``; ranks ``missing`` never entered it."""
+
+    group: str
+    seq: int
+    op: str
+    waiting: dict[int, CollectiveRecord]
+    missing: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Ranks disagree on collective ``seq`` of ``group``: rank → (op, numel, dtype)."""
+
+    group: str
+    seq: int
+    calls: dict[int, tuple[str, int, str]]
+
+
+def _by_group(agents: Mapping[int, AgentSnapshot]) -> dict[str, dict[int, AgentSnapshot]]:
+    groups: dict[str, dict[int, AgentSnapshot]] = {}
+    for rank, agent in agents.items():
+        for group in agent.groups:
+            groups.setdefault(group.name, {})[rank] = agent
+    return groups
+
+
+def missing_ranks(agents: Mapping[int, AgentSnapshot], live: set[int]
+                  ) -> list[MissingFromCollective]:
+    """For each group with a pending collective: which live ranks are not in it.
+
+    The world group holds every live rank; another group holds the ranks that used it so far.
+    """
+    out = []
+    for name, members in _by_group(agents).items():
+        expected = live if name == "world" else set(members) & live
+        pending = {r: a for r, a in members.items() if r in live}
+        waiting: dict[int, CollectiveRecord] = {}
+        for rank, agent in pending.items():
+            group = next(g for g in agent.groups if g.name == name)
+            if group.ring and not group.ring[-1].completed:
+                waiting[rank] = group.ring[-1]
+        if not waiting:
+            continue
+        seq = max(rec.seq for rec in waiting.values())
+        op = next(rec.op for rec in waiting.values() if rec.seq == seq)
+        started = {r: next(g.started for g in a.groups if g.name == name)
+                   for r, a in members.items()}
+        missing = tuple(sorted(r for r in expected if started.get(r, 0) < seq))
+        if missing:
+            at_seq = {r: rec for r, rec in waiting.items() if rec.seq == seq}
+            out.append(MissingFromCollective(name, seq, op, at_seq, missing))
+    return out
+
+
+def mismatches(agents: Mapping[int, AgentSnapshot]) -> list[Mismatch]:
+    """The first collective of each group where ranks' op, size or dtype differ."""
+    out = []
+    for name, members in _by_group(agents).items():
+        calls: dict[int, dict[int, tuple[str, int, str]]] = {}
+        for rank, agent in members.items():
+            group = next(g for g in agent.groups if g.name == name)
+            for rec in group.ring:
+                calls.setdefault(rec.seq, {})[rank] = (rec.op, rec.numel, rec.dtype)
+        for seq in sorted(calls):
+            seen = calls[seq]
+            if len(seen) > 1 and len(set(seen.values())) > 1:
+                out.append(Mismatch(name, seq, dict(sorted(seen.items()))))
+                break
+    return out

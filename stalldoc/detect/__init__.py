@@ -1,0 +1,1 @@
+"""Stall detection: per-rank progress and adaptive thresholds."""

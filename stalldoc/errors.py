@@ -1,0 +1,49 @@
+"""Errors stalldoc reports to the user as one line, each with its documented exit code."""
+from __future__ import annotations
+
+EXIT_STALL_KILLED = 124   # --on-stall kill ended the job after a stall was diagnosed
+EXIT_STALLDOC_FAILED = 125  # stalldoc could not start watching; the job was not launched
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
+EXIT_BAD_RUN_DIR = 1      # report: the run directory cannot be read
+
+
+class StalldocError(Exception):
+    """An error with a one-line message and the exit code the CLI returns for it."""
+
+    exit_code = EXIT_STALLDOC_FAILED
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class CommandNotFound(StalldocError):
+    exit_code = EXIT_NOT_FOUND
+
+    def __init__(self, command: str) -> None:
+        super().__init__(f"command not found: {command}")
+
+
+class CommandNotExecutable(StalldocError):
+    exit_code = EXIT_NOT_EXECUTABLE
+
+    def __init__(self, command: str) -> None:
+        super().__init__(f"command not executable: {command}")
+
+
+class RunDirError(StalldocError):
+    """A run directory that cannot be created, or read back."""
+
+    exit_code = EXIT_BAD_RUN_DIR
+
+
+class PtraceDenied(StalldocError):
+    """py-spy could not attach to a rank."""
+
+    HELP_TEXT = (
+        "py-spy needs ptrace permission to read a rank's stack. Run stalldoc as the same user as "
+        "the job and either as root, with CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE), or "
+        "with /proc/sys/kernel/yama/ptrace_scope set to 0 or 1 (the agent allows its watcher under "
+        "scope 1). Until then stalldoc falls back to a faulthandler dump (Python frames only)."
+    )

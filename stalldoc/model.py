@@ -1,0 +1,130 @@
+"""Data passed between the parts of the watcher: frozen dataclasses, nothing else."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping
+
+from stalldoc.agent.statefile import AgentSnapshot
+
+
+class Severity(str, Enum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+    CRITICAL = "critical"
+
+
+@dataclass(frozen=True)
+class RankProcess:
+    """A process of the job that is a rank (not a launcher, not a rank's own worker)."""
+
+    rank: int
+    pid: int
+    local_rank: int | None
+    cmdline: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HostSample:
+    """What psutil says about one rank at one tick."""
+
+    t: float
+    rank: int
+    pid: int
+    cpu_seconds: float
+    rss_bytes: int
+    threads: int
+    status: str            # running / sleeping / disk-sleep / stopped / zombie / ...
+    host_available_bytes: int
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    filename: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.function} ({self.filename}:{self.line})"
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    """One thread's Python frames, innermost first."""
+
+    thread_id: int
+    name: str | None
+    active: bool
+    owns_gil: bool
+    frames: tuple[Frame, ...]
+
+
+@dataclass(frozen=True)
+class RankStacks:
+    """All Python threads of a rank at one moment, and how they were obtained."""
+
+    rank: int
+    pid: int
+    t: float
+    method: str                 # "py-spy", "py-spy-nonblocking", "faulthandler", "none"
+    threads: tuple[ThreadStack, ...]
+    error: str = ""
+
+    @property
+    def main(self) -> ThreadStack | None:
+        """The main thread (py-spy lists it first: its os thread id is the pid)."""
+        for thread in self.threads:
+            if thread.thread_id == self.pid:
+                return thread
+        return self.threads[0] if self.threads else None
+
+
+@dataclass(frozen=True)
+class RankExit:
+    """A rank that ended: how, and when we saw it."""
+
+    rank: int
+    pid: int
+    t: float
+    exit_code: int | None       # shell convention: 128+N for signal N; None if unknown
+    signal: int | None
+    source: str                 # "waitpid", "proc", "launcher-log", "agent", "unknown"
+
+
+@dataclass(frozen=True)
+class StallEpisode:
+    """No rank made progress from ``started_at``; seen as a stall at ``detected_at``."""
+
+    id: int
+    started_at: float
+    detected_at: float
+    threshold: float
+    ranks: tuple[int, ...]
+    ended_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    name: str
+    severity: Severity
+    ranks: tuple[int, ...]
+    summary: str
+    evidence: Mapping[str, Any]
+    fix: str
+
+
+@dataclass(frozen=True)
+class Window:
+    """What the rules see: the latest view of every rank at the moment of a check."""
+
+    now: float
+    ranks: tuple[RankProcess, ...]
+    agents: Mapping[int, AgentSnapshot] = field(default_factory=dict)
+    host: Mapping[int, tuple[HostSample, ...]] = field(default_factory=dict)
+    stacks: Mapping[int, RankStacks] = field(default_factory=dict)
+    exits: tuple[RankExit, ...] = ()
+    stall: StallEpisode | None = None
+    last_progress: Mapping[int, float] = field(default_factory=dict)
+    log_tail: tuple[str, ...] = ()

@@ -1,0 +1,92 @@
+"""Stacks of every rank with py-spy, in parallel; faulthandler is the fallback when ptrace is denied."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from stalldoc.errors import PtraceDenied
+from stalldoc.model import Frame, RankProcess, RankStacks, ThreadStack
+from stalldoc.probes import ProbeUnavailable
+from stalldoc.probes import faulthandler_dump
+
+DUMP_TIMEOUT = 10.0
+_DENIED = ("Permission denied", "Operation not permitted", "ptrace")
+
+
+def pyspy_binary() -> str:
+    """py-spy next to this interpreter (its wheel's script), else on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    found = beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
+    if not found:
+        raise ProbeUnavailable("py-spy is not installed (pip install py-spy)")
+    return found
+
+
+def parse_dump(data: list[dict[str, Any]]) -> tuple[ThreadStack, ...]:
+    """py-spy's ``dump --json`` threads → ThreadStacks (frames innermost first, as py-spy gives)."""
+    threads = []
+    for item in data:
+        frames = tuple(Frame(f.get("name", "?"), f.get("filename", "?"), int(f.get("line") or 0))
+                       for f in item.get("frames", []))
+        threads.append(ThreadStack(int(item.get("os_thread_id") or item.get("thread_id") or 0),
+                                   item.get("thread_name"), bool(item.get("active")),
+                                   bool(item.get("owns_gil")), frames))
+    return tuple(threads)
+
+
+def dump_pyspy(pid: int, nonblocking: bool) -> tuple[ThreadStack, ...]:
+    """One py-spy dump; raises PtraceDenied or RuntimeError with py-spy's own message."""
+    cmd = [pyspy_binary(), "dump", "--pid", str(pid), "--json"]
+    if nonblocking:
+        cmd.append("--nonblocking")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=DUMP_TIMEOUT)
+    if proc.returncode != 0:
+        message = (proc.stderr or proc.stdout).strip().splitlines()
+        text = message[-1] if message else f"py-spy exited {proc.returncode}"
+        if any(word in text for word in _DENIED):
+            raise PtraceDenied(text)
+        raise RuntimeError(text)
+    return parse_dump(json.loads(proc.stdout))
+
+
+class StackProbe:
+    """Captures the Python stacks of many ranks at once."""
+
+    name = "pyspy"
+
+    def __init__(self, agent_dir: str | None) -> None:
+        self.agent_dir = agent_dir
+        self.ptrace_denied = False
+
+    def capture(self, rank: RankProcess, stopped: bool) -> RankStacks:
+        now = time.time()
+        method = "py-spy-nonblocking" if stopped else "py-spy"
+        try:
+            if not self.ptrace_denied:
+                return RankStacks(rank.rank, rank.pid, now, method, dump_pyspy(rank.pid, stopped))
+        except PtraceDenied:
+            self.ptrace_denied = True
+        except (RuntimeError, ProbeUnavailable, subprocess.TimeoutExpired, ValueError) as exc:
+            return self._fallback(rank, now, f"py-spy failed: {exc}")
+        return self._fallback(rank, now, PtraceDenied.HELP_TEXT)
+
+    def _fallback(self, rank: RankProcess, now: float, why: str) -> RankStacks:
+        if not self.agent_dir:
+            return RankStacks(rank.rank, rank.pid, now, "none", (), why)
+        threads = faulthandler_dump.request(self.agent_dir, rank.pid)
+        method = "faulthandler" if threads else "none"
+        return RankStacks(rank.rank, rank.pid, now, method, threads, why)
+
+    def capture_all(self, ranks: list[RankProcess], stopped: set[int]) -> dict[int, RankStacks]:
+        """Every rank in parallel (one py-spy per rank); rank → stacks."""
+        if not ranks:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(32, len(ranks))) as pool:
+            results = pool.map(lambda r: self.capture(r, r.pid in stopped), ranks)
+            return {stacks.rank: stacks for stacks in results}

@@ -1,0 +1,73 @@
+"""The rule interface, and the evidence helpers every rule uses to describe a rank."""
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Iterator
+
+from stalldoc.analysis.stacks import frame_strings, user_frame
+from stalldoc.model import Finding, Severity, Window
+
+DOC_SECTIONS = ("What it does", "Why is this bad?", "Evidence", "Fix")
+
+
+class Rule(ABC):
+    """One cause of a stall. ``check`` looks at a Window and yields findings."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    severity: ClassVar[Severity]
+    trigger: ClassVar[str] = "stall"   # "stall": on a detected stall; "exit": when a rank ends
+    fallback: ClassVar[bool] = False   # runs only when no other rule explained the stall
+    fix: ClassVar[str]
+
+    @abstractmethod
+    def check(self, window: Window) -> Iterator[Finding]:
+        """Yield a finding for each occurrence of this cause in the window."""
+
+    def finding(self, ranks: tuple[int, ...] | list[int], summary: str,
+                evidence: dict[str, Any], fix: str | None = None) -> Finding:
+        return Finding(self.code, self.name, self.severity, tuple(sorted(ranks)), summary,
+                       evidence, fix or self.fix)
+
+    @classmethod
+    def doc(cls) -> str:
+        return inspect.getdoc(cls) or ""
+
+
+def phase_of(window: Window, rank: int) -> str:
+    """The rank's innermost phase from its agent ('' when unknown)."""
+    agent = window.agents.get(rank)
+    return agent.phase_stack[-1] if agent and agent.phase_stack else ""
+
+
+def stuck_for(window: Window, rank: int) -> float | None:
+    """Seconds since the rank last made progress."""
+    last = window.last_progress.get(rank)
+    return round(window.now - last, 1) if last is not None else None
+
+
+def rank_evidence(window: Window, rank: int) -> dict[str, Any]:
+    """Frames (innermost first), the user's frame, phase and time without progress of a rank."""
+    stacks = window.stacks.get(rank)
+    main = stacks.main if stacks else None
+    frame = user_frame(main) if main else None
+    return {"frames": frame_strings(main), "frame": str(frame) if frame else "",
+            "phase": phase_of(window, rank), "seconds_without_progress": stuck_for(window, rank),
+            "stack_method": stacks.method if stacks else "none"}
+
+
+def describe(window: Window, rank: int) -> str:
+    """'in load_shard (data.py:88), phase rollout, for 14 s' — as much as is known."""
+    ev = rank_evidence(window, rank)
+    parts = [f"in {ev['frame']}" if ev["frame"] else "at an unknown frame"]
+    if ev["phase"]:
+        parts.append(f"phase {ev['phase']}")
+    if ev["seconds_without_progress"] is not None:
+        parts.append(f"for {ev['seconds_without_progress']:.0f} s")
+    return ", ".join(parts)
+
+
+def join_ranks(ranks: Any) -> str:
+    ranks = sorted(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(r) for r in ranks)

@@ -1,0 +1,71 @@
+"""SD101 rank-outside-collective."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from stalldoc.analysis.rings import missing_ranks
+from stalldoc.analysis.stacks import in_collective
+from stalldoc.model import Finding, Severity, Window
+from stalldoc.rules.base import Rule, describe, join_ranks, rank_evidence
+
+
+class RankOutsideCollective(Rule):
+    """Some ranks wait in a collective that other ranks never entered.
+
+    What it does:
+        Aligns the collective rings of all ranks by process group and sequence number. When some
+        ranks sit in collective N and others have not reached it, the others are the culprits;
+        their own Python frame says where they are instead. Without the agent, ranks whose main
+        thread is inside torch.distributed are compared with those that are not.
+
+    Why is this bad?
+        A collective completes only when every rank of the group joins it. The waiting ranks hold
+        their GPU memory and spin or sleep until the NCCL/gloo timeout (30 min by default, ~208
+        days under swift), with nothing in the log.
+
+    Evidence:
+        group, seq, op of the collective; the waiting ranks; each culprit's frames (innermost
+        first), its user frame, phase, and seconds without progress.
+
+    Fix:
+        Look at the culprit's frame: a data loader, reward function, rollout server call or
+        checkpoint save that blocks on one rank only. Make the work symmetric across ranks or
+        give the blocking call a timeout; code that runs only on rank 0 must not be followed by
+        a collective the others enter early.
+
+    References:
+        torch Flight Recorder "Not all ranks joining collective N"; anchors.md.
+    """
+
+    code = "SD101"
+    name = "rank-outside-collective"
+    severity = Severity.ERROR
+    fix = ("Find out why the named rank is in that frame instead of the collective: make the work "
+           "before the collective the same on every rank, or put a timeout on the blocking call "
+           "(data, reward, rollout server, file system).")
+
+    def check(self, window: Window) -> Iterator[Finding]:
+        live = {r.rank for r in window.ranks} - {e.rank for e in window.exits}
+        gaps = missing_ranks(window.agents, live)
+        for gap in gaps:
+            waiting = sorted(gap.waiting)
+            culprits = ", ".join(f"rank {r} is {describe(window, r)}" for r in gap.missing)
+            summary = (f"{join_ranks(gap.missing)} not in {gap.op} #{gap.seq} (group "
+                       f"{gap.group}) that {join_ranks(waiting)} wait in; {culprits}")
+            first = rank_evidence(window, gap.missing[0])
+            yield self.finding(gap.missing, summary, {
+                **first, "group": gap.group, "seq": gap.seq, "op": gap.op,
+                "waiting_ranks": waiting,
+                "culprits": {str(r): rank_evidence(window, r) for r in gap.missing}})
+        if not gaps and not window.agents:
+            yield from self._from_stacks(window, live)
+
+    def _from_stacks(self, window: Window, live: set[int]) -> Iterator[Finding]:
+        inside = {r for r in live if r in window.stacks and in_collective(window.stacks[r].main)}
+        outside = sorted(r for r in live - inside if r in window.stacks and window.stacks[r].threads)
+        if inside and outside:
+            culprits = ", ".join(f"rank {r} is {describe(window, r)}" for r in outside)
+            summary = (f"{join_ranks(outside)} not in the collective that {join_ranks(inside)} "
+                       f"wait in (seen from stacks); {culprits}")
+            yield self.finding(outside, summary, {**rank_evidence(window, outside[0]),
+                                                  "waiting_ranks": sorted(inside)})

@@ -1,0 +1,96 @@
+"""SD103 dead-rank."""
+from __future__ import annotations
+
+import signal
+from typing import Iterator
+
+from stalldoc.model import Finding, RankExit, Severity, Window
+from stalldoc.rules.base import Rule, phase_of
+
+_OOM_HINT = ("SIGKILL with no one asking for it is usually the kernel OOM killer: check "
+             "`dmesg | grep -i 'killed process'` and the host memory below; lower the host "
+             "memory the rank needs (CPU offload, dataloader workers, pinned memory) or add memory.")
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+class DeadRank(Rule):
+    """A rank ended (by a signal or a non-zero exit) while the others ran on or hung.
+
+    What it does:
+        Watches every rank's process; when one ends abnormally before the job does, blames it by
+        name with its exit code or signal, the phase it was in, and the exception it raised when
+        the agent saw one. The first rank to die is the cause; ranks the launcher ended after it
+        are collateral and listed as such.
+
+    Why is this bad?
+        The survivors wait in their next collective for a peer that will never come, until the
+        collective timeout, or the launcher tears the whole job down with an error that names
+        the wrong rank.
+
+    Evidence:
+        rank, pid, exit code, signal, phase, exception text, seconds before the other ranks
+        ended, the rank's last RSS and the host's available memory (for SIGKILL).
+
+    Fix:
+        SIGKILL: usually the OOM killer (see the host memory figures). SIGSEGV/SIGABRT: a native
+        crash (NCCL, CUDA, a C extension). A non-zero exit: the exception in its log.
+
+    References:
+        torchrun ChildFailedError "Root Cause (first observed failure)".
+    """
+
+    code = "SD103"
+    name = "dead-rank"
+    severity = Severity.CRITICAL
+    trigger = "exit"
+    fix = "Read the rank's own log for its last error; see the evidence for its exit status."
+
+    def check(self, window: Window) -> Iterator[Finding]:
+        bad = sorted((e for e in window.exits if e.exit_code != 0), key=lambda e: e.t)
+        if not bad:
+            return
+        first = bad[0]
+        yield self.finding((first.rank,), self._summary(window, first, bad[1:]),
+                           self._evidence(window, first, bad[1:]), self._fix(first))
+
+    def _summary(self, window: Window, dead: RankExit, collateral: list[RankExit]) -> str:
+        how = (f"was killed by {_signal_name(dead.signal)}" if dead.signal
+               else f"exited with status {dead.exit_code}" if dead.exit_code is not None
+               else "ended (exit status not seen)")
+        text = f"rank {dead.rank} (pid {dead.pid}) {how}"
+        phase = phase_of(window, dead.rank)
+        if phase:
+            text += f" in phase {phase}"
+        agent = window.agents.get(dead.rank)
+        if agent and agent.error:
+            text += f": {agent.error}"
+        if collateral:
+            text += f"; ranks {','.join(str(e.rank) for e in collateral)} ended after it"
+        return text
+
+    def _evidence(self, window: Window, dead: RankExit, collateral: list[RankExit]) -> dict:
+        samples = window.host.get(dead.rank, ())
+        agent = window.agents.get(dead.rank)
+        evidence = {"frames": [], "phase": phase_of(window, dead.rank), "pid": dead.pid,
+                    "exit_code": dead.exit_code, "signal": dead.signal,
+                    "exit_source": dead.source, "exception": agent.error if agent else "",
+                    "collateral_ranks": [e.rank for e in collateral]}
+        if samples:
+            evidence["last_rss_bytes"] = samples[-1].rss_bytes
+            evidence["rss_bytes_first_last"] = [samples[0].rss_bytes, samples[-1].rss_bytes]
+            evidence["host_available_bytes_min"] = min(s.host_available_bytes for s in samples)
+        return evidence
+
+    def _fix(self, dead: RankExit) -> str:
+        if dead.signal == signal.SIGKILL:
+            return _OOM_HINT
+        if dead.signal in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS):
+            return ("A native crash: run the rank with PYTHONFAULTHANDLER=1 and check NCCL / CUDA / "
+                    "C extension versions; NCCL_DEBUG=INFO shows communicator errors.")
+        return self.fix
