@@ -23,6 +23,7 @@ class RankProcess:
     pid: int
     local_rank: int | None
     cmdline: tuple[str, ...]
+    from_env: bool = True   # found by RANK in its environment (False: the single-process rank 0)
 
 
 @dataclass(frozen=True)

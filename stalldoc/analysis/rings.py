@@ -38,29 +38,30 @@ def _by_group(agents: Mapping[int, AgentSnapshot]) -> dict[str, dict[int, AgentS
 
 def missing_ranks(agents: Mapping[int, AgentSnapshot], live: set[int]
                   ) -> list[MissingFromCollective]:
-    """For each group with a pending collective: which live ranks are not in it.
+    """For each group with a pending collective: which live ranks are in no collective of it.
 
-    The world group holds every live rank; another group holds the ranks that used it so far.
+    Ranks inside a collective of the group are waiters, even at different sequence numbers (a
+    broadcast root can run one call ahead); a rank of the group that is in none and has not
+    reached the oldest pending one is missing. The world group holds every live rank; another
+    group holds the ranks that used it so far.
     """
     out = []
     for name, members in _by_group(agents).items():
         expected = live if name == "world" else set(members) & live
-        pending = {r: a for r, a in members.items() if r in live}
         waiting: dict[int, CollectiveRecord] = {}
-        for rank, agent in pending.items():
+        started: dict[int, int] = {}
+        for rank, agent in members.items():
             group = next(g for g in agent.groups if g.name == name)
-            if group.ring and not group.ring[-1].completed:
+            started[rank] = group.started
+            if rank in live and group.ring and not group.ring[-1].completed:
                 waiting[rank] = group.ring[-1]
         if not waiting:
             continue
-        seq = max(rec.seq for rec in waiting.values())
-        op = next(rec.op for rec in waiting.values() if rec.seq == seq)
-        started = {r: next(g.started for g in a.groups if g.name == name)
-                   for r, a in members.items()}
-        missing = tuple(sorted(r for r in expected if started.get(r, 0) < seq))
+        first = min(waiting.values(), key=lambda rec: rec.seq)
+        missing = tuple(sorted(r for r in expected - set(waiting)
+                               if started.get(r, 0) < first.seq))
         if missing:
-            at_seq = {r: rec for r, rec in waiting.items() if rec.seq == seq}
-            out.append(MissingFromCollective(name, seq, op, at_seq, missing))
+            out.append(MissingFromCollective(name, first.seq, first.op, waiting, missing))
     return out
 
 

@@ -15,10 +15,10 @@ _LIBRARY_DIRS = tuple({os.path.realpath(p) for p in (sysconfig.get_paths()["stdl
                                                      sysconfig.get_paths()["purelib"],
                                                      sysconfig.get_paths()["platlib"])})
 _LIBRARY_MARKERS = ("site-packages", "dist-packages", f"{os.sep}lib{os.sep}python3")
-_OWN = os.sep + "stalldoc" + os.sep
-_LOCK_FUNCTIONS = {"acquire", "wait", "_wait_for_tstate_lock", "join", "Lock.acquire",
-                   "Condition.wait", "Event.wait", "Thread.join", "Thread._wait_for_tstate_lock",
-                   "Semaphore.acquire", "Barrier.wait"}
+_OWN = os.sep + os.path.join("stalldoc", "agent") + os.sep
+# Waits for a lock or for another thread to end; Event / Condition waits are waits for a signal.
+_LOCK_FUNCTIONS = {"acquire", "_wait_for_tstate_lock", "join", "Thread.join",
+                   "Thread._wait_for_tstate_lock", "Semaphore.acquire", "RLock.acquire"}
 _LOCK_LINE = re.compile(r"\.acquire\(|^\s*(async\s+)?with\b.*(lock|mutex|cond|sem)", re.I)
 _COLLECTIVE_FILES = (f"torch{os.sep}distributed{os.sep}",)
 
@@ -56,7 +56,8 @@ def waits_on_lock(thread: ThreadStack) -> Frame | None:
     inner = thread.frames[0]
     if os.path.basename(inner.filename) == "threading.py" and inner.function in _LOCK_FUNCTIONS:
         return next((f for f in thread.frames if not is_library(f.filename)), inner)
-    if _LOCK_LINE.search(linecache.getline(inner.filename, inner.line)):
+    if not is_library(inner.filename) and _LOCK_LINE.search(
+            linecache.getline(inner.filename, inner.line)):
         return inner
     return None
 

@@ -64,9 +64,9 @@ class ProgressTracker:
 
     def due_for_stack(self, now: float) -> list[int]:
         """Busy ranks without marker progress for a while whose stack should be sampled now."""
-        every = max(1.0, self.floor / 4)
+        start, every = self.floor / 3, self.floor / 6
         return [rank for rank, s in self.ranks.items()
-                if rank not in self.dead and s.busy and now - s.last_progress >= self.floor / 2
+                if rank not in self.dead and s.busy and now - s.last_progress >= start
                 and now - s.last_stack_at >= every]
 
     def stack_seen(self, rank: int, signature: tuple, now: float) -> None:
@@ -76,6 +76,11 @@ class ProgressTracker:
             state.last_progress = now
         state.signature = signature
         state.last_stack_at = now
+
+    def forget(self, rank: int) -> None:
+        """A new process holds this rank: start its history afresh."""
+        self.ranks.pop(rank, None)
+        self.dead.discard(rank)
 
     def mark_dead(self, rank: int) -> None:
         self.dead.add(rank)

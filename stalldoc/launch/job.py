@@ -134,8 +134,15 @@ class Job:
         procs = self.descendants()
         for proc in procs:
             _send(proc, signal.SIGTERM)
-        _, alive = psutil.wait_procs(procs, timeout=grace)
-        for proc in alive + [p for p in self.descendants() if p not in procs]:
+        deadline = time.time() + grace
+        others = [p for p in procs if p.pid != self.pid]
+        while time.time() < deadline:
+            # the main child is waited for by Popen only: psutil would reap it and lose its status
+            others = [p for p in others if _alive(p)]
+            if self.proc.poll() is not None and not others:
+                return
+            time.sleep(0.05)
+        for proc in self.descendants():
             _send(proc, signal.SIGKILL)
 
     def wait(self) -> int:
@@ -151,6 +158,13 @@ def _send(proc: psutil.Process, signum: int) -> None:
         proc.send_signal(signum)
     except psutil.Error:
         pass
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _write_through(sink: BinaryIO, data: bytes) -> None:

@@ -68,6 +68,15 @@ class DeathWatch:
             self._fds[fd] = (fd, rank)
             self._poll.register(fd, select.POLLIN)
 
+    def unwatch(self, pid: int) -> None:
+        """Stop watching a pid (a process first taken for a rank, then replaced)."""
+        with self._lock:
+            for fd, (_, rank) in list(self._fds.items()):
+                if rank.pid == pid:
+                    self._poll.unregister(fd)
+                    os.close(fd)
+                    del self._fds[fd]
+
     def _run(self) -> None:
         while not self._stop.is_set():
             for fd, _ in self._poll.poll(200):
@@ -75,6 +84,8 @@ class DeathWatch:
 
     def _dead(self, fd: int) -> None:
         with self._lock:
+            if fd not in self._fds:
+                return
             _, rank = self._fds.pop(fd)
             self._poll.unregister(fd)
         status = zombie_status(rank.pid)

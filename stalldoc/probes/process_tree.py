@@ -9,6 +9,9 @@ import psutil
 from stalldoc.model import RankProcess
 
 _MP_MARKERS = ("multiprocessing", "resource_tracker", "forkserver")
+# Launchers start the ranks; before their children exist they must not pass for a single rank.
+_LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "torchrun", "deepspeed",
+              "accelerate", "swift/cli/main", "bin/swift")
 
 
 def _environ(proc: psutil.Process) -> dict[str, str]:
@@ -48,8 +51,8 @@ def _is_python(proc: psutil.Process, agent_pids: set[int]) -> bool:
         return False
 
 
-def find_ranks(procs: Iterable[psutil.Process], agent_pids: set[int] = frozenset()
-               ) -> list[RankProcess]:
+def find_ranks(procs: Iterable[psutil.Process], agent_pids: set[int] = frozenset(),
+               single: bool = True) -> list[RankProcess]:
     """Ranks: processes with RANK in their environment whose parent is not the same rank.
 
     A child with its parent's RANK is that rank's worker (dataloader, dataset.map pool). With no
@@ -69,10 +72,10 @@ def find_ranks(procs: Iterable[psutil.Process], agent_pids: set[int] = frozenset
             continue
         ranks.append(RankProcess(rank, proc.pid, _int(envs[proc.pid].get("LOCAL_RANK")),
                                  _cmdline(proc)))
-    if ranks:
+    if ranks or not single:
         return sorted(ranks, key=lambda r: (r.rank, r.pid))
     single = _single_process(procs, by_pid, agent_pids)
-    return [RankProcess(0, single.pid, None, _cmdline(single))] if single else []
+    return [RankProcess(0, single.pid, None, _cmdline(single), False)] if single else []
 
 
 def _depth(proc: psutil.Process, by_pid: dict[int, psutil.Process]) -> int:
@@ -89,9 +92,12 @@ def _single_process(procs: list[psutil.Process], by_pid: dict[int, psutil.Proces
         cmd = _cmdline(proc)
         parent = by_pid.get(_ppid(proc) or -1)
         forked = parent is not None and _cmdline(parent) == cmd
-        helper = any(m in " ".join(cmd) for m in _MP_MARKERS)
+        text = " ".join(cmd)
+        helper = any(m in text for m in _MP_MARKERS + _LAUNCHERS)
         if _is_python(proc, agent_pids) and not forked and not helper:
             candidates.append(proc)
-    if not candidates:
-        return procs[0] if procs else None
+    if not candidates:  # a job of no Python process: the command itself, unless a launcher
+        root = procs[0] if procs else None
+        launcher = root is not None and any(m in " ".join(_cmdline(root)) for m in _LAUNCHERS)
+        return None if launcher else root
     return max(candidates, key=lambda p: (_depth(p, by_pid), -p.pid))

@@ -56,6 +56,8 @@ class RankOutsideCollective(Rule):
             yield self.finding(gap.missing, summary, {
                 **first, "group": gap.group, "seq": gap.seq, "op": gap.op,
                 "waiting_ranks": waiting,
+                "waiting_at": {str(r): {"seq": rec.seq, "op": rec.op}
+                               for r, rec in sorted(gap.waiting.items())},
                 "culprits": {str(r): rank_evidence(window, r) for r in gap.missing}})
         if not gaps and not window.agents:
             yield from self._from_stacks(window, live)

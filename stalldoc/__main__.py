@@ -1,0 +1,3 @@
+from stalldoc.cli import main
+
+main()

@@ -1,0 +1,98 @@
+"""The ``stalldoc`` command line."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from stalldoc import __version__
+from stalldoc.errors import StalldocError
+
+EXIT_CODES_HELP = """\b
+Exit codes of watch:
+  the job's own   the command's exit status (128+N when killed by signal N)
+  124             --on-stall kill ended the job after storing the diagnosis
+  125             stalldoc could not start watching (bad run directory); job not launched
+  126 / 127       the command is not executable / not found
+  2               usage error
+"""
+
+
+def fail(error: StalldocError) -> None:
+    click.echo(f"stalldoc: {error.message}", err=True)
+    sys.exit(error.exit_code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="stalldoc")
+def main() -> None:
+    """Why has my distributed training job stopped making progress?"""
+
+
+@main.command(context_settings={"ignore_unknown_options": True}, epilog=EXIT_CODES_HELP)
+@click.option("--run-dir", type=click.Path(path_type=Path), default=None,
+              help="Where to store the run (default ./stalldoc-runs/<UTC time>-<id>).")
+@click.option("--stall-timeout", type=click.FloatRange(min=0.5), default=60.0, show_default=True,
+              help="Seconds without progress before a stall (the floor: slow phases raise it).")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="Seconds between probe ticks.")
+@click.option("--on-stall", type=click.Choice(["observe", "kill"]), default="observe",
+              show_default=True, help="kill: end the job once the diagnosis is stored (exit 124).")
+@click.option("--kill-grace", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              help="Seconds between SIGTERM and SIGKILL when ending the job tree.")
+@click.option("--no-agent", is_flag=True, help="Do not inject the in-process agent.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def watch(run_dir: Path | None, stall_timeout: float, interval: float, on_stall: str,
+          kill_grace: float, no_agent: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND (after --), watch every rank, diagnose stalls.
+
+    Example: stalldoc watch --stall-timeout 120 -- torchrun --nproc_per_node 8 train.py
+    """
+    from stalldoc.watch import WatchOptions, Watcher
+
+    options = WatchOptions(tuple(command), run_dir, stall_timeout, interval, on_stall,
+                           not no_agent, kill_grace)
+    try:
+        code = Watcher(options).run()
+    except StalldocError as error:
+        fail(error)
+    sys.exit(code)
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+def report(run_dir: Path, fmt: str) -> None:
+    """The post-mortem of RUN_DIR: run, stalls, findings with evidence and fixes, phases.
+
+    Exit 0, or 1 when RUN_DIR is not a run directory this version can read.
+    """
+    from stalldoc.report.build import build_report
+    from stalldoc.report.text import render_report
+
+    try:
+        doc = build_report(run_dir)
+    except StalldocError as error:
+        fail(error)
+    click.echo(json.dumps(doc, indent=2, default=str) if fmt == "json" else render_report(doc))
+
+
+@main.command()
+@click.option("--ranks", type=click.IntRange(2, 8), default=3, show_default=True)
+@click.option("--stall-timeout", type=click.FloatRange(min=1), default=5.0, show_default=True)
+@click.option("--run-dir", type=click.Path(path_type=Path), default=None)
+def demo(ranks: int, stall_timeout: float, run_dir: Path | None) -> None:
+    """Watch a small torchrun (gloo) job in which one rank hangs in its data loader."""
+    from stalldoc.demo.run import run_demo
+
+    try:
+        sys.exit(run_demo(ranks, stall_timeout, run_dir))
+    except StalldocError as error:
+        fail(error)
+
+
+if __name__ == "__main__":
+    main()

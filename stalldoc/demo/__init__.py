@@ -1,0 +1,1 @@
+"""The built-in demo: a torchrun gloo job in which one rank hangs."""

@@ -1,0 +1,1 @@
+"""Post-mortem reports, built from the run database only."""

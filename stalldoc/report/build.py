@@ -1,0 +1,60 @@
+"""Read a run directory into the report document (the JSON contract of ``stalldoc report``)."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import statistics
+from pathlib import Path
+from typing import Any
+
+from stalldoc.store.db import SCHEMA_VERSION, open_reader
+
+
+def _rows(conn: sqlite3.Connection, sql: str) -> list[dict[str, Any]]:
+    return [dict(row) for row in conn.execute(sql)]
+
+
+def _run(conn: sqlite3.Connection) -> dict[str, Any]:
+    row = conn.execute("SELECT * FROM run").fetchone()
+    run = dict(row) if row else {}
+    run["command"] = json.loads(run.get("command") or "[]")
+    run["agent"] = bool(run.get("agent"))
+    run["schema_version"] = SCHEMA_VERSION
+    return run
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+
+
+def phase_summary(conn: sqlite3.Connection) -> dict[str, dict[str, float]]:
+    """Per phase name: count, median, p95 and max duration in seconds over all ranks."""
+    durations: dict[str, list[float]] = {}
+    for row in conn.execute("SELECT name, ended_at - started_at AS d FROM phases"):
+        durations.setdefault(row["name"], []).append(row["d"])
+    return {name: {"count": len(v), "median": round(statistics.median(v), 4),
+                   "p95": round(_p95(v), 4), "max": round(max(v), 4)}
+            for name, v in sorted(durations.items())}
+
+
+def build_report(run_dir: Path) -> dict[str, Any]:
+    conn = open_reader(run_dir)
+    try:
+        stalls = _rows(conn, "SELECT * FROM stalls ORDER BY id")
+        for stall in stalls:
+            stall["ranks"] = json.loads(stall["ranks"])
+        findings = _rows(conn, "SELECT * FROM findings ORDER BY id")
+        for finding in findings:
+            finding["ranks"] = json.loads(finding["ranks"])
+            finding["evidence"] = json.loads(finding["evidence"])
+        stacks = _rows(conn, "SELECT * FROM stacks ORDER BY t, rank")
+        for stack in stacks:
+            stack["threads"] = json.loads(stack["threads"])
+        ranks = _rows(conn, "SELECT * FROM ranks ORDER BY rank, first_seen")
+        for rank in ranks:
+            rank["cmdline"] = json.loads(rank["cmdline"])
+        return {"run": _run(conn), "ranks": ranks, "stalls": stalls, "findings": findings,
+                "stacks": stacks, "phases": phase_summary(conn)}
+    finally:
+        conn.close()

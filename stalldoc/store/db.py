@@ -1,0 +1,171 @@
+"""The run database: SQLite in WAL mode inside the run directory, with a schema version.
+
+The watcher is the only writer (one connection, one thread); readers open it read-only and refuse
+a database whose schema they do not know.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterable
+
+from stalldoc.errors import RunDirError
+from stalldoc.model import Finding, HostSample, RankExit, RankProcess, RankStacks, StallEpisode
+
+SCHEMA_VERSION = 1
+DB_NAME = "run.db"
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE run (id TEXT PRIMARY KEY, command TEXT NOT NULL, node TEXT NOT NULL,
+                  started_at REAL NOT NULL, ended_at REAL, exit_code INTEGER,
+                  stall_timeout REAL NOT NULL, agent INTEGER NOT NULL);
+CREATE TABLE ranks (rank INTEGER NOT NULL, pid INTEGER NOT NULL, local_rank INTEGER,
+                    cmdline TEXT NOT NULL, first_seen REAL NOT NULL, ended_at REAL,
+                    exit_code INTEGER, signal INTEGER, exit_source TEXT,
+                    PRIMARY KEY (rank, pid));
+CREATE TABLE samples (t REAL NOT NULL, rank INTEGER NOT NULL, cpu_seconds REAL, rss_bytes INTEGER,
+                      threads INTEGER, status TEXT, host_available_bytes INTEGER,
+                      marker_seq INTEGER, collective_seq INTEGER, phase TEXT);
+CREATE INDEX samples_t ON samples (t);
+CREATE TABLE stalls (id INTEGER PRIMARY KEY, started_at REAL NOT NULL, detected_at REAL NOT NULL,
+                     ended_at REAL, threshold REAL NOT NULL, ranks TEXT NOT NULL);
+CREATE TABLE stacks (stall_id INTEGER, rank INTEGER NOT NULL, pid INTEGER NOT NULL, t REAL NOT NULL,
+                     method TEXT NOT NULL, error TEXT NOT NULL, threads TEXT NOT NULL);
+CREATE TABLE findings (id INTEGER PRIMARY KEY, t REAL NOT NULL, stall_id INTEGER, code TEXT NOT NULL,
+                       name TEXT NOT NULL, severity TEXT NOT NULL, ranks TEXT NOT NULL,
+                       summary TEXT NOT NULL, evidence TEXT NOT NULL, fix TEXT NOT NULL);
+CREATE TABLE phases (rank INTEGER NOT NULL, name TEXT NOT NULL, started_at REAL NOT NULL,
+                     ended_at REAL NOT NULL, PRIMARY KEY (rank, name, started_at));
+CREATE TABLE logs (t REAL NOT NULL, stream TEXT NOT NULL, line TEXT NOT NULL);
+"""
+
+_SECRET_FLAG = re.compile(r"(token|key|secret|password|passwd|credential|auth)", re.I)
+_SECRET_VALUE = re.compile(r"^(hf_|sk-|ghp_|xox[bp]-|AKIA)[A-Za-z0-9_\-]{8,}")
+MAX_LOG_LINES = 200_000
+
+
+def redact(argv: list[str]) -> list[str]:
+    """The command line with values of secret-looking flags and token-looking words hidden."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        flag, eq, value = arg.partition("=")
+        if arg.startswith("-") and _SECRET_FLAG.search(flag):
+            if eq:
+                out.append(f"{flag}=***")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        if "=" in arg and _SECRET_FLAG.search(flag):  # KEY=value environment-style words
+            out.append(f"{flag}=***")
+            continue
+        out.append("***" if _SECRET_VALUE.match(arg) else arg)
+    return out
+
+
+class RunStore:
+    """The watcher's writer."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / DB_NAME
+        self.conn = sqlite3.connect(self.path, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.executescript(_SCHEMA)
+        self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        self.log_lines = 0
+        self.conn.commit()
+
+    def start_run(self, run_id: str, argv: list[str], node: str, started_at: float,
+                  stall_timeout: float, agent: bool) -> None:
+        self.conn.execute("INSERT INTO run VALUES (?, ?, ?, ?, NULL, NULL, ?, ?)",
+                          (run_id, json.dumps(redact(argv)), node, started_at, stall_timeout,
+                           int(agent)))
+        self.conn.commit()
+
+    def end_run(self, ended_at: float, exit_code: int) -> None:
+        self.conn.execute("UPDATE run SET ended_at = ?, exit_code = ?", (ended_at, exit_code))
+        self.conn.commit()
+
+    def add_rank(self, rank: RankProcess, t: float) -> None:
+        self.conn.execute("INSERT OR IGNORE INTO ranks (rank, pid, local_rank, cmdline, first_seen)"
+                          " VALUES (?, ?, ?, ?, ?)", (rank.rank, rank.pid, rank.local_rank,
+                                                      json.dumps(redact(list(rank.cmdline))), t))
+
+    def rank_exit(self, exit: RankExit) -> None:
+        self.conn.execute("UPDATE ranks SET ended_at = ?, exit_code = ?, signal = ?, exit_source = ?"
+                          " WHERE rank = ? AND pid = ?", (exit.t, exit.exit_code, exit.signal,
+                                                          exit.source, exit.rank, exit.pid))
+
+    def add_samples(self, rows: Iterable[tuple[HostSample, int | None, int | None, str]]) -> None:
+        self.conn.executemany(
+            "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(s.t, s.rank, s.cpu_seconds, s.rss_bytes, s.threads, s.status,
+              s.host_available_bytes, marker, coll, phase) for s, marker, coll, phase in rows])
+
+    def add_phases(self, rank: int, phases: Iterable[Any]) -> None:
+        self.conn.executemany("INSERT OR IGNORE INTO phases VALUES (?, ?, ?, ?)",
+                              [(rank, p.name, p.started_at, p.ended_at) for p in phases])
+
+    def add_logs(self, lines: list[Any]) -> None:
+        room = MAX_LOG_LINES - self.log_lines
+        if room <= 0 or not lines:
+            return
+        self.conn.executemany("INSERT INTO logs VALUES (?, ?, ?)",
+                              [(x.t, x.stream, x.text) for x in lines[:room]])
+        self.log_lines += min(room, len(lines))
+
+    def save_stall(self, episode: StallEpisode) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO stalls VALUES (?, ?, ?, ?, ?, ?)",
+                          (episode.id, episode.started_at, episode.detected_at, episode.ended_at,
+                           episode.threshold, json.dumps(list(episode.ranks))))
+        self.conn.commit()
+
+    def add_stacks(self, stall_id: int | None, stacks: Iterable[RankStacks]) -> None:
+        self.conn.executemany("INSERT INTO stacks VALUES (?, ?, ?, ?, ?, ?, ?)", [
+            (stall_id, s.rank, s.pid, s.t, s.method, s.error,
+             json.dumps([asdict(t) for t in s.threads])) for s in stacks])
+
+    def add_findings(self, t: float, stall_id: int | None, findings: Iterable[Finding]) -> None:
+        self.conn.executemany(
+            "INSERT INTO findings (t, stall_id, code, name, severity, ranks, summary, evidence, fix)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(t, stall_id, f.code, f.name, f.severity.value, json.dumps(list(f.ranks)), f.summary,
+              json.dumps(f.evidence, default=str), f.fix) for f in findings])
+        self.conn.commit()
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.commit()
+        self.conn.close()
+
+
+def open_reader(run_dir: Path) -> sqlite3.Connection:
+    """Open a run database read-only, refusing what this version cannot read."""
+    path = Path(run_dir) / DB_NAME
+    if not Path(run_dir).is_dir():
+        raise RunDirError(f"not a directory: {run_dir}")
+    if not path.is_file():
+        raise RunDirError(f"no stalldoc run database in {run_dir} (expected {DB_NAME})")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn.row_factory = sqlite3.Row
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise RunDirError(f"{path} is not a readable stalldoc database ({exc})") from exc
+    if row is None or row[0] != str(SCHEMA_VERSION):
+        found = row[0] if row else "none"
+        raise RunDirError(f"{path} has schema version {found}; this stalldoc reads "
+                          f"{SCHEMA_VERSION}")
+    return conn
+

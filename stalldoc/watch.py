@@ -1,0 +1,316 @@
+"""``stalldoc watch``: run the job, sample every rank each tick, detect stalls, diagnose them.
+
+The job comes first: whatever goes wrong inside the watcher is written to the run directory and
+the watcher steps aside, while the job runs on and its exit code is kept.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import secrets
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from stalldoc.analysis.stacks import signature
+from stalldoc.detect.progress import ProgressTracker
+from stalldoc.errors import EXIT_STALL_KILLED, RunDirError
+from stalldoc.launch.inject import agent_environment
+from stalldoc.launch.job import Job, LogLine, become_subreaper, resolve_command
+from stalldoc.model import Finding, HostSample, RankExit, RankProcess, StallEpisode, Window
+from stalldoc.probes.agent_state import AgentStateProbe
+from stalldoc.probes.exits import DeathWatch, from_wait_status, parse_launcher_line
+from stalldoc.probes.host import HostProbe
+from stalldoc.probes.process_tree import find_ranks
+from stalldoc.probes.pyspy import StackProbe
+from stalldoc.report.text import render_findings
+from stalldoc.rules import run_rules
+from stalldoc.store.db import RunStore
+
+HOST_HISTORY = 120
+EXIT_SETTLE_SECONDS = 2.0   # wait this long after a death for the launcher's report of it
+STATUS_EVERY = 10.0
+STACK_BURST = 2   # stacks per busy-rank probe: a loop over a few lines rarely matches twice
+INTERNAL_ERRORS = "stalldoc-errors.log"
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    argv: tuple[str, ...]
+    run_dir: Path | None = None
+    stall_timeout: float = 60.0
+    interval: float = 1.0
+    on_stall: str = "observe"
+    agent: bool = True
+    kill_grace: float = 10.0
+
+
+def make_run_dir(requested: Path | None) -> Path:
+    """The run directory (mode 0700): the one asked for, or ./stalldoc-runs/<UTC time>-<id>."""
+    if requested is None:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        requested = Path("stalldoc-runs") / f"{stamp}-{secrets.token_hex(3)}"
+    try:
+        requested.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(requested, 0o700)
+        if any(requested.iterdir()):
+            raise RunDirError(f"run directory is not empty: {requested}")
+    except OSError as exc:
+        raise RunDirError(f"cannot create run directory {requested}: {exc.strerror}") from exc
+    return requested.resolve()
+
+
+def say(message: str) -> None:
+    try:
+        sys.stderr.write(f"[stalldoc] {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+class Watcher:
+    def __init__(self, options: WatchOptions) -> None:
+        self.opts = options
+        resolve_command(list(options.argv))  # a missing command fails before anything is created
+        self.run_dir = make_run_dir(options.run_dir)
+        self.store = RunStore(self.run_dir)
+        self.agent_dir = str(self.run_dir / "agents") if options.agent else None
+        self.agents_probe = AgentStateProbe(self.agent_dir)
+        self.host_probe = HostProbe()
+        self.stack_probe = StackProbe(self.agent_dir)
+        self.tracker = ProgressTracker(options.stall_timeout)
+        self.ranks: dict[int, RankProcess] = {}
+        self.host: dict[int, deque[HostSample]] = {}
+        self.exits: dict[int, RankExit] = {}
+        self.pending_exits: list[RankExit] = []
+        self.launcher_codes: dict[int, int] = {}
+        self.lines: queue.SimpleQueue[LogLine] = queue.SimpleQueue()
+        self.log_tail: deque[str] = deque(maxlen=200)
+        self.killed_for_stall = False
+        self.ending = False   # we are ending the job: its ranks' deaths are ours, not findings
+        self.terminate = threading.Event()
+        self.last_status = 0.0
+        self.deaths = DeathWatch()
+
+    # ----- life cycle -------------------------------------------------------------------------
+    def run(self) -> int:
+        env = dict(os.environ)
+        if self.opts.agent:
+            env = agent_environment(self.run_dir, env, os.getpid())
+        become_subreaper()
+        self.job = Job(list(self.opts.argv), env, self.lines.put)
+        self.store.start_run(self.run_dir.name, list(self.opts.argv), socket.gethostname(),
+                             self.job.started_at, self.opts.stall_timeout, self.opts.agent)
+        say(f"watching pid {self.job.pid}; run directory {self.run_dir}")
+        self._install_signals()
+        try:
+            self._loop()
+        except Exception:  # noqa: BLE001 - never harm the job
+            self._internal_error()
+        code = self.job.wait()
+        self._finish()
+        self.store.end_run(time.time(), code)
+        self.store.close()
+        self.deaths.close()
+        say(f"job exited {code}; report: stalldoc report {self.run_dir}")
+        return EXIT_STALL_KILLED if self.killed_for_stall else code
+
+    def _install_signals(self) -> None:
+        def forward(signum: int, _frame: FrameType | None) -> None:
+            self.job.forward(signum)
+
+        def terminate(_signum: int, _frame: FrameType | None) -> None:
+            self.terminate.set()
+
+        signal.signal(signal.SIGINT, forward)
+        signal.signal(signal.SIGHUP, forward)
+        signal.signal(signal.SIGTERM, terminate)
+
+    def _loop(self) -> None:
+        while self.job.poll() is None:
+            if self.terminate.is_set():
+                say("SIGTERM: ending the job")
+                self.ending = True
+                self.job.terminate_tree(self.opts.kill_grace)
+                return
+            self.tick(time.time())
+            self.terminate.wait(self.opts.interval)
+
+    def _finish(self) -> None:
+        """After the job's own process ended: last samples, exits, and no orphans left."""
+        try:
+            time.sleep(0.3)  # let the death watch see the last ranks go
+            self._drain_logs()
+            self._collect_exits(time.time(), final=True)
+            leftovers = [p for p in self.job.descendants() if p.pid != self.job.pid]
+            if leftovers:
+                say(f"ending {len(leftovers)} process(es) the job left behind")
+                self.ending = True
+                self.job.terminate_tree(self.opts.kill_grace)
+            self.store.commit()
+        except Exception:  # noqa: BLE001
+            self._internal_error()
+
+    def _internal_error(self) -> None:
+        text = traceback.format_exc()
+        try:
+            with open(self.run_dir / INTERNAL_ERRORS, "a", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError:
+            pass
+        say(f"internal error, watching stopped (job runs on): {text.strip().splitlines()[-1]}")
+
+    # ----- one tick ---------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        self._discover(now)
+        live = [r for r in self.ranks.values() if r.rank not in self.exits]
+        host = {s.rank: s for s in self.host_probe.sample(now, live)}
+        for sample in host.values():
+            self.host.setdefault(sample.rank, deque(maxlen=HOST_HISTORY)).append(sample)
+        agents = self.agents_probe.sample(list(self.ranks.values()))
+        self.tracker.observe(now, agents, host, self.opts.interval)
+        self._sample_busy_stacks(now)
+        self._drain_logs()
+        self._collect_exits(now, final=False)
+        self._check_stall(now, agents)
+        self._store_tick(host, agents)
+        self._status(now)
+
+    def _discover(self, now: float) -> None:
+        procs = self.job.descendants()
+        # once ranks with RANK were seen, the job is distributed: no single-process fallback
+        distributed = any(r.from_env for r in self.ranks.values())
+        for rank in find_ranks(procs, self.agents_probe.pids_with_state(), not distributed):
+            known = self.ranks.get(rank.rank)
+            if known is not None and known.pid == rank.pid:
+                continue
+            if known is not None and known.rank not in self.exits:
+                self.deaths.unwatch(known.pid)  # replaced, not dead (e.g. taken before its launcher forked)
+            self.tracker.forget(rank.rank)
+            self.ranks[rank.rank] = rank
+            self.exits.pop(rank.rank, None)
+            self.store.add_rank(rank, now)
+            self.deaths.watch(rank)
+            say(f"rank {rank.rank}: pid {rank.pid}")
+
+    def _sample_busy_stacks(self, now: float) -> None:
+        for rank in self.tracker.due_for_stack(now):
+            process = self.ranks.get(rank)
+            for _ in range(STACK_BURST if process is not None else 0):
+                stacks = self.stack_probe.capture(process, stopped=False)
+                self.tracker.stack_seen(rank, signature(stacks), time.time())
+                time.sleep(0.05)
+
+    def _drain_logs(self) -> None:
+        batch = []
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                break
+            batch.append(line)
+            self.log_tail.append(line.text)
+            parsed = parse_launcher_line(line.text)
+            if parsed:
+                pid, returncode = parsed
+                self.launcher_codes[pid] = returncode
+        self.store.add_logs(batch)
+
+    # ----- exits ------------------------------------------------------------------------------
+    def _collect_exits(self, now: float, final: bool) -> None:
+        for exit in self.deaths.drain():
+            self.tracker.mark_dead(exit.rank)
+            self.pending_exits.append(exit)
+        if not self.pending_exits:
+            return
+        if not final and now - self.pending_exits[0].t < EXIT_SETTLE_SECONDS:
+            return
+        for exit in self.pending_exits:
+            exit = self._with_launcher_code(exit)
+            self.exits[exit.rank] = exit
+            self.store.rank_exit(exit)
+        self.pending_exits = []
+        if self.ending:
+            return
+        findings = run_rules(self._window(time.time(), {}, None), "exit")
+        self._report(findings, None)
+
+    def _with_launcher_code(self, exit: RankExit) -> RankExit:
+        returncode = self.launcher_codes.get(exit.pid)
+        if exit.exit_code is not None or returncode is None:
+            return exit
+        status = (-returncode) if returncode < 0 else (returncode << 8)
+        code, sig = from_wait_status(status)
+        return RankExit(exit.rank, exit.pid, exit.t, code, sig, "launcher-log")
+
+    # ----- stalls -----------------------------------------------------------------------------
+    def _check_stall(self, now: float, agents: dict) -> None:
+        started, ended = self.tracker.check(now)
+        if ended is not None:
+            self.store.save_stall(ended)
+            say(f"progress resumed after stall #{ended.id}")
+        if started is None:
+            return
+        self.store.save_stall(started)
+        say(f"STALL #{started.id}: no progress for {now - started.started_at:.0f} s "
+            f"(threshold {started.threshold:.0f} s); taking stacks of {len(started.ranks)} rank(s)")
+        self._diagnose(started, agents)
+        if self.opts.on_stall == "kill":
+            say("--on-stall kill: ending the job")
+            self.killed_for_stall = True
+            self.ending = True
+            self.job.terminate_tree(self.opts.kill_grace)
+
+    def _diagnose(self, episode: StallEpisode, agents: dict) -> None:
+        live = [self.ranks[r] for r in episode.ranks if r in self.ranks]
+        stopped = {s[-1].pid for s in self.host.values() if s and s[-1].status == "stopped"}
+        stacks = self.stack_probe.capture_all(live, stopped)
+        now = time.time()
+        agents = self.agents_probe.sample(list(self.ranks.values())) or agents
+        window = self._window(now, agents, episode, stacks)
+        self.store.add_stacks(episode.id, stacks.values())
+        self._report(run_rules(window, "stall"), episode.id)
+
+    def _window(self, now: float, agents: dict, episode: StallEpisode | None,
+                stacks: dict | None = None) -> Window:
+        if not agents:
+            agents = self.agents_probe.sample(list(self.ranks.values()))
+        return Window(now, tuple(self.ranks.values()), agents,
+                      {r: tuple(s) for r, s in self.host.items()}, stacks or {},
+                      tuple(self.exits.values()), episode, self.tracker.last_progress(),
+                      tuple(self.log_tail))
+
+    def _report(self, findings: list[Finding], stall_id: int | None) -> None:
+        if not findings:
+            return
+        self.store.add_findings(time.time(), stall_id, findings)
+        say("diagnosis:\n" + render_findings(findings))
+
+    # ----- storage and status -----------------------------------------------------------------
+    def _store_tick(self, host: dict[int, HostSample], agents: dict) -> None:
+        rows = []
+        for rank, sample in host.items():
+            agent = agents.get(rank)
+            phase = "/".join(agent.phase_stack) if agent else ""
+            rows.append((sample, agent.marker_seq if agent else None,
+                         agent.collective_seq if agent else None, phase))
+        self.store.add_samples(rows)
+        for rank, agent in agents.items():
+            self.store.add_phases(rank, agent.phases)
+        self.store.commit()
+
+    def _status(self, now: float) -> None:
+        if not sys.stderr.isatty() or now - self.last_status < STATUS_EVERY:
+            return
+        self.last_status = now
+        live = self.tracker.live()
+        idle = min((now - s.last_progress for s in live.values()), default=0.0)
+        say(f"{len(live)} rank(s) live, last progress {idle:.0f} s ago, "
+            f"threshold {self.tracker.threshold():.0f} s")

@@ -1,0 +1,78 @@
+"""Helpers that run the real CLI against real torchrun jobs and read back their reports."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCENARIOS = Path(__file__).resolve().parent / "scenarios"
+STALL_TIMEOUT = "3"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun(nproc: int, scenario: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+            "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+            str(SCENARIOS / scenario)]
+
+
+@dataclass
+class Result:
+    code: int
+    stderr: str
+    run_dir: Path
+
+    def report(self) -> dict[str, Any]:
+        out = subprocess.run([sys.executable, "-m", "stalldoc", "report", str(self.run_dir),
+                              "--format", "json"], capture_output=True, text=True, check=True)
+        return json.loads(out.stdout)
+
+    def findings(self, code: str) -> list[dict[str, Any]]:
+        return [f for f in self.report()["findings"] if f["code"] == code]
+
+
+def watch(tmp_path: Path, command: list[str], *options: str, env: dict[str, str] | None = None,
+          timeout: float = 120) -> Result:
+    run_dir = tmp_path / "run"
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "stalldoc", "watch", "--run-dir", str(run_dir),
+                           "--stall-timeout", STALL_TIMEOUT, "--interval", "0.5",
+                           "--kill-grace", "3", *options, "--", *command],
+                          capture_output=True, text=True, env=full_env, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    return Result(proc.returncode, proc.stderr, run_dir)
+
+
+@pytest.fixture
+def run_watch(tmp_path: Path):
+    def _run(command: list[str], *options: str, **kwargs: Any) -> Result:
+        return watch(tmp_path, command, *options, **kwargs)
+    return _run
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+__all__ = ["SCENARIOS", "torchrun", "watch", "pid_alive", "signal"]

@@ -1,0 +1,97 @@
+"""stalldoc watch against real torchrun (gloo) jobs: the culprit rank and frame are named."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import SCENARIOS, torchrun
+
+pytestmark = pytest.mark.timeout(180) if hasattr(pytest.mark, "timeout") else []
+
+
+@pytest.mark.parametrize("nproc,stuck_rank,func,op", [
+    (3, 1, "fetch_batch", "all_reduce"),
+    (2, 0, "read_shard_from_nfs", "all_gather"),
+    (4, 3, "score_with_reward_server", "broadcast"),
+])
+def test_stuck_rank_is_named_with_its_frame(run_watch, nproc, stuck_rank, func, op):
+    # GIVEN a job where one rank never returns from a user function while the others wait in OP
+    env = {"STUCK_RANK": str(stuck_rank), "STUCK_FUNC": func, "OP": op}
+    # WHEN it is watched with --on-stall kill
+    result = run_watch(torchrun(nproc, "collective_wait.py"), "--on-stall", "kill", env=env)
+    # THEN the stall is diagnosed, the job ended with the documented code, and the culprit named
+    assert result.code == 124, result.stderr
+    [finding] = result.findings("SD101")
+    assert finding["ranks"] == [stuck_rank]
+    assert finding["evidence"]["op"] == op
+    assert sorted(finding["evidence"]["waiting_ranks"]) == sorted(
+        set(range(nproc)) - {stuck_rank})
+    assert finding["evidence"]["frame"].startswith(f"{func} (")
+    assert any(frame.startswith(f"{func} (") for frame in finding["evidence"]["frames"])
+    assert result.findings("SD104") == []  # waiting on an Event is not a lock deadlock
+    assert f"rank {stuck_rank} not in {op}" in finding["summary"]
+    report = result.report()
+    assert len(report["stalls"]) == 1
+    stall = report["stalls"][0]
+    assert stall["detected_at"] - stall["started_at"] >= 3
+    assert {s["rank"] for s in report["stacks"]} == set(range(nproc))
+
+
+def test_lock_deadlock_names_both_threads(run_watch):
+    result = run_watch(torchrun(2, "lock_deadlock.py"), "--on-stall", "kill",
+                       env={"DEADLOCK_RANK": "1"})
+    assert result.code == 124, result.stderr
+    [deadlock] = result.findings("SD104")
+    assert deadlock["ranks"] == [1]
+    assert deadlock["evidence"]["frame"].startswith("update_cache (")
+    [other] = deadlock["evidence"]["blocked_threads"]
+    assert other["thread"] == "cache-writer"
+    assert other["frame"].startswith("helper (")
+    [outside] = result.findings("SD101")
+    assert outside["ranks"] == [1]
+
+
+def test_sigkilled_rank_is_blamed_with_signal_and_memory(run_watch):
+    env = {"SIGNAL": "KILL", "SIGNAL_RANK": "2", "GROW_MB": "300"}
+    result = run_watch(torchrun(3, "rank_signal.py"), env=env)
+    assert result.code != 0
+    [dead] = result.findings("SD103")
+    assert dead["ranks"] == [2]
+    assert dead["evidence"]["signal"] == 9
+    assert "SIGKILL" in dead["summary"]
+    assert "OOM" in dead["fix"]
+    first, last = dead["evidence"]["rss_bytes_first_last"]
+    assert last - first > 200 * 2**20
+
+
+def test_stopped_rank_is_named(run_watch):
+    env = {"SIGNAL": "STOP", "SIGNAL_RANK": "0"}
+    result = run_watch(torchrun(2, "rank_signal.py"), "--on-stall", "kill", env=env)
+    assert result.code == 124, result.stderr
+    [stopped] = result.findings("SD105")
+    assert stopped["ranks"] == [0]
+    assert "kill -CONT" in stopped["fix"]
+    stacks = {s["rank"]: s for s in result.report()["stacks"]}
+    assert stacks[0]["method"] == "py-spy-nonblocking"
+
+
+def test_healthy_long_phase_stays_quiet(run_watch):
+    # a compute phase of 8 s with a 3 s stall timeout: busy CPU with a moving stack is progress
+    result = run_watch(torchrun(2, "healthy_busy.py"), env={"BUSY_SECONDS": "8"})
+    assert result.code == 0, result.stderr
+    report = result.report()
+    assert report["stalls"] == []
+    assert report["findings"] == []
+    assert report["phases"]["evaluate"]["count"] == 2
+    assert report["phases"]["evaluate"]["median"] >= 8
+
+
+@pytest.mark.parametrize("func", ["await_reply", "wait_for_rollout"])
+def test_single_process_job(run_watch, func):
+    result = run_watch([sys.executable, str(SCENARIOS / "single_wait.py")], "--on-stall", "kill",
+                       env={"WAIT_FUNC": func})
+    assert result.code == 124, result.stderr
+    [finding] = result.findings("SD106")
+    assert finding["ranks"] == [0]
+    assert finding["evidence"]["frame"].startswith(f"{func} (")
