@@ -41,7 +41,7 @@ def _dtype_of(value: Any) -> bytes:
         return b"object"
     name = _dtype_names.get(dtype)
     if name is None:
-        name = str(dtype).replace("torch.", "").encode()[:7]
+        name = str(dtype).replace("torch.", "").encode()[:8]
         _dtype_names[dtype] = name
     return name
 
@@ -78,7 +78,7 @@ class _Spec:
 
     def __init__(self, op: str, fn: Callable[..., Any]) -> None:
         params = list(inspect.signature(fn).parameters)
-        self.op = op.encode()[:24]
+        self.op = op.encode()[:23]
         payload = next((p for p in _PAYLOAD_PARAMS if p in params), None)
         self.payload = (params.index(payload), payload) if payload else None
         self.group = params.index("group") if "group" in params else 10**6

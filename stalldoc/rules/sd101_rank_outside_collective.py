@@ -12,7 +12,7 @@ from stalldoc.rules.base import Rule, describe, join_ranks, rank_evidence
 class RankOutsideCollective(Rule):
     """Some ranks wait in a collective that other ranks never entered.
 
-    What it does:
+    What it does
         Aligns the collective rings of all ranks by process group and sequence number. When some
         ranks sit in collective N and others have not reached it, the others are the culprits;
         their own Python frame says where they are instead. Without the agent, ranks whose main
@@ -23,17 +23,17 @@ class RankOutsideCollective(Rule):
         their GPU memory and spin or sleep until the NCCL/gloo timeout (30 min by default, ~208
         days under swift), with nothing in the log.
 
-    Evidence:
+    Evidence
         group, seq, op of the collective; the waiting ranks; each culprit's frames (innermost
         first), its user frame, phase, and seconds without progress.
 
-    Fix:
+    Fix
         Look at the culprit's frame: a data loader, reward function, rollout server call or
         checkpoint save that blocks on one rank only. Make the work symmetric across ranks or
         give the blocking call a timeout; code that runs only on rank 0 must not be followed by
         a collective the others enter early.
 
-    References:
+    References
         torch Flight Recorder "Not all ranks joining collective N"; anchors.md.
     """
 

@@ -11,7 +11,7 @@ from stalldoc.rules.base import Rule, join_ranks, rank_evidence
 class CollectiveMismatch(Rule):
     """Ranks called different collectives (op, size or dtype) at the same sequence number.
 
-    What it does:
+    What it does
         Compares, per process group, the collective each rank recorded under the same sequence
         number and reports the first one where the op, element count or dtype differ.
 
@@ -20,15 +20,15 @@ class CollectiveMismatch(Rule):
         1024 floats and rank 1's call #7 is a broadcast, the backend pairs them anyway: the job
         hangs, crashes with a size error, or silently corrupts tensors.
 
-    Evidence:
+    Evidence
         group, seq, and each rank's (op, numel, dtype) for that call; frames of the odd ranks.
 
-    Fix:
+    Fix
         Find the code path that differs between ranks before that call (a branch on rank, an
         uneven last batch, a parameter only some ranks own) and make every rank issue the same
         sequence of collectives.
 
-    References:
+    References
         torch Flight Recorder COLLECTIVE_TYPE_MISMATCH / SIZE_OR_SYNTAX_MISMATCH / DTYPE_MISMATCH.
     """
 

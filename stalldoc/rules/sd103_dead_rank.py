@@ -22,7 +22,7 @@ def _signal_name(sig: int) -> str:
 class DeadRank(Rule):
     """A rank ended (by a signal or a non-zero exit) while the others ran on or hung.
 
-    What it does:
+    What it does
         Watches every rank's process; when one ends abnormally before the job does, blames it by
         name with its exit code or signal, the phase it was in, and the exception it raised when
         the agent saw one. The first rank to die is the cause; ranks the launcher ended after it
@@ -33,15 +33,15 @@ class DeadRank(Rule):
         collective timeout, or the launcher tears the whole job down with an error that names
         the wrong rank.
 
-    Evidence:
+    Evidence
         rank, pid, exit code, signal, phase, exception text, seconds before the other ranks
         ended, the rank's last RSS and the host's available memory (for SIGKILL).
 
-    Fix:
+    Fix
         SIGKILL: usually the OOM killer (see the host memory figures). SIGSEGV/SIGABRT: a native
         crash (NCCL, CUDA, a C extension). A non-zero exit: the exception in its log.
 
-    References:
+    References
         torchrun ChildFailedError "Root Cause (first observed failure)".
     """
 

@@ -11,7 +11,7 @@ from stalldoc.rules.base import Rule, phase_of, stuck_for
 class PythonDeadlock(Rule):
     """A rank's main thread waits on a lock, condition or join that nothing releases.
 
-    What it does:
+    What it does
         In the stacks taken at the stall, finds ranks whose main thread is idle on a lock
         acquisition (``lock.acquire()``, ``with lock:``, ``Condition.wait``, ``Thread.join``).
         Other threads of the same rank blocked on locks are named as the likely holders
@@ -21,15 +21,15 @@ class PythonDeadlock(Rule):
         The rank never reaches its next collective; every other rank waits for it until the
         collective timeout. Nothing is printed.
 
-    Evidence:
+    Evidence
         rank, the waiting frame, the frames of the main thread, the other threads blocked on
         locks with their frames, phase.
 
-    Fix:
+    Fix
         Take locks in one global order, use timeouts (``lock.acquire(timeout=...)``), and never
         hold a lock across a collective or a queue wait.
 
-    References:
+    References
         py-spy dump; pystack.
     """
 

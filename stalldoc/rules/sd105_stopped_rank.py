@@ -10,7 +10,7 @@ from stalldoc.rules.base import Rule, join_ranks, rank_evidence
 class StoppedRank(Rule):
     """A rank's process is stopped (SIGSTOP, SIGTSTP, or a debugger holding it).
 
-    What it does:
+    What it does
         Reads the process state of every rank; a rank in state "stopped" at the stall is named.
 
     Why is this bad?
@@ -18,14 +18,14 @@ class StoppedRank(Rule):
         until the timeout. It often comes from Ctrl-Z in a terminal, a `kill -STOP`, or a
         debugger left attached.
 
-    Evidence:
+    Evidence
         rank, pid, process state, frames read without stopping it (py-spy --nonblocking).
 
-    Fix:
+    Fix
         ``kill -CONT <pid>`` resumes it; find who stopped it (job control, a debugger, a
         cluster agent sending SIGSTOP).
 
-    References:
+    References
         proc(5) process states.
     """
 

@@ -20,7 +20,7 @@ def cpu_busy(window: Window, rank: int) -> float | None:
 class NoProgress(Rule):
     """No rank made progress, and no more specific cause was found: where each rank is.
 
-    What it does:
+    What it does
         The fallback when no other rule explains a stall. Groups ranks by their main-thread
         stack; when the ranks split into groups, the smaller groups are named as suspects (the
         dominant group is usually the healthy waiters); with one group, every rank is named at
@@ -30,14 +30,14 @@ class NoProgress(Rule):
         The job holds its resources and produces nothing; without this, the first sign is a
         collective timeout much later.
 
-    Evidence:
+    Evidence
         per rank: frames, user frame, phase, seconds without progress, CPU use; the stack groups.
 
-    Fix:
+    Fix
         Read the named frame: a blocking call without timeout (network, queue, file system,
         subprocess), an endless loop, or a wait for a resource another process holds.
 
-    References:
+    References
         ByteRobust: stack traces grouped by string match, outliers are suspects.
     """
 

@@ -1,0 +1,47 @@
+"""The collective wrappers inside a real gloo process (world size 1)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from stalldoc.agent.statefile import read_state
+from stalldoc.launch.inject import agent_environment
+
+JOB = textwrap.dedent("""
+    import os, torch, torch.distributed as dist
+    import stalldoc
+    dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:%d")
+    sub = dist.new_group([0])
+    with stalldoc.phase("step"):
+        dist.all_reduce(torch.ones(10, dtype=torch.bfloat16))
+        dist.all_gather([torch.zeros(3)], torch.ones(3), group=sub)
+        dist.all_gather_object([None], {"a": 1})
+        dist.barrier()
+    print(os.getpid())
+""")
+
+
+def test_collectives_land_in_the_ring_once_each(tmp_path):
+    from conftest import free_port
+    env = agent_environment(tmp_path, dict(os.environ), os.getpid())
+    out = subprocess.run([sys.executable, "-c", JOB % free_port()], env=env, capture_output=True,
+                         text=True, check=True)
+    state = read_state(str(tmp_path / "agents" / f"agent-{out.stdout.split()[-1]}.state"))
+    world = next(g for g in state.groups if g.name == "world")
+    assert [(r.op, r.numel, r.dtype, r.completed) for r in world.ring] == [
+        ("all_reduce", 10, "bfloat16", True), ("all_gather_object", 1, "object", True),
+        ("barrier", 0, "none", True)]
+    [other] = [g for g in state.groups if g.name != "world"]
+    assert [(r.op, r.numel) for r in other.ring] == [("all_gather", 3)]
+    assert state.collective_seq == 4
+    assert [p.name for p in state.phases] == ["step"]
+
+
+def test_a_process_without_torch_never_imports_it(tmp_path):
+    env = agent_environment(tmp_path, dict(os.environ), os.getpid())
+    out = subprocess.run([sys.executable, "-c", "import sys; print('torch' in sys.modules)"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert list((tmp_path / "agents").glob("agent-*.state"))

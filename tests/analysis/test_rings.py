@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from stalldoc.agent.statefile import AgentSnapshot, CollectiveRecord, GroupState
+from stalldoc.analysis.rings import mismatches, missing_ranks
+
+
+def snapshot(rank: int, calls: list[tuple[str, int, str, bool]], group: str = "world"
+             ) -> AgentSnapshot:
+    ring = tuple(CollectiveRecord(group, n + 1, op, numel, dtype, 1.0, 2.0 if done else None, False)
+                 for n, (op, numel, dtype, done) in enumerate(calls))
+    done = sum(1 for c in calls if c[3])
+    return AgentSnapshot(100 + rank, rank, rank, 4, 0, 0.0, 0.0, 0, 0.0, None, (), "", 0, (),
+                         (GroupState(group, len(calls), done, ring),))
+
+
+def test_rank_behind_and_outside_is_missing_even_with_waiters_at_different_seqs():
+    ok = ("broadcast", 4, "float32", True)
+    agents = {0: snapshot(0, [ok, ok, ("broadcast", 4, "float32", False)]),   # root ran ahead
+              1: snapshot(1, [ok, ("broadcast", 4, "float32", False)]),
+              2: snapshot(2, [ok])}                                          # never entered #2
+    [gap] = missing_ranks(agents, {0, 1, 2})
+    assert (gap.seq, gap.op, gap.missing, sorted(gap.waiting)) == (2, "broadcast", (2,), [0, 1])
+
+
+def test_nobody_waiting_means_nobody_missing():
+    ok = ("all_reduce", 4, "float32", True)
+    assert missing_ranks({0: snapshot(0, [ok]), 1: snapshot(1, [])}, {0, 1}) == []
+
+
+def test_dead_ranks_are_not_blamed_as_missing():
+    agents = {0: snapshot(0, [("all_reduce", 4, "float32", False)]), 1: snapshot(1, [])}
+    assert missing_ranks(agents, {0}) == []
+
+
+def test_first_mismatch_per_group():
+    agents = {0: snapshot(0, [("all_reduce", 4, "float32", True), ("all_reduce", 8, "float32", False)]),
+              1: snapshot(1, [("all_reduce", 4, "float32", True), ("broadcast", 8, "float16", False)])}
+    [mismatch] = mismatches(agents)
+    assert mismatch.seq == 2
+    assert mismatch.calls == {0: ("all_reduce", 8, "float32"), 1: ("broadcast", 8, "float16")}

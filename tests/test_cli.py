@@ -1,0 +1,133 @@
+"""The watch command's contract: exit codes, signals, the job tree, bad input, agent failure."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import SCENARIOS, pid_alive, torchrun, watch
+
+STALLDOC = [sys.executable, "-m", "stalldoc"]
+
+
+def test_exit_code_is_the_commands(tmp_path):
+    result = watch(tmp_path, ["sh", "-c", "echo out; echo err >&2; exit 7"])
+    assert result.code == 7
+    report = result.report()
+    assert report["run"]["exit_code"] == 7
+    assert report["run"]["command"] == ["sh", "-c", "echo out; echo err >&2; exit 7"]
+    assert (os.stat(result.run_dir).st_mode & 0o777) == 0o700
+
+
+def test_killed_command_gives_128_plus_signal(tmp_path):
+    assert watch(tmp_path, ["sh", "-c", "kill -9 $$"]).code == 128 + 9
+
+
+def test_missing_and_non_executable_commands(tmp_path):
+    missing = subprocess.run([*STALLDOC, "watch", "--run-dir", str(tmp_path / "a"), "--",
+                              "no-such-command-xyz"], capture_output=True, text=True)
+    assert missing.returncode == 127
+    assert missing.stderr.strip() == "stalldoc: command not found: no-such-command-xyz"
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o644)
+    denied = subprocess.run([*STALLDOC, "watch", "--run-dir", str(tmp_path / "b"), "--",
+                             str(script)], capture_output=True, text=True)
+    assert denied.returncode == 126
+    assert denied.stderr.strip() == f"stalldoc: command not executable: {script}"
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_usage_errors_are_one_line(tmp_path):
+    bad = subprocess.run([*STALLDOC, "watch", "--on-stall", "explode", "--", "true"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stderr
+    assert "'explode' is not one of 'observe', 'kill'" in bad.stderr
+
+
+def test_report_refuses_what_it_cannot_read(tmp_path):
+    empty = subprocess.run([*STALLDOC, "report", str(tmp_path)], capture_output=True, text=True)
+    assert empty.returncode == 1
+    assert empty.stderr.strip() == f"stalldoc: no stalldoc run database in {tmp_path} (expected run.db)"
+    (tmp_path / "run.db").write_text("not sqlite")
+    garbage = subprocess.run([*STALLDOC, "report", str(tmp_path)], capture_output=True, text=True)
+    assert garbage.returncode == 1
+    assert "not a readable stalldoc database" in garbage.stderr
+    assert len(garbage.stderr.strip().splitlines()) == 1
+
+
+def test_secrets_are_redacted_in_the_stored_command(tmp_path):
+    result = watch(tmp_path, ["sh", "-c", "true", "--hub_token", "hf_abcdefghijklmnop",
+                              "--api-key=xyz", "sk-abcdefghijklmnopqrst"])
+    command = result.report()["run"]["command"]
+    assert command == ["sh", "-c", "true", "--hub_token", "***", "--api-key=***", "***"]
+
+
+def _rank_pids(run_dir: Path, count: int, timeout: float = 60) -> list[int]:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        states = list((run_dir / "agents").glob("agent-*.state")) if (run_dir / "agents").exists() else []
+        from stalldoc.agent.statefile import read_state
+        ranks = [s for s in (read_state(str(p)) for p in states) if s.rank >= 0]
+        if len(ranks) >= count and all(s.collective_seq > 0 for s in ranks):
+            return [s.pid for s in ranks]
+        time.sleep(0.3)
+    raise AssertionError("ranks did not start")
+
+
+def test_sigterm_ends_the_whole_job_tree(tmp_path):
+    # GIVEN a watched torchrun job whose ranks hang (the ranks run in sessions of their own)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([*STALLDOC, "watch", "--run-dir", str(run_dir), "--kill-grace", "2",
+                             "--", *torchrun(2, "collective_wait.py")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "STUCK_RANK": "0", "STUCK_STEP": "1"})
+    pids = _rank_pids(run_dir, 2)
+    # WHEN stalldoc itself gets SIGTERM
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=60)
+    # THEN no rank survives, and the exit code is the job's
+    time.sleep(0.5)
+    assert [p for p in pids if pid_alive(p)] == []
+    assert code != 0
+    stored = json.loads(subprocess.run([*STALLDOC, "report", str(run_dir), "--format", "json"],
+                                       capture_output=True, text=True, check=True).stdout)
+    assert stored["run"]["exit_code"] == code
+    assert [f for f in stored["findings"] if f["code"] == "SD103"] == []  # we ended them
+
+
+def test_sigint_is_forwarded_to_the_job(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([*STALLDOC, "watch", "--run-dir", str(run_dir), "--", "sh", "-c",
+                             "trap 'exit 42' INT; while true; do sleep 0.1; done"],
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 42
+
+
+def test_agent_that_cannot_write_its_state_leaves_the_job_running(tmp_path):
+    # the state file's path is taken by a directory: the agent fails to create it
+    script = (f'mkdir -p "$STALLDOC_AGENT_DIR/agent-$$.state"; '
+              f'exec {sys.executable} {SCENARIOS / "single_wait.py"}')
+    result = watch(tmp_path, ["sh", "-c", script], "--on-stall", "kill")
+    assert result.code == 124
+    errors = (result.run_dir / "agent-errors.log").read_text()
+    assert "stalldoc agent disabled" in errors and "IsADirectoryError" in errors
+    [finding] = result.findings("SD106")  # diagnosed from py-spy and psutil alone
+    assert finding["evidence"]["frame"].startswith("await_reply (")
+
+
+def test_no_agent_still_finds_the_culprit_from_stacks(tmp_path):
+    result = watch(tmp_path, torchrun(2, "collective_wait.py"), "--no-agent", "--on-stall", "kill",
+                   env={"STUCK_RANK": "1", "STUCK_FUNC": "download_weights"})
+    assert result.code == 124
+    assert not (result.run_dir / "agents").exists()
+    [finding] = result.findings("SD101")
+    assert finding["ranks"] == [1]
+    assert finding["evidence"]["frame"].startswith("download_weights (")
