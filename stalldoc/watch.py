@@ -21,7 +21,7 @@ from types import FrameType
 
 from stalldoc.analysis.stacks import signature
 from stalldoc.detect.progress import ProgressTracker
-from stalldoc.errors import EXIT_STALL_KILLED, RunDirError
+from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
 from stalldoc.launch.inject import agent_environment
 from stalldoc.launch.job import Job, LogLine, become_subreaper, resolve_command
 from stalldoc.model import Finding, HostSample, RankExit, RankProcess, StallEpisode, Window
@@ -61,9 +61,9 @@ def make_run_dir(requested: Path | None) -> Path:
         requested.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(requested, 0o700)
         if any(requested.iterdir()):
-            raise RunDirError(f"run directory is not empty: {requested}")
+            raise StalldocError(f"run directory is not empty: {requested}")
     except OSError as exc:
-        raise RunDirError(f"cannot create run directory {requested}: {exc.strerror}") from exc
+        raise StalldocError(f"cannot create run directory {requested}: {exc.strerror}") from exc
     return requested.resolve()
 
 

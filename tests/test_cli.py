@@ -50,6 +50,16 @@ def test_usage_errors_are_one_line(tmp_path):
     assert "'explode' is not one of 'observe', 'kill'" in bad.stderr
 
 
+def test_non_empty_run_dir_is_refused_before_launch(tmp_path):
+    (tmp_path / "old").write_text("x")
+    marker = tmp_path / "launched"
+    out = subprocess.run([*STALLDOC, "watch", "--run-dir", str(tmp_path), "--", "touch",
+                          str(marker)], capture_output=True, text=True)
+    assert out.returncode == 125
+    assert out.stderr.strip() == f"stalldoc: run directory is not empty: {tmp_path}"
+    assert not marker.exists()
+
+
 def test_report_refuses_what_it_cannot_read(tmp_path):
     empty = subprocess.run([*STALLDOC, "report", str(tmp_path)], capture_output=True, text=True)
     assert empty.returncode == 1

@@ -58,7 +58,9 @@ def _payload(value: Any) -> tuple[int, bytes]:
 
 
 def _group_name(group: Any) -> str:
-    if group is None or (_world and group is _world[0]()):
+    if group is None:
+        return "world"
+    if _world and group is _world[0]():
         return "world"
     name = _group_names.get(id(group))
     if name is None:
@@ -118,14 +120,21 @@ def wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         agent = runtime._AGENT
         if agent is None or not agent.enabled or getattr(_local, "depth", 0):
             return fn(*args, **kwargs)
-        token = agent.guard(_enter, agent, spec, args, kwargs)
+        try:
+            slot, seq = _enter(agent, spec, args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - never into the job
+            agent.fail(exc)
+            return fn(*args, **kwargs)
         _local.depth = 1
         try:
             return fn(*args, **kwargs)
         finally:
             _local.depth = 0
-            if token is not None and agent.enabled:
-                agent.guard(_exit, agent, *token)
+            if agent.enabled:
+                try:
+                    _exit(agent, slot, seq)
+                except Exception as exc:  # noqa: BLE001
+                    agent.fail(exc)
 
     wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
     wrapper.__name__ = getattr(fn, "__name__", op)
