@@ -38,23 +38,24 @@ def phase_summary(conn: sqlite3.Connection) -> dict[str, dict[str, float]]:
             for name, v in sorted(durations.items())}
 
 
+def _decoded(conn: sqlite3.Connection, sql: str, *json_fields: str) -> list[dict[str, Any]]:
+    """Rows as dicts, with the named JSON columns decoded."""
+    rows = _rows(conn, sql)
+    for row in rows:
+        for name in json_fields:
+            row[name] = json.loads(row[name])
+    return rows
+
+
 def build_report(run_dir: Path) -> dict[str, Any]:
     conn = open_reader(run_dir)
     try:
-        stalls = _rows(conn, "SELECT * FROM stalls ORDER BY id")
-        for stall in stalls:
-            stall["ranks"] = json.loads(stall["ranks"])
-        findings = _rows(conn, "SELECT * FROM findings ORDER BY id")
-        for finding in findings:
-            finding["ranks"] = json.loads(finding["ranks"])
-            finding["evidence"] = json.loads(finding["evidence"])
-        stacks = _rows(conn, "SELECT * FROM stacks ORDER BY t, rank")
-        for stack in stacks:
-            stack["threads"] = json.loads(stack["threads"])
-        ranks = _rows(conn, "SELECT * FROM ranks ORDER BY rank, first_seen")
-        for rank in ranks:
-            rank["cmdline"] = json.loads(rank["cmdline"])
-        return {"run": _run(conn), "ranks": ranks, "stalls": stalls, "findings": findings,
-                "stacks": stacks, "phases": phase_summary(conn)}
+        return {"run": _run(conn),
+                "ranks": _decoded(conn, "SELECT * FROM ranks ORDER BY rank, first_seen", "cmdline"),
+                "stalls": _decoded(conn, "SELECT * FROM stalls ORDER BY id", "ranks"),
+                "findings": _decoded(conn, "SELECT * FROM findings ORDER BY id", "ranks",
+                                     "evidence"),
+                "stacks": _decoded(conn, "SELECT * FROM stacks ORDER BY t, rank", "threads"),
+                "phases": phase_summary(conn)}
     finally:
         conn.close()
