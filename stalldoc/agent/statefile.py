@@ -121,6 +121,11 @@ class AgentSnapshot:
     groups: tuple[GroupState, ...]
 
     @property
+    def phase(self) -> str:
+        """The innermost phase the process is in ('' outside any phase)."""
+        return self.phase_stack[-1] if self.phase_stack else ""
+
+    @property
     def collective_seq(self) -> int:
         """Total collectives completed over all groups: rises whenever a collective finishes."""
         return sum(g.completed for g in self.groups)

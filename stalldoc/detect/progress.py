@@ -59,7 +59,7 @@ class ProgressTracker:
         if counters != state.counters:
             state.counters = counters
             state.last_progress = now
-        state.phase = agent.phase_stack[-1] if agent.phase_stack else ""
+        state.phase = agent.phase
         self.durations.update(rank, agent.phases_completed, agent.phases)
 
     def due_for_stack(self, now: float) -> list[int]:

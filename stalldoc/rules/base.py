@@ -38,7 +38,7 @@ class Rule(ABC):
 def phase_of(window: Window, rank: int) -> str:
     """The rank's innermost phase from its agent ('' when unknown)."""
     agent = window.agents.get(rank)
-    return agent.phase_stack[-1] if agent and agent.phase_stack else ""
+    return agent.phase if agent else ""
 
 
 def stuck_for(window: Window, rank: int) -> float | None:
