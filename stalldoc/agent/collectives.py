@@ -2,7 +2,7 @@
 
 Installed by the post-import hook once the process itself imports ``torch.distributed``; this
 module never imports torch. Each wrapped call costs two small writes into the mmap (enter and
-exit); a collective called from inside another (``all_gather_object`` → ``all_gather``) is
+return); a collective called from inside another (``all_gather_object`` → ``all_gather``) is
 recorded once, as the outer call.
 """
 from __future__ import annotations
@@ -24,21 +24,23 @@ OPS = (
 )
 _PAYLOAD_PARAMS = ("tensor", "input_tensor", "input", "input_list", "input_tensor_list",
                    "tensor_list", "obj", "object_list", "scatter_object_input_list")
+_OBJECT_PARAMS = ("obj", "object_list", "scatter_object_input_list")
 _ALWAYS_ASYNC = {"isend", "irecv"}
-_ENTRY = statefile.ENTRY
-_F64 = __import__("struct").Struct("<d")
-_COUNTERS = __import__("struct").Struct("<QQ")
 
-_local = threading.local()
+
+class _Depth(threading.local):
+    depth = 0
+
+
+_local = _Depth()
 _dtype_names: dict[Any, bytes] = {}
-_group_names: dict[int, str] = {}
-_world: list[Any] = []
+_world: list[Callable[[], Any]] = []
+_NOTHING = (0, b"none")
+_ASYNC = statefile.FLAG_ASYNC
+_ABSENT = 10**6  # "this collective has no such parameter": no positional index reaches it
 
 
-def _dtype_of(value: Any) -> bytes:
-    dtype = getattr(value, "dtype", None)
-    if dtype is None:
-        return b"object"
+def _dtype_name(dtype: Any) -> bytes:
     name = _dtype_names.get(dtype)
     if name is None:
         name = str(dtype).replace("torch.", "").encode()[:8]
@@ -47,94 +49,84 @@ def _dtype_of(value: Any) -> bytes:
 
 
 def _payload(value: Any) -> tuple[int, bytes]:
-    """(numel, dtype) of a tensor, a list of tensors, or a list of objects."""
-    if hasattr(value, "numel"):
-        return int(value.numel()), _dtype_of(value)
-    if isinstance(value, (list, tuple)):
-        if value and all(hasattr(v, "numel") for v in value):
-            return sum(int(v.numel()) for v in value), _dtype_of(value[0])
-        return len(value), b"object"
-    return 1, b"object"
+    """(numel, dtype) of a tensor or a list of tensors."""
+    try:
+        dtype = value.dtype
+    except AttributeError:
+        pass
+    else:
+        return value.numel(), _dtype_names.get(dtype) or _dtype_name(dtype)
+    if isinstance(value, (list, tuple)) and value:
+        return sum(v.numel() for v in value), _dtype_name(value[0].dtype)
+    return 0, b"none"
 
 
-def _group_name(group: Any) -> str:
-    if group is None:
-        return "world"
-    if _world and group is _world[0]():
-        return "world"
-    name = _group_names.get(id(group))
-    if name is None:
-        name = str(getattr(group, "group_name", "") or f"pg{len(_group_names) + 1}")
-        _group_names[id(group)] = name
-    return name
+def _objects(value: Any) -> tuple[int, bytes]:
+    """(count, "object") of a picklable object or a list of them."""
+    return (len(value) if isinstance(value, (list, tuple)) else 1), b"object"
 
 
-def _argument(args: tuple, kwargs: dict, index: int, name: str, default: Any) -> Any:
-    if index < len(args):
-        return args[index]
-    return kwargs.get(name, default)
+def _ring_of(agent: runtime.Agent, group: Any) -> statefile.GroupRing:
+    """The ring of a group not seen before (None and the world group are one), cached by identity."""
+    if group is None or (_world and group is _world[0]()):
+        name = "world"
+    else:
+        name = str(getattr(group, "group_name", "") or f"pg{len(agent.groups)}")
+    ring = agent.rings[id(group)] = agent.group_ring(name)
+    return ring
 
 
-class _Spec:
-    """Where a collective keeps its payload, group and async flag, read once from its signature."""
+def _recorder(op: str, fn: Callable[..., Any]) -> Callable[[Any, tuple, dict], tuple[Any, int]]:
+    """A function that records one call of collective ``fn`` in its group's ring and returns
+    (ring, offset of the entry). Where the payload, group and async flag sit is read once from
+    ``fn``'s signature and bound as closure constants: this runs inside every collective."""
+    params = list(inspect.signature(fn).parameters)
+    name = op.encode()[:23]
+    payload = next((p for p in _PAYLOAD_PARAMS if p in params), None)
+    measure = _objects if payload in _OBJECT_PARAMS else _payload
+    at_payload = params.index(payload) if payload else _ABSENT
+    at_group = params.index("group") if "group" in params else _ABSENT
+    at_async = params.index("async_op") if "async_op" in params else _ABSENT
+    always_async = op in _ALWAYS_ASYNC
+    clock = time.time
 
-    def __init__(self, op: str, fn: Callable[..., Any]) -> None:
-        params = list(inspect.signature(fn).parameters)
-        self.op = op.encode()[:23]
-        payload = next((p for p in _PAYLOAD_PARAMS if p in params), None)
-        self.payload = (params.index(payload), payload) if payload else None
-        self.group = params.index("group") if "group" in params else 10**6
-        self.async_index = params.index("async_op") if "async_op" in params else None
-        self.always_async = op in _ALWAYS_ASYNC
+    def record(agent: Any, args: tuple, kwargs: dict) -> tuple[Any, int]:
+        count = len(args)
+        numel, dtype = (_NOTHING if payload is None else
+                        measure(args[at_payload] if at_payload < count else kwargs.get(payload)))
+        group = args[at_group] if at_group < count else kwargs.get("group")
+        ring = agent.rings.get(id(group)) or _ring_of(agent, group)
+        is_async = always_async or (args[at_async] if at_async < count
+                                    else kwargs.get("async_op", False))
+        return ring, ring.enter(name, numel, dtype, _ASYNC if is_async else 0, clock())
 
-
-def _enter(agent: runtime.Agent, spec: _Spec, args: tuple, kwargs: dict) -> tuple[int, int]:
-    numel, dtype = (_payload(_argument(args, kwargs, *spec.payload, None))
-                    if spec.payload else (0, b"none"))
-    slot = agent.group_slot(_group_name(_argument(args, kwargs, spec.group, "group", None)))
-    is_async = spec.always_async or (spec.async_index is not None and bool(
-        _argument(args, kwargs, spec.async_index, "async_op", False)))
-    counters = agent.coll_counters.setdefault(slot, [0, 0])
-    counters[0] += 1
-    seq = counters[0]
-    buf = agent.state.buf
-    _ENTRY.pack_into(buf, statefile.entry_offset(slot, seq), seq, numel, time.time(), 0.0,
-                     spec.op, dtype, statefile.FLAG_ASYNC if is_async else 0)
-    _COUNTERS.pack_into(buf, statefile.group_counter_offset(slot), seq, counters[1])
-    return slot, seq
-
-
-def _exit(agent: runtime.Agent, slot: int, seq: int) -> None:
-    counters = agent.coll_counters[slot]
-    counters[1] += 1
-    buf = agent.state.buf
-    _F64.pack_into(buf, statefile.entry_offset(slot, seq) + 24, time.time())
-    _COUNTERS.pack_into(buf, statefile.group_counter_offset(slot), counters[0], counters[1])
+    return record
 
 
 def wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     """A drop-in replacement for collective ``fn`` that records it in the ring."""
-    spec = _Spec(op, fn)
+    record = _recorder(op, fn)
+    local = _local
+    clock = time.time
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         agent = runtime._AGENT
-        if agent is None or not agent.enabled or getattr(_local, "depth", 0):
+        if agent is None or not agent.enabled or local.depth:
             return fn(*args, **kwargs)
         try:
-            slot, seq = _enter(agent, spec, args, kwargs)
+            ring, entry = record(agent, args, kwargs)
         except Exception as exc:  # noqa: BLE001 - never into the job
             agent.fail(exc)
             return fn(*args, **kwargs)
-        _local.depth = 1
+        local.depth = 1
         try:
             return fn(*args, **kwargs)
         finally:
-            _local.depth = 0
-            if agent.enabled:
-                try:
-                    _exit(agent, slot, seq)
-                except Exception as exc:  # noqa: BLE001
-                    agent.fail(exc)
+            local.depth = 0
+            try:
+                ring.exit(entry, clock())
+            except Exception as exc:  # noqa: BLE001
+                agent.fail(exc)
 
     wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
     wrapper.__name__ = getattr(fn, "__name__", op)

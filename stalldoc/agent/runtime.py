@@ -51,8 +51,8 @@ class Agent:
         self.marker_seq = 0
         self.phase_count = 0
         self.phases: list[tuple[str, float]] = []
-        self.groups: dict[str, int] = {}
-        self.coll_counters: dict[int, list[int]] = {}
+        self.groups: dict[str, statefile.GroupRing] = {}
+        self.rings: dict[int, statefile.GroupRing] = {}
         self.dump_file: IO[str] | None = None
         self._stop = threading.Event()
 
@@ -153,14 +153,17 @@ class Agent:
         self._bump(now)
 
     # ----- collectives ------------------------------------------------------------------------
-    def group_slot(self, name: str) -> int:
-        slot = self.groups.get(name)
-        if slot is None:
-            slot = min(len(self.groups), statefile.GROUP_SLOTS - 1)
-            if slot == len(self.groups):
-                self.state.group_name(slot, name)
-            self.groups[name] = slot
-        return slot
+    def group_ring(self, name: str) -> statefile.GroupRing:
+        """The ring of process group ``name``; groups past the last slot share it."""
+        ring = self.groups.get(name)
+        if ring is None:
+            slot = len(self.groups)
+            if slot < statefile.GROUP_SLOTS:
+                ring = self.state.group_ring(slot, name)
+            else:
+                ring = self.groups[next(reversed(self.groups))]
+            self.groups[name] = ring
+        return ring
 
 
 def report_failure(directory: str, exc: BaseException) -> None:

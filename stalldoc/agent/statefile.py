@@ -12,10 +12,12 @@ Layout (little endian, ``SIZE`` bytes):
 - 256: current phase stack, ``/``-joined utf-8 with a 2-byte length.
 - 768: last error or uncaught exception text, same encoding.
 - 1024: completed-phase ring: a count, then ``PHASE_SLOTS`` entries (name, start, end).
-- 4096: ``GROUP_SLOTS`` process-group slots: a header (name, started, completed) and a ring of
+- 4096: ``GROUP_SLOTS`` process-group slots: a header (the group's name) and a ring of
   ``RING_SLOTS`` collective entries (seq, numel, entered, completed, op, dtype, flags).
 
-An entry whose completion time is 0.0 has been entered and not completed.
+An entry whose completion time is 0.0 has been entered and not completed. The writer keeps no
+counters in the header: each collective costs one write on entry and one on return, and the
+reader derives the counters from the ring (the newest sequence number is the number started).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import struct
 from dataclasses import dataclass
 
 MAGIC = b"SDAG"
-VERSION = 1
+VERSION = 2
 
 STATUS_RUNNING = 0
 STATUS_EXITED = 1
@@ -45,7 +47,7 @@ _PHASE_ENTRY = struct.Struct("<48sdd")
 GROUP_OFFSET = 4096
 GROUP_SLOTS = 8
 RING_SLOTS = 64
-_GROUP_HEADER = struct.Struct("<40sQQ")
+_GROUP_HEADER = struct.Struct("<40s")
 GROUP_HEADER_SIZE = 64
 ENTRY = struct.Struct("<QQdd23s8sB")
 GROUP_SIZE = GROUP_HEADER_SIZE + RING_SLOTS * ENTRY.size
@@ -53,6 +55,8 @@ SIZE = GROUP_OFFSET + GROUP_SLOTS * GROUP_SIZE
 
 FLAG_ASYNC = 1
 _F64 = struct.Struct("<d")
+_ENTRY_SIZE = ENTRY.size
+_RING_MASK = RING_SLOTS - 1  # RING_SLOTS is a power of two
 _U64 = struct.Struct("<Q")
 _HEARTBEAT_OFFSET = 32
 _MARKER_OFFSET = 40
@@ -200,12 +204,37 @@ class StateWriter:
         _PHASE_ENTRY.pack_into(self.buf, offset, name.encode()[:48], started, ended)
         _PHASE_COUNT.pack_into(self.buf, PHASE_RING_OFFSET, count)
 
-    def group_name(self, slot: int, name: str) -> None:
+    def group_ring(self, slot: int, name: str) -> GroupRing:
+        """Name group ``slot`` and return the writer of its collective ring."""
         offset = GROUP_OFFSET + slot * GROUP_SIZE
-        _GROUP_HEADER.pack_into(self.buf, offset, name.encode()[:40], 0, 0)
+        _GROUP_HEADER.pack_into(self.buf, offset, name.encode()[:40])
+        return GroupRing(self.buf, offset)
 
     def close(self) -> None:
         self.buf.close()
+
+
+class GroupRing:
+    """Writes one process group's collectives: the entry on enter, its completion time on return.
+    One ``pack_into`` each way, since it runs inside every collective of the job."""
+
+    __slots__ = ("_buf", "_ring", "started")
+
+    def __init__(self, buf: mmap.mmap, group_offset: int) -> None:
+        self._buf = buf
+        self._ring = group_offset + GROUP_HEADER_SIZE
+        self.started = 0
+
+    def enter(self, op: bytes, numel: int, dtype: bytes, flags: int, now: float) -> int:
+        """Record the start of the next collective; returns the offset of its entry."""
+        seq = self.started = self.started + 1
+        offset = self._ring + ((seq - 1) & _RING_MASK) * _ENTRY_SIZE
+        ENTRY.pack_into(self._buf, offset, seq, numel, now, 0.0, op, dtype, flags)
+        return offset
+
+    def exit(self, offset: int, now: float) -> None:
+        """Record that the collective entered at ``offset`` returned."""
+        _F64.pack_into(self._buf, offset + 24, now)
 
 
 def entry_offset(slot: int, seq: int) -> int:
@@ -213,25 +242,20 @@ def entry_offset(slot: int, seq: int) -> int:
     return GROUP_OFFSET + slot * GROUP_SIZE + GROUP_HEADER_SIZE + ((seq - 1) % RING_SLOTS) * ENTRY.size
 
 
-def group_counter_offset(slot: int) -> int:
-    """Byte offset of a group's (started, completed) counters."""
-    return GROUP_OFFSET + slot * GROUP_SIZE + 40
-
-
 def _read_group(buf: bytes, slot: int) -> GroupState | None:
     offset = GROUP_OFFSET + slot * GROUP_SIZE
-    raw_name, started, completed = _GROUP_HEADER.unpack_from(buf, offset)
-    name = _cstr(raw_name)
+    name = _cstr(_GROUP_HEADER.unpack_from(buf, offset)[0])
     if not name:
         return None
-    ring = []
-    for seq in range(max(1, started - RING_SLOTS + 1), started + 1):
-        s, numel, t0, t1, op, dtype, flags = ENTRY.unpack_from(buf, entry_offset(slot, seq))
-        if s != seq:  # torn or overwritten while we read: skip the entry
-            continue
-        ring.append(CollectiveRecord(name, s, _cstr(op), numel, _cstr(dtype), t0,
-                                     t1 if t1 > 0.0 else None, bool(flags & FLAG_ASYNC)))
-    return GroupState(name, started, completed, tuple(ring))
+    entries = sorted(ENTRY.unpack_from(buf, offset + GROUP_HEADER_SIZE + i * ENTRY.size)
+                     for i in range(RING_SLOTS))
+    started = entries[-1][0]
+    ring = tuple(CollectiveRecord(name, s, _cstr(op), numel, _cstr(dtype), t0,
+                                  t1 if t1 > 0.0 else None, bool(flags & FLAG_ASYNC))
+                 for s, numel, t0, t1, op, dtype, flags in entries
+                 if s > 0 and s > started - RING_SLOTS)  # empty, or torn by a concurrent write
+    in_flight = sum(1 for record in ring if not record.completed)
+    return GroupState(name, started, started - in_flight, ring)
 
 
 def _read_phases(buf: bytes) -> tuple[int, tuple[PhaseRecord, ...]]:
