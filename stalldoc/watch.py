@@ -24,6 +24,7 @@ from stalldoc.detect.progress import ProgressTracker
 from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
 from stalldoc.launch.inject import agent_environment
 from stalldoc.launch.job import Job, LogLine, become_subreaper, resolve_command
+from stalldoc.live import RankLine, Terminal, format_status
 from stalldoc.model import Finding, HostSample, RankExit, RankProcess, StallEpisode, Window
 from stalldoc.probes.agent_state import AgentStateProbe
 from stalldoc.probes.exits import DeathWatch, from_wait_status, parse_launcher_line
@@ -36,7 +37,6 @@ from stalldoc.store.db import RunStore
 
 HOST_HISTORY = 120
 EXIT_SETTLE_SECONDS = 2.0   # wait this long after a death for the launcher's report of it
-STATUS_EVERY = 10.0
 STACK_BURST = 2   # stacks per busy-rank probe: a loop over a few lines rarely matches twice
 INTERNAL_ERRORS = "stalldoc-errors.log"
 
@@ -67,14 +67,6 @@ def make_run_dir(requested: Path | None) -> Path:
     return requested.resolve()
 
 
-def say(message: str) -> None:
-    try:
-        sys.stderr.write(f"[stalldoc] {message}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-
-
 class Watcher:
     def __init__(self, options: WatchOptions) -> None:
         self.opts = options
@@ -96,7 +88,7 @@ class Watcher:
         self.killed_for_stall = False
         self.ending = False   # we are ending the job: its ranks' deaths are ours, not findings
         self.terminate = threading.Event()
-        self.last_status = 0.0
+        self.terminal = Terminal(sys.stderr)
         self.deaths = DeathWatch()
 
     # ----- life cycle -------------------------------------------------------------------------
@@ -105,10 +97,10 @@ class Watcher:
         if self.opts.agent:
             env = agent_environment(self.run_dir, env, os.getpid())
         become_subreaper()
-        self.job = Job(list(self.opts.argv), env, self.lines.put)
+        self.job = Job(list(self.opts.argv), env, self.lines.put, self.terminal.job_output)
         self.store.start_run(self.run_dir.name, list(self.opts.argv), socket.gethostname(),
                              self.job.started_at, self.opts.stall_timeout, self.opts.agent)
-        say(f"watching pid {self.job.pid}; run directory {self.run_dir}")
+        self.say(f"watching pid {self.job.pid}; run directory {self.run_dir}")
         self._install_signals()
         try:
             self._loop()
@@ -119,7 +111,7 @@ class Watcher:
         self.store.end_run(time.time(), code)
         self.store.close()
         self.deaths.close()
-        say(f"job exited {code}; report: stalldoc report {self.run_dir}")
+        self.say(f"job exited {code}; report: stalldoc report {self.run_dir}")
         return EXIT_STALL_KILLED if self.killed_for_stall else code
 
     def _install_signals(self) -> None:
@@ -136,7 +128,7 @@ class Watcher:
     def _loop(self) -> None:
         while self.job.poll() is None:
             if self.terminate.is_set():
-                say("SIGTERM: ending the job")
+                self.say("SIGTERM: ending the job")
                 self.ending = True
                 self.job.terminate_tree(self.opts.kill_grace)
                 return
@@ -151,7 +143,7 @@ class Watcher:
             self._collect_exits(time.time(), final=True)
             leftovers = [p for p in self.job.descendants() if p.pid != self.job.pid]
             if leftovers:
-                say(f"ending {len(leftovers)} process(es) the job left behind")
+                self.say(f"ending {len(leftovers)} process(es) the job left behind")
                 self.ending = True
                 self.job.terminate_tree(self.opts.kill_grace)
             self.store.commit()
@@ -165,7 +157,7 @@ class Watcher:
                 fh.write(text)
         except OSError:
             pass
-        say(f"internal error, watching stopped (job runs on): {text.strip().splitlines()[-1]}")
+        self.say(f"internal error, watching stopped (job runs on): {text.strip().splitlines()[-1]}")
 
     # ----- one tick ---------------------------------------------------------------------------
     def tick(self, now: float) -> None:
@@ -198,7 +190,7 @@ class Watcher:
             self.exits.pop(rank.rank, None)
             self.store.add_rank(rank, now)
             self.deaths.watch(rank)
-            say(f"rank {rank.rank}: pid {rank.pid}")
+            self.say(f"rank {rank.rank}: pid {rank.pid}")
 
     def _sample_busy_stacks(self, now: float) -> None:
         for rank in self.tracker.due_for_stack(now):
@@ -255,15 +247,15 @@ class Watcher:
         started, ended = self.tracker.check(now)
         if ended is not None:
             self.store.save_stall(ended)
-            say(f"progress resumed after stall #{ended.id}")
+            self.say(f"progress resumed after stall #{ended.id}")
         if started is None:
             return
         self.store.save_stall(started)
-        say(f"STALL #{started.id}: no progress for {now - started.started_at:.0f} s "
+        self.say(f"STALL #{started.id}: no progress for {now - started.started_at:.0f} s "
             f"(threshold {started.threshold:.0f} s); taking stacks of {len(started.ranks)} rank(s)")
         self._diagnose(started, agents)
         if self.opts.on_stall == "kill":
-            say("--on-stall kill: ending the job")
+            self.say("--on-stall kill: ending the job")
             self.killed_for_stall = True
             self.ending = True
             self.job.terminate_tree(self.opts.kill_grace)
@@ -291,7 +283,7 @@ class Watcher:
         if not findings:
             return
         self.store.add_findings(time.time(), stall_id, findings)
-        say("diagnosis:\n" + render_findings(findings))
+        self.say("diagnosis:\n" + render_findings(findings))
 
     # ----- storage and status -----------------------------------------------------------------
     def _store_tick(self, host: dict[int, HostSample], agents: dict) -> None:
@@ -307,10 +299,12 @@ class Watcher:
         self.store.commit()
 
     def _status(self, now: float) -> None:
-        if not sys.stderr.isatty() or now - self.last_status < STATUS_EVERY:
-            return
-        self.last_status = now
-        live = self.tracker.live()
-        idle = min((now - s.last_progress for s in live.values()), default=0.0)
-        say(f"{len(live)} rank(s) live, last progress {idle:.0f} s ago, "
-            f"threshold {self.tracker.threshold():.0f} s")
+        tracker = self.tracker
+        ranks = [RankLine(rank, now - state.last_progress, state.phase, rank in tracker.dead)
+                 for rank, state in sorted(tracker.ranks.items())]
+        episode = tracker.episode
+        self.terminal.status(format_status(now - self.job.started_at, ranks, tracker.threshold(),
+                                           episode.id if episode else None))
+
+    def say(self, message: str) -> None:
+        self.terminal.message(message)

@@ -29,6 +29,22 @@ def torchrun(nproc: int, scenario: str) -> list[str]:
             str(SCENARIOS / scenario)]
 
 
+def launcher(name: str, nproc: int, scenario: str) -> list[str]:
+    """The command line that runs a scenario with ``nproc`` ranks under a real launcher."""
+    script, port = str(SCENARIOS / scenario), str(free_port())
+    bindir = Path(sys.executable).parent
+    if name == "torchrun":
+        return torchrun(nproc, scenario)
+    if name == "accelerate":
+        return [str(bindir / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(nproc),
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                "--main_process_port", port, script]
+    if name == "deepspeed":
+        return [str(bindir / "deepspeed"), "--num_nodes", "1", "--num_gpus", str(nproc),
+                "--master_port", port, script]
+    raise ValueError(name)
+
+
 @dataclass
 class Result:
     code: int
@@ -75,4 +91,4 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-__all__ = ["SCENARIOS", "torchrun", "watch", "pid_alive", "signal"]
+__all__ = ["SCENARIOS", "torchrun", "launcher", "watch", "pid_alive", "signal"]

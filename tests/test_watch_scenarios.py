@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import SCENARIOS, torchrun
+from conftest import SCENARIOS, launcher, torchrun
 
 pytestmark = pytest.mark.timeout(180) if hasattr(pytest.mark, "timeout") else []
 
@@ -36,6 +36,25 @@ def test_stuck_rank_is_named_with_its_frame(run_watch, nproc, stuck_rank, func, 
     stall = report["stalls"][0]
     assert stall["detected_at"] - stall["started_at"] >= 3
     assert {s["rank"] for s in report["stacks"]} == set(range(nproc))
+
+
+@pytest.mark.parametrize("name,nproc,stuck_rank", [("accelerate", 2, 1), ("deepspeed", 3, 0)])
+def test_other_launchers_are_seen_through(run_watch, name, nproc, stuck_rank):
+    # GIVEN the same hang started by `accelerate launch` (torchrun inside the launcher's own
+    # process) or by `deepspeed` (runner -> deepspeed.launcher.launch -> ranks with --local_rank)
+    env = {"STUCK_RANK": str(stuck_rank), "STUCK_FUNC": f"wait_for_{name}_batch"}
+    result = run_watch(launcher(name, nproc, "collective_wait.py"), "--on-stall", "kill", env=env)
+    # THEN the ranks are found below the launcher and the stuck one is named with its frame
+    assert result.code == 124, result.stderr
+    [finding] = result.findings("SD101")
+    assert finding["ranks"] == [stuck_rank]
+    assert finding["evidence"]["frame"].startswith(f"wait_for_{name}_batch (")
+    report = result.report()
+    assert sorted(r["rank"] for r in report["ranks"]) == list(range(nproc))
+    script = str(SCENARIOS / "collective_wait.py")
+    extra = {"accelerate": [], "deepspeed": ["--local_rank={}"]}[name]
+    for rank in report["ranks"]:  # the ranks themselves, not the launcher processes above them
+        assert rank["cmdline"][1:] == ["-u", script, *(a.format(rank["local_rank"]) for a in extra)]
 
 
 def test_lock_deadlock_names_both_threads(run_watch):

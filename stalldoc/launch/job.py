@@ -58,8 +58,8 @@ def become_subreaper() -> None:
 class Job:
     """One running command and what it printed."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], on_line: Callable[[LogLine], None]
-                 ) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], on_line: Callable[[LogLine], None],
+                 write: Callable[[BinaryIO, bytes], None] | None = None) -> None:
         executable = resolve_command(argv)
         try:
             self.proc = subprocess.Popen([executable, *argv[1:]], env=env, stdout=subprocess.PIPE,
@@ -72,6 +72,7 @@ class Job:
         self.started_at = time.time()
         self.known: set[int] = {self.pid}
         self._on_line = on_line
+        self._write = write or _write_through
         self._pumps = [self._pump(self.proc.stdout, sys.stdout.buffer, "stdout"),
                        self._pump(self.proc.stderr, sys.stderr.buffer, "stderr")]
 
@@ -85,7 +86,7 @@ class Job:
         assert source is not None
         pending = b""
         while chunk := os.read(source.fileno(), 65536):
-            _write_through(sink, chunk)
+            self._write(sink, chunk)
             pending += chunk
             *lines, pending = pending.replace(b"\r", b"\n").split(b"\n")
             for raw in lines:
