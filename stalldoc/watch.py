@@ -18,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Iterable
 
 from stalldoc.analysis.stacks import signature
 from stalldoc.detect.progress import ProgressTracker
@@ -25,7 +26,8 @@ from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
 from stalldoc.launch.inject import agent_environment
 from stalldoc.launch.job import Job, LogLine, become_subreaper, resolve_command
 from stalldoc.live import RankLine, Terminal, format_status
-from stalldoc.model import Finding, HostSample, RankExit, RankProcess, StallEpisode, Window
+from stalldoc.model import (Finding, HostSample, RankExit, RankProcess, RankStacks, StallEpisode,
+                            Window)
 from stalldoc.probes.agent_state import AgentStateProbe
 from stalldoc.probes.exits import DeathWatch, from_wait_status, parse_launcher_line
 from stalldoc.probes.host import HostProbe
@@ -33,6 +35,7 @@ from stalldoc.probes.process_tree import find_ranks
 from stalldoc.probes.pyspy import StackProbe
 from stalldoc.report.text import render_findings
 from stalldoc.rules import run_rules
+from stalldoc.rules.base import join_ranks
 from stalldoc.store.db import RunStore
 
 HOST_HISTORY = 120
@@ -89,6 +92,7 @@ class Watcher:
         self.ending = False   # we are ending the job: its ranks' deaths are ours, not findings
         self.terminate = threading.Event()
         self.terminal = Terminal(sys.stderr)
+        self.explained: set[str] = set()
         self.deaths = DeathWatch()
 
     # ----- life cycle -------------------------------------------------------------------------
@@ -264,11 +268,22 @@ class Watcher:
         live = [self.ranks[r] for r in episode.ranks if r in self.ranks]
         stopped = {s[-1].pid for s in self.host.values() if s and s[-1].status == "stopped"}
         stacks = self.stack_probe.capture_all(live, stopped)
+        self._explain_fallbacks(stacks.values())
         now = time.time()
         agents = self.agents_probe.sample(list(self.ranks.values())) or agents
         window = self._window(now, agents, episode, stacks)
         self.store.add_stacks(episode.id, stacks.values())
         self._report(run_rules(window, "stall"), episode.id)
+
+    def _explain_fallbacks(self, stacks: Iterable[RankStacks]) -> None:
+        """Say once per reason why some ranks' stacks did not come from py-spy."""
+        by_reason: dict[str, list[int]] = {}
+        for rank_stacks in stacks:
+            if rank_stacks.error and rank_stacks.error not in self.explained:
+                by_reason.setdefault(rank_stacks.error, []).append(rank_stacks.rank)
+        for reason, ranks in by_reason.items():
+            self.explained.add(reason)
+            self.say(f"stacks of {join_ranks(ranks)} from the fallback: {reason}")
 
     def _window(self, now: float, agents: dict, episode: StallEpisode | None,
                 stacks: dict | None = None) -> Window:

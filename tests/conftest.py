@@ -61,10 +61,10 @@ class Result:
 
 
 def watch(tmp_path: Path, command: list[str], *options: str, env: dict[str, str] | None = None,
-          timeout: float = 120) -> Result:
+          timeout: float = 120, prefix: list[str] | None = None) -> Result:
     run_dir = tmp_path / "run"
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "stalldoc", "watch", "--run-dir", str(run_dir),
+    proc = subprocess.run([*(prefix or []), sys.executable, "-m", "stalldoc", "watch", "--run-dir", str(run_dir),
                            "--stall-timeout", STALL_TIMEOUT, "--interval", "0.5",
                            "--kill-grace", "3", *options, "--", *command],
                           capture_output=True, text=True, env=full_env, timeout=timeout,

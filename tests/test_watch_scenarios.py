@@ -1,11 +1,13 @@
 """stalldoc watch against real torchrun (gloo) jobs: the culprit rank and frame are named."""
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
 
 import pytest
 
-from conftest import SCENARIOS, launcher, torchrun
+from conftest import SCENARIOS, launcher, torchrun, watch
 
 pytestmark = pytest.mark.timeout(180) if hasattr(pytest.mark, "timeout") else []
 
@@ -55,6 +57,28 @@ def test_other_launchers_are_seen_through(run_watch, name, nproc, stuck_rank):
     extra = {"accelerate": [], "deepspeed": ["--local_rank={}"]}[name]
     for rank in report["ranks"]:  # the ranks themselves, not the launcher processes above them
         assert rank["cmdline"][1:] == ["-u", script, *(a.format(rank["local_rank"]) for a in extra)]
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs util-linux setpriv")
+def test_ptrace_denied_falls_back_to_faulthandler_and_says_how_to_fix(tmp_path):
+    # GIVEN a watcher without CAP_SYS_PTRACE (dropped from its bounding set) and a stuck rank
+    # that made itself non-dumpable: py-spy is refused, as in a container without the capability
+    env = {"STUCK_RANK": "1", "STUCK_FUNC": "poll_rollout_queue", "REFUSE_TRACING": "1"}
+    result = watch(tmp_path, torchrun(2, "collective_wait.py"), "--on-stall", "kill", env=env,
+                   prefix=["setpriv", "--bounding-set", "-sys_ptrace"])
+    assert result.code == 124, result.stderr
+    # THEN the stuck rank's frame still comes out, from the agent's faulthandler dump
+    [finding] = result.findings("SD101")
+    assert finding["ranks"] == [1]
+    assert finding["evidence"]["frame"].startswith("poll_rollout_queue (")
+    stacks = {s["rank"]: s for s in result.report()["stacks"]}
+    assert stacks[1]["method"] == "faulthandler"
+    # AND the user is told why and how to fix it, live and in the report
+    assert "Permission denied" in stacks[1]["error"] and "CAP_SYS_PTRACE" in stacks[1]["error"]
+    assert "from the fallback: py-spy was denied" in result.stderr
+    text = subprocess.run([sys.executable, "-m", "stalldoc", "report", str(result.run_dir)],
+                          capture_output=True, text=True, check=True).stdout
+    assert "rank 1: faulthandler; py-spy was denied" in text
 
 
 def test_lock_deadlock_names_both_threads(run_watch):

@@ -47,12 +47,17 @@ def dump_pyspy(pid: int, nonblocking: bool) -> tuple[ThreadStack, ...]:
         cmd.append("--nonblocking")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=DUMP_TIMEOUT)
     if proc.returncode != 0:
-        message = (proc.stderr or proc.stdout).strip().splitlines()
-        text = message[-1] if message else f"py-spy exited {proc.returncode}"
+        text = error_text(proc.stderr or proc.stdout) or f"py-spy exited {proc.returncode}"
         if any(word in text for word in _DENIED):
             raise PtraceDenied(text)
         raise RuntimeError(text)
     return parse_dump(json.loads(proc.stdout))
+
+
+def error_text(output: str) -> str:
+    """py-spy's error and its causes in one line, without the Rust backtrace after them."""
+    head = output.split("Stack backtrace:")[0]
+    return " ".join(line.strip() for line in head.splitlines() if line.strip())
 
 
 class StackProbe:
@@ -62,7 +67,7 @@ class StackProbe:
 
     def __init__(self, agent_dir: str | None) -> None:
         self.agent_dir = agent_dir
-        self.ptrace_denied = False
+        self.ptrace_denied = ""  # py-spy's words, once it was denied: the fallback is used after
 
     def capture(self, rank: RankProcess, stopped: bool) -> RankStacks:
         now = time.time()
@@ -70,11 +75,12 @@ class StackProbe:
         try:
             if not self.ptrace_denied:
                 return RankStacks(rank.rank, rank.pid, now, method, dump_pyspy(rank.pid, stopped))
-        except PtraceDenied:
-            self.ptrace_denied = True
+        except PtraceDenied as exc:
+            self.ptrace_denied = str(exc)
         except (RuntimeError, ProbeUnavailable, subprocess.TimeoutExpired, ValueError) as exc:
             return self._fallback(rank, now, f"py-spy failed: {exc}")
-        return self._fallback(rank, now, PtraceDenied.HELP_TEXT)
+        return self._fallback(rank, now, f"py-spy was denied ({self.ptrace_denied}). "
+                                         f"{PtraceDenied.HELP_TEXT}")
 
     def _fallback(self, rank: RankProcess, now: float, why: str) -> RankStacks:
         if not self.agent_dir:

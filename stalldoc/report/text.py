@@ -46,6 +46,11 @@ def render_report(doc: dict[str, Any]) -> str:
                                f["evidence"].get("frames", []), f["fix"])
     if not doc["findings"]:
         lines.append("  none")
+    fallbacks = [s for s in doc["stacks"] if s.get("error")]
+    if fallbacks:
+        lines += ["", "Stacks not taken by py-spy:"]
+        lines += [f"  stall #{s['stall_id']} rank {s['rank']}: {s['method']}; {s['error']}"
+                  for s in fallbacks]
     if doc["phases"]:
         lines += ["", "Phases (seconds): name count median p95 max"]
         lines += [f"  {n} {p['count']} {p['median']} {p['p95']} {p['max']}"

@@ -16,6 +16,13 @@ def _never_returns() -> None:
     threading.Event().wait()
 
 
+def _refuse_tracing() -> None:
+    """Make this process non-dumpable: a tracer without CAP_SYS_PTRACE is then denied, as in a
+    container without the capability."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+
+
 def _run_op(tensor: torch.Tensor) -> None:
     if OP == "all_reduce":
         dist.all_reduce(tensor)
@@ -34,6 +41,8 @@ def main() -> None:
                                  globals())
     for step in range(STUCK_STEP + 3):
         if dist.get_rank() == STUCK_RANK and step == STUCK_STEP:
+            if os.environ.get("REFUSE_TRACING"):
+                _refuse_tracing()
             stuck()
         _run_op(torch.ones(16) * step)
         time.sleep(0.1)
