@@ -43,9 +43,10 @@ def main() -> None:
 @click.option("--kill-grace", type=click.FloatRange(min=0), default=10.0, show_default=True,
               help="Seconds between SIGTERM and SIGKILL when ending the job tree.")
 @click.option("--no-agent", is_flag=True, help="Do not inject the in-process agent.")
+@click.option("--no-gpu", is_flag=True, help="Do not read GPU telemetry through NVML.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def watch(run_dir: Path | None, stall_timeout: float, interval: float, on_stall: str,
-          kill_grace: float, no_agent: bool, command: tuple[str, ...]) -> None:
+          kill_grace: float, no_agent: bool, no_gpu: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND (after --), watch every rank, diagnose stalls.
 
     Example: stalldoc watch --stall-timeout 120 -- torchrun --nproc_per_node 8 train.py
@@ -53,7 +54,7 @@ def watch(run_dir: Path | None, stall_timeout: float, interval: float, on_stall:
     from stalldoc.watch import WatchOptions, Watcher
 
     options = WatchOptions(tuple(command), run_dir, stall_timeout, interval, on_stall,
-                           not no_agent, kill_grace)
+                           not no_agent, kill_grace, not no_gpu)
     try:
         code = Watcher(options).run()
     except StalldocError as error:

@@ -38,6 +38,62 @@ class HostSample:
     threads: int
     status: str            # running / sleeping / disk-sleep / stopped / zombie / ...
     host_available_bytes: int
+    cpu_percent: float | None = None   # since the previous tick; 100 = one core
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """What psutil says about the whole node at one tick."""
+
+    t: float
+    available_bytes: int
+    total_bytes: int
+    swap_in_bps: float | None     # bytes swapped in per second since the last tick
+    swap_out_bps: float | None
+    load1: float
+    cores: int
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process NVML lists on a GPU; ``rank`` is the rank whose process tree holds it."""
+
+    pid: int
+    used_bytes: int | None
+    rank: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """What NVML says about one GPU at one tick; a field NVML refused is None ("unknown")."""
+
+    t: float
+    index: int
+    uuid: str | None
+    name: str | None
+    memory_used: int | None
+    memory_total: int | None
+    util_gpu: int | None          # percent
+    util_memory: int | None       # percent
+    pcie_tx_bps: float | None     # bytes per second, GPU -> host
+    pcie_rx_bps: float | None     # bytes per second, host -> GPU
+    power_w: float | None
+    processes: tuple[GpuProcess, ...] | None
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(sorted({p.rank for p in self.processes or () if p.rank is not None}))
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """One run of one probe: whether it worked and how long it took."""
+
+    probe: str
+    t: float
+    ok: bool
+    seconds: float
+    error: str = ""
 
 
 @dataclass(frozen=True)

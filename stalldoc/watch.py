@@ -20,6 +20,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Iterable
 
+import psutil
+
 from stalldoc.analysis.stacks import signature
 from stalldoc.detect.progress import ProgressTracker
 from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
@@ -28,14 +30,13 @@ from stalldoc.launch.job import Job, LogLine, become_subreaper, resolve_command
 from stalldoc.live import RankLine, Terminal, format_status
 from stalldoc.model import (Finding, HostSample, RankExit, RankProcess, RankStacks, StallEpisode,
                             Window)
-from stalldoc.probes.agent_state import AgentStateProbe
 from stalldoc.probes.exits import DeathWatch, from_wait_status, parse_launcher_line
-from stalldoc.probes.host import HostProbe
 from stalldoc.probes.process_tree import find_ranks
 from stalldoc.probes.pyspy import StackProbe
 from stalldoc.report.text import render_findings
 from stalldoc.rules import run_rules
 from stalldoc.rules.base import join_ranks
+from stalldoc.sampling import Sampler
 from stalldoc.store.db import RunStore
 
 HOST_HISTORY = 120
@@ -53,6 +54,7 @@ class WatchOptions:
     on_stall: str = "observe"
     agent: bool = True
     kill_grace: float = 10.0
+    gpus: bool = True
 
 
 def make_run_dir(requested: Path | None) -> Path:
@@ -77,8 +79,9 @@ class Watcher:
         self.run_dir = make_run_dir(options.run_dir)
         self.store = RunStore(self.run_dir)
         self.agent_dir = str(self.run_dir / "agents") if options.agent else None
-        self.agents_probe = AgentStateProbe(self.agent_dir)
-        self.host_probe = HostProbe()
+        self.terminal = Terminal(sys.stderr)
+        self.sampler = Sampler(self.agent_dir, options.gpus)
+        self.agents_probe = self.sampler.agents
         self.stack_probe = StackProbe(self.agent_dir)
         self.tracker = ProgressTracker(options.stall_timeout)
         self.ranks: dict[int, RankProcess] = {}
@@ -91,9 +94,9 @@ class Watcher:
         self.killed_for_stall = False
         self.ending = False   # we are ending the job: its ranks' deaths are ours, not findings
         self.terminate = threading.Event()
-        self.terminal = Terminal(sys.stderr)
         self.explained: set[str] = set()
         self.deaths = DeathWatch()
+        self.parents: dict[int, int] = {}
 
     # ----- life cycle -------------------------------------------------------------------------
     def run(self) -> int:
@@ -105,6 +108,9 @@ class Watcher:
         self.store.start_run(self.run_dir.name, list(self.opts.argv), socket.gethostname(),
                              self.job.started_at, self.opts.stall_timeout, self.opts.agent)
         self.say(f"watching pid {self.job.pid}; run directory {self.run_dir}")
+        for probe, why in self.sampler.unavailable.items():
+            self.store.probe_unavailable(probe, why)
+            self.say(f"{probe} probe off: {why}")
         self._install_signals()
         try:
             self._loop()
@@ -115,6 +121,7 @@ class Watcher:
         self.store.end_run(time.time(), code)
         self.store.close()
         self.deaths.close()
+        self.sampler.close()
         self.say(f"job exited {code}; report: stalldoc report {self.run_dir}")
         return EXIT_STALL_KILLED if self.killed_for_stall else code
 
@@ -167,20 +174,21 @@ class Watcher:
     def tick(self, now: float) -> None:
         self._discover(now)
         live = [r for r in self.ranks.values() if r.rank not in self.exits]
-        host = {s.rank: s for s in self.host_probe.sample(now, live)}
-        for sample in host.values():
-            self.host.setdefault(sample.rank, deque(maxlen=HOST_HISTORY)).append(sample)
-        agents = self.agents_probe.sample(list(self.ranks.values()))
+        sample = self.sampler.sample(now, live, list(self.ranks.values()), self.parents)
+        host, agents = sample.host, sample.agents
+        for row in host.values():
+            self.host.setdefault(row.rank, deque(maxlen=HOST_HISTORY)).append(row)
         self.tracker.observe(now, agents, host, self.opts.interval)
         self._sample_busy_stacks(now)
         self._drain_logs()
         self._collect_exits(now, final=False)
         self._check_stall(now, agents)
-        self._store_tick(host, agents)
+        self.store.add_tick(sample)
         self._status(now)
 
     def _discover(self, now: float) -> None:
         procs = self.job.descendants()
+        self.parents = {p.pid: _ppid(p) for p in procs}
         # once ranks with RANK were seen, the job is distributed: no single-process fallback
         distributed = any(r.from_env for r in self.ranks.values())
         for rank in find_ranks(procs, self.agents_probe.pids_with_state(), not distributed):
@@ -301,18 +309,6 @@ class Watcher:
         self.say("diagnosis:\n" + render_findings(findings))
 
     # ----- storage and status -----------------------------------------------------------------
-    def _store_tick(self, host: dict[int, HostSample], agents: dict) -> None:
-        rows = []
-        for rank, sample in host.items():
-            agent = agents.get(rank)
-            phase = "/".join(agent.phase_stack) if agent else ""
-            rows.append((sample, agent.marker_seq if agent else None,
-                         agent.collective_seq if agent else None, phase))
-        self.store.add_samples(rows)
-        for rank, agent in agents.items():
-            self.store.add_phases(rank, agent.phases)
-        self.store.commit()
-
     def _status(self, now: float) -> None:
         tracker = self.tracker
         ranks = [RankLine(rank, now - state.last_progress, state.phase, rank in tracker.dead)
@@ -323,3 +319,10 @@ class Watcher:
 
     def say(self, message: str) -> None:
         self.terminal.message(message)
+
+
+def _ppid(proc: psutil.Process) -> int:
+    try:
+        return proc.ppid()
+    except psutil.Error:
+        return 0

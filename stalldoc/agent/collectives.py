@@ -98,7 +98,11 @@ def _recorder(op: str, fn: Callable[..., Any]) -> Callable[[Any, tuple, dict], t
         ring = agent.rings.get(id(group)) or _ring_of(agent, group)
         is_async = always_async or (args[at_async] if at_async < count
                                     else kwargs.get("async_op", False))
-        return ring, ring.enter(name, numel, dtype, _ASYNC if is_async else 0, clock())
+        entry = ring.enter(name, numel, dtype, _ASYNC if is_async else 0, clock())
+        cuda = agent.cuda
+        if cuda is not None:
+            cuda.mark("collective", name, ring.started)
+        return ring, entry
 
     return record
 

@@ -15,8 +15,10 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import astuple
 from typing import IO, Any
 
+from stalldoc.agent import cuda as cuda_telemetry
 from stalldoc.agent import statefile
 
 ENV_AGENT_DIR = "STALLDOC_AGENT_DIR"
@@ -24,6 +26,7 @@ ENV_WATCHER_PID = "STALLDOC_WATCHER_PID"
 ENV_DUMP_SIGNAL = "STALLDOC_DUMP_SIGNAL"
 DEFAULT_DUMP_SIGNAL = "SIGUSR2"
 HEARTBEAT_SECONDS = 0.25
+ALLOCATOR_EVERY_BEATS = 4   # allocator figures once a second
 ERROR_LOG = "agent-errors.log"
 _PR_SET_PTRACER = 0x59616D61
 
@@ -54,6 +57,9 @@ class Agent:
         self.groups: dict[str, statefile.GroupRing] = {}
         self.rings: dict[int, statefile.GroupRing] = {}
         self.dump_file: IO[str] | None = None
+        self.cuda: cuda_telemetry.CudaMarkers | None = None
+        self._allocator: tuple[tuple[int, int, int, int, int] | None, float] = (None, 0.0)
+        self._cuda_off = False
         self._stop = threading.Event()
 
     # ----- life cycle -------------------------------------------------------------------------
@@ -66,10 +72,40 @@ class Agent:
         self._register_dump_signal()
 
     def _beat(self) -> None:
+        beats = 0
         while not self._stop.wait(HEARTBEAT_SECONDS):
             if not self.enabled:
                 return
-            self.guard(self.state.heartbeat, time.time())
+            now = time.time()
+            self.guard(self.state.heartbeat, now)
+            beats += 1
+            self._cuda_tick(now, allocator=beats % ALLOCATOR_EVERY_BEATS == 1)
+
+    def _cuda_tick(self, now: float, allocator: bool) -> None:
+        """Attach to CUDA once the job initialised it; poll markers; read the allocator."""
+        if self._cuda_off:
+            return
+        try:
+            if self.cuda is None:
+                self.cuda = cuda_telemetry.attach(sys.modules)
+                allocator = True
+            markers = self.cuda
+            if markers is None:
+                return
+            if markers.error:
+                raise RuntimeError(markers.error)
+            markers.poll(now)
+            if allocator:
+                figures = markers.allocator()
+                self._allocator = (astuple(figures), now) if figures else self._allocator
+            self.state.cuda(*self._allocator, markers.host_seq, markers.gpu_seq,
+                            cuda_telemetry.label(*markers.host_label),
+                            cuda_telemetry.label(*markers.gpu_label), markers.gpu_at,
+                            markers.oldest_pending_at())
+        except Exception as exc:  # noqa: BLE001 - CUDA telemetry off; the agent stays on
+            self.cuda = None
+            self._cuda_off = True
+            report_failure(self.directory, exc, "CUDA telemetry disabled")
 
     def _at_exit(self) -> None:
         if self.enabled:
@@ -140,6 +176,9 @@ class Agent:
         self.phases.append((name, now))
         self.state.phase_stack([p for p, _ in self.phases])
         self._bump(now)
+        cuda = self.cuda
+        if cuda is not None:
+            cuda.mark("phase", name, self.marker_seq)
 
     def phase_exit(self, name: str) -> None:
         now = time.time()
@@ -166,9 +205,10 @@ class Agent:
         return ring
 
 
-def report_failure(directory: str, exc: BaseException) -> None:
+def report_failure(directory: str, exc: BaseException, what: str = "stalldoc agent disabled"
+                   ) -> None:
     """Write one line about an agent failure to the run directory (stderr if that fails too)."""
-    line = f"pid {os.getpid()}: stalldoc agent disabled: {exc!r}\n"
+    line = f"pid {os.getpid()}: {what}: {exc!r}\n"
     try:
         run_dir = os.path.dirname(os.path.abspath(directory))
         with open(os.path.join(run_dir, ERROR_LOG), "a", encoding="utf-8") as fh:

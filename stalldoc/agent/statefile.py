@@ -12,6 +12,10 @@ Layout (little endian, ``SIZE`` bytes):
 - 256: current phase stack, ``/``-joined utf-8 with a 2-byte length.
 - 768: last error or uncaught exception text, same encoding.
 - 1024: completed-phase ring: a count, then ``PHASE_SLOTS`` entries (name, start, end).
+- 3584: CUDA block (``_CUDA``), written by the agent thread only: active flag, allocator figures
+  (allocated, reserved, peak allocated, retries, OOMs) and when they were read, the CUDA sync
+  markers (host at marker N, GPU completed up to marker M, their labels, when the GPU reached M,
+  when the oldest marker it has not reached was recorded).
 - 4096: ``GROUP_SLOTS`` process-group slots: a header (the group's name) and a ring of
   ``RING_SLOTS`` collective entries (seq, numel, entered, completed, op, dtype, flags).
 
@@ -27,7 +31,7 @@ import struct
 from dataclasses import dataclass
 
 MAGIC = b"SDAG"
-VERSION = 2
+VERSION = 3
 
 STATUS_RUNNING = 0
 STATUS_EXITED = 1
@@ -58,6 +62,8 @@ _F64 = struct.Struct("<d")
 _ENTRY_SIZE = ENTRY.size
 _RING_MASK = RING_SLOTS - 1  # RING_SLOTS is a power of two
 _U64 = struct.Struct("<Q")
+CUDA_OFFSET = 3584
+_CUDA = struct.Struct("<B7xqqqqqdQQdd40s40s")
 _HEARTBEAT_OFFSET = 32
 _MARKER_OFFSET = 40
 _STATUS_OFFSET = 6
@@ -105,6 +111,28 @@ class GroupState:
 
 
 @dataclass(frozen=True)
+class CudaState:
+    """What a rank's agent knows about its CUDA work (only for ranks that initialised CUDA)."""
+
+    allocated: int | None           # allocator figures; None until the agent has read them
+    reserved: int | None
+    peak_allocated: int | None
+    alloc_retries: int | None
+    ooms: int | None
+    sampled_at: float
+    host_marker: int                # markers recorded by the host (phase and collective entries)
+    gpu_marker: int                 # markers the GPU has completed
+    host_label: str
+    gpu_label: str
+    gpu_done_at: float              # when the GPU was seen to complete gpu_marker
+    oldest_pending_at: float        # when the oldest marker the GPU has not reached was recorded
+
+    @property
+    def markers_behind(self) -> int:
+        return self.host_marker - self.gpu_marker
+
+
+@dataclass(frozen=True)
 class AgentSnapshot:
     """Everything one rank's state file says at the moment it was read."""
 
@@ -123,6 +151,7 @@ class AgentSnapshot:
     phases_completed: int
     phases: tuple[PhaseRecord, ...]
     groups: tuple[GroupState, ...]
+    cuda: CudaState | None = None
 
     @property
     def phase(self) -> str:
@@ -210,6 +239,14 @@ class StateWriter:
         _GROUP_HEADER.pack_into(self.buf, offset, name.encode()[:40])
         return GroupRing(self.buf, offset)
 
+    def cuda(self, allocator: tuple[int, int, int, int, int] | None, sampled_at: float,
+             host: int, gpu: int, host_label: str, gpu_label: str, gpu_done_at: float,
+             oldest_pending_at: float) -> None:
+        """Publish the CUDA block (the agent thread only)."""
+        _CUDA.pack_into(self.buf, CUDA_OFFSET, 1, *(allocator or (-1,) * 5),
+                        sampled_at if allocator else 0.0, host, gpu, gpu_done_at,
+                        oldest_pending_at, host_label.encode()[:40], gpu_label.encode()[:40])
+
     def close(self) -> None:
         self.buf.close()
 
@@ -268,6 +305,16 @@ def _read_phases(buf: bytes) -> tuple[int, tuple[PhaseRecord, ...]]:
     return count, tuple(records)
 
 
+def _read_cuda(buf: bytes) -> CudaState | None:
+    (active, allocated, reserved, peak, retries, ooms, sampled_at, host, gpu, gpu_at, oldest,
+     host_label, gpu_label) = _CUDA.unpack_from(buf, CUDA_OFFSET)
+    if not active:
+        return None
+    figures = [None if v < 0 else v for v in (allocated, reserved, peak, retries, ooms)]
+    return CudaState(*figures, sampled_at, host, gpu, _cstr(host_label), _cstr(gpu_label),
+                     gpu_at, oldest)
+
+
 def parse_state(buf: bytes) -> AgentSnapshot:
     """Decode a state file's bytes; raises StateFileError for a foreign or newer file."""
     if len(buf) < SIZE:
@@ -281,10 +328,11 @@ def parse_state(buf: bytes) -> AgentSnapshot:
     stack_text = _decode_text(buf, PHASE_STACK_OFFSET)
     count, phases = _read_phases(buf)
     groups = tuple(g for g in (_read_group(buf, s) for s in range(GROUP_SLOTS)) if g is not None)
+    cuda = _read_cuda(buf)
     return AgentSnapshot(pid, rank, local_rank, world, status, started, heartbeat, marker_seq,
                          marker_at, exit_code if exit_code >= 0 else None,
                          tuple(p for p in stack_text.split("/") if p), _decode_text(buf, ERROR_OFFSET),
-                         count, phases, groups)
+                         count, phases, groups, cuda)
 
 
 def read_state(path: str) -> AgentSnapshot:

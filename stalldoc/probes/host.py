@@ -1,9 +1,12 @@
-"""Host probe (psutil): CPU time, RSS, threads and state of each rank; host available memory."""
+"""Host probe (psutil): per rank CPU time and %, RSS, threads and state; for the node, available
+memory, swap traffic and load against cores."""
 from __future__ import annotations
+
+import os
 
 import psutil
 
-from stalldoc.model import HostSample, RankProcess
+from stalldoc.model import HostMemory, HostSample, RankProcess
 
 
 class HostProbe:
@@ -11,6 +14,8 @@ class HostProbe:
 
     def __init__(self) -> None:
         self._procs: dict[int, psutil.Process] = {}
+        self._cpu: dict[int, tuple[float, float]] = {}     # pid -> (t, cpu seconds)
+        self._swap: tuple[float, int, int] | None = None    # (t, sin, sout)
 
     def _process(self, pid: int) -> psutil.Process:
         proc = self._procs.get(pid)
@@ -19,16 +24,37 @@ class HostProbe:
         return proc
 
     def sample(self, now: float, ranks: list[RankProcess]) -> list[HostSample]:
+        """One sample per live rank; a rank that is gone is skipped."""
         available = psutil.virtual_memory().available
         out = []
         for rank in ranks:
             try:
                 proc = self._process(rank.pid)
                 with proc.oneshot():
-                    cpu = proc.cpu_times()
-                    out.append(HostSample(now, rank.rank, rank.pid, cpu.user + cpu.system,
-                                          proc.memory_info().rss, proc.num_threads(),
-                                          proc.status(), available))
+                    times = proc.cpu_times()
+                    cpu = times.user + times.system
+                    out.append(HostSample(now, rank.rank, rank.pid, cpu, proc.memory_info().rss,
+                                          proc.num_threads(), proc.status(), available,
+                                          self._cpu_percent(rank.pid, now, cpu)))
             except psutil.Error:
                 self._procs.pop(rank.pid, None)
+                self._cpu.pop(rank.pid, None)
         return out
+
+    def _cpu_percent(self, pid: int, now: float, cpu: float) -> float | None:
+        last = self._cpu.get(pid)
+        self._cpu[pid] = (now, cpu)
+        if last is None or now <= last[0]:
+            return None
+        return round(100.0 * (cpu - last[1]) / (now - last[0]), 1)
+
+    def node(self, now: float) -> HostMemory:
+        """Available memory, swap in/out rate since the last call, 1-minute load, cores."""
+        memory, swap = psutil.virtual_memory(), psutil.swap_memory()
+        rates: tuple[float | None, float | None] = (None, None)
+        if self._swap is not None and now > self._swap[0]:
+            dt = now - self._swap[0]
+            rates = ((swap.sin - self._swap[1]) / dt, (swap.sout - self._swap[2]) / dt)
+        self._swap = (now, swap.sin, swap.sout)
+        return HostMemory(now, memory.available, memory.total, *rates, os.getloadavg()[0],
+                          psutil.cpu_count() or 1)

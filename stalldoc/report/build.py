@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from stalldoc.report import telemetry
 from stalldoc.store.db import SCHEMA_VERSION, open_reader
 
 
@@ -56,6 +57,12 @@ def build_report(run_dir: Path) -> dict[str, Any]:
                 "findings": _decoded(conn, "SELECT * FROM findings ORDER BY id", "ranks",
                                      "evidence"),
                 "stacks": _decoded(conn, "SELECT * FROM stacks ORDER BY t, rank", "threads"),
-                "phases": phase_summary(conn)}
+                "phases": phase_summary(conn),
+                "host": telemetry.host(conn),
+                "gpus": telemetry.gpus(conn),
+                "gpu_phases": telemetry.gpu_phases(conn),
+                "watermarks": telemetry.watermarks(conn),
+                "probes": telemetry.probes(conn),
+                "timeseries": telemetry.timeseries(conn)}
     finally:
         conn.close()

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from stalldoc.errors import RunDirError
-from stalldoc.model import Finding, HostSample, RankExit, RankProcess, RankStacks, StallEpisode
+from stalldoc.model import (Finding, GpuSample, HostSample, RankExit, RankProcess, RankStacks,
+                            StallEpisode)
+from stalldoc.sampling import Tick
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_NAME = "run.db"
 
 _SCHEMA = """
@@ -29,8 +31,21 @@ CREATE TABLE ranks (rank INTEGER NOT NULL, pid INTEGER NOT NULL, local_rank INTE
                     PRIMARY KEY (rank, pid));
 CREATE TABLE samples (t REAL NOT NULL, rank INTEGER NOT NULL, cpu_seconds REAL, rss_bytes INTEGER,
                       threads INTEGER, status TEXT, host_available_bytes INTEGER,
-                      marker_seq INTEGER, collective_seq INTEGER, phase TEXT);
+                      marker_seq INTEGER, collective_seq INTEGER, phase TEXT,
+                      cpu_percent REAL, gpu_memory_bytes INTEGER, cuda_allocated INTEGER,
+                      cuda_reserved INTEGER, cuda_peak_allocated INTEGER,
+                      cuda_alloc_retries INTEGER, cuda_ooms INTEGER, cuda_host_marker INTEGER,
+                      cuda_gpu_marker INTEGER, cuda_host_label TEXT, cuda_gpu_label TEXT);
 CREATE INDEX samples_t ON samples (t);
+CREATE TABLE node_samples (t REAL NOT NULL, available_bytes INTEGER, total_bytes INTEGER,
+                           swap_in_bps REAL, swap_out_bps REAL, load1 REAL, cores INTEGER);
+CREATE TABLE gpu_samples (t REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT, name TEXT,
+                          memory_used INTEGER, memory_total INTEGER, util_gpu INTEGER,
+                          util_memory INTEGER, pcie_tx_bps REAL, pcie_rx_bps REAL, power_w REAL,
+                          processes INTEGER, ranks TEXT NOT NULL, phase TEXT);
+CREATE INDEX gpu_samples_t ON gpu_samples (gpu, t);
+CREATE TABLE probe_runs (t REAL NOT NULL, probe TEXT NOT NULL, ok INTEGER NOT NULL,
+                         seconds REAL NOT NULL, error TEXT NOT NULL);
 CREATE TABLE stalls (id INTEGER PRIMARY KEY, started_at REAL NOT NULL, detected_at REAL NOT NULL,
                      ended_at REAL, threshold REAL NOT NULL, ranks TEXT NOT NULL);
 CREATE TABLE stacks (stall_id INTEGER, rank INTEGER NOT NULL, pid INTEGER NOT NULL, t REAL NOT NULL,
@@ -91,6 +106,10 @@ class RunStore:
                            int(agent)))
         self.conn.commit()
 
+    def probe_unavailable(self, probe: str, why: str) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"unavailable:{probe}", why))
+        self.conn.commit()
+
     def end_run(self, ended_at: float, exit_code: int) -> None:
         self.conn.execute("UPDATE run SET ended_at = ?, exit_code = ?", (ended_at, exit_code))
         self.conn.commit()
@@ -105,11 +124,22 @@ class RunStore:
                           " WHERE rank = ? AND pid = ?", (exit.t, exit.exit_code, exit.signal,
                                                           exit.source, exit.rank, exit.pid))
 
-    def add_samples(self, rows: Iterable[tuple[HostSample, int | None, int | None, str]]) -> None:
-        self.conn.executemany(
-            "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(s.t, s.rank, s.cpu_seconds, s.rss_bytes, s.threads, s.status,
-              s.host_available_bytes, marker, coll, phase) for s, marker, coll, phase in rows])
+    def add_tick(self, tick: Tick) -> None:
+        """Everything one tick of the probes saw, committed together."""
+        self.conn.executemany(f"INSERT INTO samples VALUES ({', '.join('?' * 21)})",
+                              [_sample_row(tick, s) for s in tick.host.values()])
+        if tick.node is not None:
+            n = tick.node
+            self.conn.execute("INSERT INTO node_samples VALUES (?, ?, ?, ?, ?, ?, ?)",
+                              (n.t, n.available_bytes, n.total_bytes, n.swap_in_bps,
+                               n.swap_out_bps, n.load1, n.cores))
+        self.conn.executemany(f"INSERT INTO gpu_samples VALUES ({', '.join('?' * 14)})",
+                              [_gpu_row(tick, g) for g in tick.gpus])
+        self.conn.executemany("INSERT INTO probe_runs VALUES (?, ?, ?, ?, ?)",
+                              [(p.t, p.probe, int(p.ok), p.seconds, p.error) for p in tick.probes])
+        for rank, agent in tick.agents.items():
+            self.add_phases(rank, agent.phases)
+        self.conn.commit()
 
     def add_phases(self, rank: int, phases: Iterable[Any]) -> None:
         self.conn.executemany("INSERT OR IGNORE INTO phases VALUES (?, ?, ?, ?)",
@@ -148,6 +178,29 @@ class RunStore:
     def close(self) -> None:
         self.conn.commit()
         self.conn.close()
+
+
+def _sample_row(tick: Tick, s: HostSample) -> tuple[Any, ...]:
+    agent = tick.agents.get(s.rank)
+    cuda = agent.cuda if agent else None
+    gpu_bytes = [p.used_bytes for g in tick.gpus for p in g.processes or ()
+                 if p.rank == s.rank and p.used_bytes is not None]
+    return (s.t, s.rank, s.cpu_seconds, s.rss_bytes, s.threads, s.status, s.host_available_bytes,
+            agent.marker_seq if agent else None, agent.collective_seq if agent else None,
+            "/".join(agent.phase_stack) if agent else "", s.cpu_percent,
+            sum(gpu_bytes) if gpu_bytes else None,
+            *((cuda.allocated, cuda.reserved, cuda.peak_allocated, cuda.alloc_retries, cuda.ooms,
+               cuda.host_marker, cuda.gpu_marker, cuda.host_label, cuda.gpu_label)
+              if cuda else (None,) * 9))
+
+
+def _gpu_row(tick: Tick, g: GpuSample) -> tuple[Any, ...]:
+    ranks = g.ranks
+    agent = tick.agents.get(ranks[0]) if ranks else None
+    return (g.t, g.index, g.uuid, g.name, g.memory_used, g.memory_total, g.util_gpu,
+            g.util_memory, g.pcie_tx_bps, g.pcie_rx_bps, g.power_w,
+            len(g.processes) if g.processes is not None else None, json.dumps(list(ranks)),
+            "/".join(agent.phase_stack) if agent else None)
 
 
 def open_reader(run_dir: Path) -> sqlite3.Connection:

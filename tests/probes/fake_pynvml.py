@@ -1,0 +1,95 @@
+"""Scripted stand-ins for the ``pynvml`` functions the NVML probe calls: the lowest level there is
+on a machine without a GPU. Everything above them (the probe, the sampler, the store, the report)
+runs for real. Failures are real ``pynvml.NVMLError`` values."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+
+
+@dataclass
+class FakeGpu:
+    uuid: str = "GPU-0000"
+    name: str = "NVIDIA H100 80GB HBM3"
+    used: int = 0
+    total: int = 80 * 2**30
+    util: int = 0
+    util_memory: int = 0
+    power_mw: int = 70000
+    tx_bytes: int = 0            # cumulative PCIe counters
+    rx_bytes: int = 0
+    tx_kbps: int = 0             # sampled throughput
+    rx_kbps: int = 0
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
+    counters: bool = True        # does the driver have the cumulative counters?
+    broken: set[str] = field(default_factory=set)   # functions that raise NOT_SUPPORTED
+
+
+class FakeNvml:
+    """Install with ``install(monkeypatch)``; edit ``gpus`` between samples."""
+
+    def __init__(self, gpus: list[FakeGpu], init_error: int | None = None) -> None:
+        self.gpus = gpus
+        self.init_error = init_error
+        self.calls: list[str] = []
+
+    def install(self, monkeypatch: Any) -> None:
+        for name in ("nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex",
+                     "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates",
+                     "nvmlDeviceGetPowerUsage", "nvmlDeviceGetUUID", "nvmlDeviceGetName",
+                     "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetPcieThroughput",
+                     "nvmlDeviceGetFieldValues"):
+            monkeypatch.setattr(pynvml, name, self._wrap(name, getattr(self, name[4:])))
+
+    def _wrap(self, name: str, fn: Any) -> Any:
+        def call(*args: Any) -> Any:
+            self.calls.append(name)
+            gpu = args[0] if args and isinstance(args[0], FakeGpu) else None
+            if gpu is not None and name in gpu.broken:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return fn(*args)
+        return call
+
+    def Init(self) -> None:
+        if self.init_error is not None:
+            raise pynvml.NVMLError(self.init_error)
+
+    def Shutdown(self) -> None:
+        pass
+
+    def DeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def DeviceGetHandleByIndex(self, index: int) -> FakeGpu:
+        return self.gpus[index]
+
+    def DeviceGetMemoryInfo(self, gpu: FakeGpu) -> Any:
+        return SimpleNamespace(used=gpu.used, total=gpu.total, free=gpu.total - gpu.used)
+
+    def DeviceGetUtilizationRates(self, gpu: FakeGpu) -> Any:
+        return SimpleNamespace(gpu=gpu.util, memory=gpu.util_memory)
+
+    def DeviceGetPowerUsage(self, gpu: FakeGpu) -> int:
+        return gpu.power_mw
+
+    def DeviceGetUUID(self, gpu: FakeGpu) -> str:
+        return gpu.uuid
+
+    def DeviceGetName(self, gpu: FakeGpu) -> str:
+        return gpu.name
+
+    def DeviceGetComputeRunningProcesses(self, gpu: FakeGpu) -> list[Any]:
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.processes]
+
+    def DeviceGetPcieThroughput(self, gpu: FakeGpu, counter: int) -> int:
+        return gpu.tx_kbps if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else gpu.rx_kbps
+
+    def DeviceGetFieldValues(self, gpu: FakeGpu, ids: list[int]) -> list[Any]:
+        values = {pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: gpu.tx_bytes,
+                  pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: gpu.rx_bytes}
+        status = pynvml.NVML_SUCCESS if gpu.counters else pynvml.NVML_ERROR_NOT_SUPPORTED
+        return [SimpleNamespace(nvmlReturn=status, value=SimpleNamespace(ullVal=values[i]))
+                for i in ids]

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import pynvml
+import pytest
+
+from fake_pynvml import FakeGpu, FakeNvml
+from stalldoc.probes.nvml import NvmlProbe
+
+GiB = 2**30
+
+
+def started(monkeypatch, *gpus: FakeGpu) -> tuple[NvmlProbe, FakeNvml]:
+    nvml = FakeNvml(list(gpus))
+    nvml.install(monkeypatch)
+    probe = NvmlProbe()
+    assert probe.start() == ""
+    return probe, nvml
+
+
+def test_every_field_of_every_gpu(monkeypatch):
+    a = FakeGpu("GPU-a", used=30 * GiB, util=87, util_memory=40, power_mw=412500,
+                processes=[(101, 29 * GiB), (102, None)])
+    b = FakeGpu("GPU-b", used=2 * GiB, util=0)
+    probe, _ = started(monkeypatch, a, b)
+    first, second = probe.sample(100.0)
+    assert (first.index, first.uuid, first.name) == (0, "GPU-a", "NVIDIA H100 80GB HBM3")
+    assert (first.memory_used, first.memory_total) == (30 * GiB, 80 * GiB)
+    assert (first.util_gpu, first.util_memory, first.power_w) == (87, 40, 412.5)
+    assert [(p.pid, p.used_bytes) for p in first.processes] == [(101, 29 * GiB), (102, None)]
+    assert (second.uuid, second.memory_used, second.processes) == ("GPU-b", 2 * GiB, ())
+
+
+def test_pcie_rate_from_cumulative_counters(monkeypatch):
+    gpu = FakeGpu(tx_bytes=10 * GiB, rx_bytes=1 * GiB)
+    probe, _ = started(monkeypatch, gpu)
+    [first] = probe.sample(100.0)
+    assert (first.pcie_tx_bps, first.pcie_rx_bps) == (None, None)  # a rate needs two readings
+    gpu.tx_bytes += 8 * GiB
+    gpu.rx_bytes += 24 * GiB
+    [second] = probe.sample(102.0)
+    assert (second.pcie_tx_bps, second.pcie_rx_bps) == (4 * GiB, 12 * GiB)
+
+
+def test_pcie_falls_back_to_sampled_throughput(monkeypatch):
+    gpu = FakeGpu(counters=False, tx_kbps=2048, rx_kbps=9 * 1024 * 1024)
+    probe, _ = started(monkeypatch, gpu)
+    [sample] = probe.sample(100.0)
+    assert (sample.pcie_tx_bps, sample.pcie_rx_bps) == (2048 * 1024, 9 * GiB)
+
+
+@pytest.mark.parametrize("broken,unknown", [
+    ("nvmlDeviceGetUtilizationRates", ("util_gpu", "util_memory")),
+    ("nvmlDeviceGetPowerUsage", ("power_w",)),
+    ("nvmlDeviceGetComputeRunningProcesses", ("processes",)),
+    ("nvmlDeviceGetMemoryInfo", ("memory_used", "memory_total")),
+])
+def test_one_refused_field_is_unknown_and_the_others_stay(monkeypatch, broken, unknown):
+    gpu = FakeGpu(used=5 * GiB, util=50, util_memory=10, processes=[(7, GiB)],
+                  counters=False, tx_kbps=1, rx_kbps=1, broken={broken})
+    probe, _ = started(monkeypatch, gpu)
+    [sample] = probe.sample(1.0)
+    fields = ("memory_used", "memory_total", "util_gpu", "util_memory", "power_w", "processes",
+              "pcie_tx_bps", "uuid")
+    for name in fields:
+        value = getattr(sample, name)
+        assert (value is None) == (name in unknown), name
+
+
+@pytest.mark.parametrize("error,words", [
+    (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "Library Not Found"),
+    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"),
+])
+def test_no_driver_says_why_once_and_stays_off(monkeypatch, error, words):
+    nvml = FakeNvml([], init_error=error)
+    nvml.install(monkeypatch)
+    probe = NvmlProbe()
+    why = probe.start()
+    assert why.startswith("NVML unavailable") and words in why
+    assert probe.sample(1.0) == []
+    assert nvml.calls == ["nvmlInit"]
+
+
+def test_no_gpu(monkeypatch):
+    FakeNvml([]).install(monkeypatch)
+    assert NvmlProbe().start() == "NVML sees no GPU"
