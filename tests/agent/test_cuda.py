@@ -1,0 +1,131 @@
+"""CUDA telemetry in the agent: inert in a real torch process without CUDA; with CUDA, markers
+and allocator figures reach the state file. Without a GPU here, the CUDA case scripts the
+``torch.cuda`` calls the agent makes (Event, is_initialized, device_count, memory_stats) and
+nothing above them; the real check runs on a GPU machine (tests marked ``gpu``)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+
+from stalldoc.agent import cuda as cuda_telemetry
+from stalldoc.agent import runtime
+from stalldoc.agent.statefile import read_state, state_path
+from stalldoc.launch.inject import agent_environment
+
+JOB = textwrap.dedent("""
+    import os, time, torch, torch.distributed as dist
+    import stalldoc
+    dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:%d")
+    for _ in range(3):
+        with stalldoc.phase("step"):
+            dist.all_reduce(torch.ones(4))
+    torch.cuda.is_available()   # asks, never initialises
+    time.sleep(0.8)             # a few agent-thread ticks
+    print(os.getpid())
+""")
+
+
+def test_inert_in_a_torch_process_without_cuda(tmp_path):
+    from conftest import free_port
+    env = agent_environment(tmp_path, dict(os.environ), os.getpid())
+    out = subprocess.run([sys.executable, "-c", JOB % free_port()], env=env, capture_output=True,
+                         text=True, check=True)
+    state = read_state(str(tmp_path / "agents" / f"agent-{out.stdout.split()[-1]}.state"))
+    assert state.cuda is None
+    assert state.collective_seq == 3 and state.phases_completed == 3
+    assert not (tmp_path / "agent-errors.log").exists()
+
+
+class ScriptedEvent:
+    """Stands in for torch.cuda.Event: complete once the scripted GPU has reached it."""
+
+    gpu_done = 0
+    recorded = 0
+
+    def __init__(self) -> None:
+        self.at = 0
+
+    def record(self) -> None:
+        ScriptedEvent.recorded += 1
+        self.at = ScriptedEvent.recorded
+
+    def query(self) -> bool:
+        return self.at <= ScriptedEvent.gpu_done
+
+
+def scripted_torch(initialised: bool) -> SimpleNamespace:
+    stats = {"allocated_bytes.all.current": 3 << 30, "reserved_bytes.all.current": 5 << 30,
+             "allocated_bytes.all.peak": 4 << 30, "num_alloc_retries": 2, "num_ooms": 0}
+    cuda = SimpleNamespace(is_initialized=lambda: initialised, Event=ScriptedEvent,
+                           device_count=lambda: 1, memory_stats=lambda device: stats)
+    return SimpleNamespace(cuda=cuda)
+
+
+@pytest.fixture
+def agent(tmp_path, monkeypatch):
+    monkeypatch.setattr(ScriptedEvent, "gpu_done", 0)
+    monkeypatch.setattr(ScriptedEvent, "recorded", 0)
+    (tmp_path / "agents").mkdir()
+    agent = runtime.Agent(str(tmp_path / "agents"))
+    yield agent
+    agent.state.close()
+
+
+def test_no_markers_until_the_job_initialised_cuda(agent, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", scripted_torch(initialised=False))
+    agent._cuda_tick(1.0, allocator=True)
+    agent.phase_enter("rollout")
+    assert agent.cuda is None and ScriptedEvent.recorded == 0
+    assert read_state(state_path(agent.directory, agent.pid)).cuda is None
+
+
+def test_host_ahead_of_gpu_is_published(agent, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", scripted_torch(initialised=True))
+    agent._cuda_tick(10.0, allocator=True)              # attaches
+    for name in ("rollout", "train"):
+        agent.phase_enter(name)
+    agent.cuda.mark("collective", b"all_reduce", 7)
+    ScriptedEvent.gpu_done = 2                           # GPU finished up to "train"
+    agent._cuda_tick(11.0, allocator=True)
+    cuda = read_state(state_path(agent.directory, agent.pid)).cuda
+    assert (cuda.host_marker, cuda.gpu_marker, cuda.markers_behind) == (3, 2, 1)
+    assert (cuda.host_label, cuda.gpu_label, cuda.gpu_done_at) == ("all_reduce#7", "phase train",
+                                                                   11.0)
+    assert cuda.oldest_pending_at > 0
+    assert (cuda.allocated, cuda.reserved, cuda.peak_allocated, cuda.alloc_retries,
+            cuda.ooms) == (3 << 30, 5 << 30, 4 << 30, 2, 0)
+    ScriptedEvent.gpu_done = 3
+    agent._cuda_tick(12.0, allocator=False)
+    cuda = read_state(state_path(agent.directory, agent.pid)).cuda
+    assert (cuda.markers_behind, cuda.oldest_pending_at) == (0, 0.0)
+    assert len(agent.cuda.pool) == 3                     # events are reused
+
+
+def test_broken_cuda_turns_markers_off_and_keeps_the_agent(agent, monkeypatch):
+    torch = scripted_torch(initialised=True)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    agent._cuda_tick(1.0, allocator=True)
+
+    def broken() -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    torch.cuda.Event = broken
+    agent.phase_enter("step")                             # the hot path does not raise
+    agent._cuda_tick(2.0, allocator=False)
+    assert agent.cuda is None and agent.enabled
+    log = open(os.path.join(os.path.dirname(agent.directory), runtime.ERROR_LOG)).read()
+    assert "CUDA telemetry disabled" in log and "illegal memory access" in log
+    agent.phase_enter("next")
+    assert read_state(state_path(agent.directory, agent.pid)).phase_stack == ("step", "next")
+
+
+def test_marker_backlog_is_bounded(monkeypatch):
+    monkeypatch.setattr(cuda_telemetry, "MAX_PENDING", 5)
+    markers = cuda_telemetry.CudaMarkers(scripted_torch(True))
+    for n in range(8):
+        markers.mark("phase", "p", n)
+    assert markers.host_seq == 5 and len(markers.pending) == 5
