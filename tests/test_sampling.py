@@ -14,6 +14,7 @@ from fake_pynvml import FakeGpu, FakeNvml
 from stalldoc.agent.statefile import StateWriter, state_path
 from stalldoc.model import RankProcess
 from stalldoc.report.build import build_report
+from stalldoc.report.text import render_report
 from stalldoc.sampling import Sampler, rank_of
 from stalldoc.store.db import RunStore
 
@@ -92,6 +93,9 @@ def test_ticks_land_in_the_report(monkeypatch, tmp_path, family):
     assert all(p["runs"] == 5 and p["failures"] == 0 and p["max_seconds"] > 0
                for p in probes.values())
     assert len([r for r in report["timeseries"]["gpus"] if r["gpu"] == 0]) == 5
+    # AND the text report says the same
+    text = render_report(report)
+    assert "  offload 2.0 4.0G 0.0G 5.0%" in text and "  0 [0] 43.0G/80.0G 5.0% 2" in text
 
 
 def test_a_failing_probe_is_recorded_and_the_others_still_run(monkeypatch, tmp_path):

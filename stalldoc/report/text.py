@@ -27,6 +27,44 @@ def render_findings(findings: Iterable[Finding]) -> str:
     return "\n".join(lines)
 
 
+def _gib(value: float | None) -> str:
+    return "-" if value is None else f"{value / 2**30:.1f}G"
+
+
+def telemetry_lines(doc: dict[str, Any]) -> list[str]:
+    """GPUs, memory peaks, PCIe traffic by phase, the node, and probes that were off or failed."""
+    lines: list[str] = []
+    if doc.get("gpus"):
+        lines += ["", "GPUs: gpu ranks peak-used/total util-mean max-procs"]
+        lines += [f"  {g['gpu']} {g['ranks']} {_gib(g['peak_memory_used'])}/"
+                  f"{_gib(g['memory_total'])} {g['util_gpu_mean']}% {g['max_processes']}"
+                  for g in doc["gpus"]]
+    if doc.get("gpu_phases"):
+        lines += ["", "PCIe by phase: phase gpu-seconds host->gpu gpu->host util-mean"]
+        lines += [f"  {p['phase'] or '-'} {p['gpu_seconds']} {_gib(p['pcie_rx_bytes'])} "
+                  f"{_gib(p['pcie_tx_bytes'])} {p['util_gpu_mean']}%" for p in doc["gpu_phases"]]
+    peaks = doc.get("watermarks", {}).get("run", [])
+    if peaks:
+        lines += ["", "Memory peaks: rank rss gpu(nvml) cuda-allocated cuda-reserved retries ooms"]
+        lines += [f"  {w['rank']} {_gib(w['peak_rss_bytes'])} {_gib(w['peak_gpu_memory_bytes'])} "
+                  f"{_gib(w['peak_cuda_allocated_bytes'])} {_gib(w['peak_cuda_reserved_bytes'])} "
+                  f"{w['cuda_alloc_retries'] if w['cuda_alloc_retries'] is not None else '-'} "
+                  f"{w['cuda_ooms'] if w['cuda_ooms'] is not None else '-'}" for w in peaks]
+    host = doc.get("host") or {}
+    if host.get("total_bytes"):
+        lines += ["", f"Node: lowest available memory {_gib(host['min_available_bytes'])} of "
+                      f"{_gib(host['total_bytes'])}, peak swap in/out "
+                      f"{_gib(host['peak_swap_in_bps'])}/s / {_gib(host['peak_swap_out_bps'])}/s, "
+                      f"peak load {host['peak_load1']:.1f} on {host['cores']} cores"]
+    troubled = [p for p in doc.get("probes", []) if not p["available"] or p["failures"]]
+    if troubled:
+        lines += ["", "Probes off or failing:"]
+        lines += [f"  {p['probe']}: " + (p["unavailable"] or
+                                         f"{p['failures']} of {p['runs']} runs failed, last: "
+                                         f"{p['last_error']}") for p in troubled]
+    return lines
+
+
 def render_report(doc: dict[str, Any]) -> str:
     run = doc["run"]
     lines = [f"stalldoc run {run.get('id')} on {run.get('node')}",
@@ -46,6 +84,7 @@ def render_report(doc: dict[str, Any]) -> str:
                                f["evidence"].get("frames", []), f["fix"])
     if not doc["findings"]:
         lines.append("  none")
+    lines += telemetry_lines(doc)
     fallbacks = [s for s in doc["stacks"] if s.get("error")]
     if fallbacks:
         lines += ["", "Stacks not taken by py-spy:"]
