@@ -128,6 +128,17 @@ def test_healthy_long_phase_stays_quiet(run_watch):
     assert report["findings"] == []
     assert report["phases"]["evaluate"]["count"] == 2
     assert report["phases"]["evaluate"]["median"] >= 8
+    # the telemetry of a real run: memory peaks per rank and per phase, probes timed, no GPU here
+    peaks = report["watermarks"]["run"]
+    assert [p["rank"] for p in peaks] == [0, 1] and all(p["peak_rss_bytes"] > 0 for p in peaks)
+    assert {p["phase"] for p in report["watermarks"]["phases"]} >= {"step/evaluate"}
+    busy = [r["cpu_percent"] for r in report["timeseries"]["ranks"]
+            if r["phase"] == "step/evaluate" and r["cpu_percent"] is not None]
+    assert max(busy) > 50   # the evaluate phase burns a core
+    probes = {p["probe"]: p for p in report["probes"]}
+    assert probes["host"]["runs"] > 5 and probes["agent"]["failures"] == 0
+    assert probes["nvml"]["available"] or probes["nvml"]["unavailable"]  # on, or says why not
+    assert report["host"]["cores"] >= 1 and report["host"]["min_available_bytes"] > 0
 
 
 @pytest.mark.parametrize("func", ["await_reply", "wait_for_rollout"])
