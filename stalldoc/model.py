@@ -173,6 +173,15 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class LogLine:
+    """One line the job printed."""
+
+    t: float
+    stream: str
+    text: str
+
+
+@dataclass(frozen=True)
 class Window:
     """What the rules see: the latest view of every rank at the moment of a check."""
 
@@ -185,3 +194,6 @@ class Window:
     stall: StallEpisode | None = None
     last_progress: Mapping[int, float] = field(default_factory=dict)
     log_tail: tuple[str, ...] = ()
+    gpus: Mapping[int, tuple[GpuSample, ...]] = field(default_factory=dict)   # recent, per GPU
+    node: tuple[HostMemory, ...] = ()                                         # recent
+    log: tuple[LogLine, ...] = ()        # lines not seen by the rules before (tick) / recent

@@ -26,15 +26,16 @@ from stalldoc.analysis.stacks import signature
 from stalldoc.detect.progress import ProgressTracker
 from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
 from stalldoc.launch.inject import agent_environment
-from stalldoc.launch.job import Job, LogLine, become_subreaper, resolve_command
+from stalldoc.launch.job import Job, become_subreaper, resolve_command
 from stalldoc.live import RankLine, Terminal, format_status
-from stalldoc.model import (Finding, HostSample, RankExit, RankProcess, RankStacks, StallEpisode,
-                            Window)
+from stalldoc.model import (Finding, GpuSample, HostMemory, HostSample, LogLine, RankExit,
+                            RankProcess, RankStacks, StallEpisode, Window)
 from stalldoc.probes.exits import DeathWatch, from_wait_status, parse_launcher_line
 from stalldoc.probes.process_tree import find_ranks
 from stalldoc.probes.pyspy import StackProbe
 from stalldoc.report.text import render_findings
-from stalldoc.rules import run_rules
+from stalldoc.rules import STICKY, run_rules
+from stalldoc.rules.engine import FindingBook
 from stalldoc.rules.base import join_ranks
 from stalldoc.sampling import Sampler
 from stalldoc.store.db import RunStore
@@ -91,6 +92,10 @@ class Watcher:
         self.launcher_codes: dict[int, int] = {}
         self.lines: queue.SimpleQueue[LogLine] = queue.SimpleQueue()
         self.log_tail: deque[str] = deque(maxlen=200)
+        self.unread_lines: list[LogLine] = []          # not yet seen by the tick rules
+        self.gpu_history: dict[int, deque[GpuSample]] = {}
+        self.node_history: deque[HostMemory] = deque(maxlen=HOST_HISTORY)
+        self.book = FindingBook()
         self.killed_for_stall = False
         self.ending = False   # we are ending the job: its ranks' deaths are ours, not findings
         self.terminate = threading.Event()
@@ -178,11 +183,16 @@ class Watcher:
         host, agents = sample.host, sample.agents
         for row in host.values():
             self.host.setdefault(row.rank, deque(maxlen=HOST_HISTORY)).append(row)
+        for gpu in sample.gpus:
+            self.gpu_history.setdefault(gpu.index, deque(maxlen=HOST_HISTORY)).append(gpu)
+        if sample.node is not None:
+            self.node_history.append(sample.node)
         self.tracker.observe(now, agents, host, self.opts.interval)
         self._sample_busy_stacks(now)
         self._drain_logs()
         self._collect_exits(now, final=False)
         self._check_stall(now, agents)
+        self._tick_rules(now, agents)
         self.store.add_tick(sample)
         self._status(now)
 
@@ -221,6 +231,7 @@ class Watcher:
                 break
             batch.append(line)
             self.log_tail.append(line.text)
+            self.unread_lines.append(line)
             parsed = parse_launcher_line(line.text)
             if parsed:
                 pid, returncode = parsed
@@ -259,6 +270,7 @@ class Watcher:
         started, ended = self.tracker.check(now)
         if ended is not None:
             self.store.save_stall(ended)
+            self.store.resolve_stall_findings(ended.id, now)
             self.say(f"progress resumed after stall #{ended.id}")
         if started is None:
             return
@@ -300,7 +312,26 @@ class Watcher:
         return Window(now, tuple(self.ranks.values()), agents,
                       {r: tuple(s) for r, s in self.host.items()}, stacks or {},
                       tuple(self.exits.values()), episode, self.tracker.last_progress(),
-                      tuple(self.log_tail))
+                      tuple(self.log_tail), {g: tuple(h) for g, h in self.gpu_history.items()},
+                      tuple(self.node_history), tuple(self.unread_lines))
+
+    def _tick_rules(self, now: float, agents: dict) -> None:
+        """The cheap rules, every tick: open, update and resolve their findings."""
+        window = self._window(now, agents, self.tracker.episode)
+        self.unread_lines = []
+        changes = self.book.update(now, run_rules(window, "tick"), STICKY)
+        if changes.opened:
+            findings = [t.finding for t in changes.opened]
+            for tracked, row_id in zip(changes.opened,
+                                       self.store.add_findings(now, None, findings, "tick")):
+                tracked.row_id = row_id
+            self.say("finding:\n" + render_findings(findings))
+        for tracked in changes.updated:
+            self.store.update_finding(tracked.row_id or 0, now, tracked.finding,
+                                      tracked.occurrences)
+        for tracked in changes.resolved:
+            self.store.resolve_finding(tracked.row_id or 0, now)
+            self.say(f"resolved: {tracked.finding.code} {tracked.finding.summary}")
 
     def _report(self, findings: list[Finding], stall_id: int | None) -> None:
         if not findings:

@@ -149,3 +149,17 @@ def test_single_process_job(run_watch, func):
     [finding] = result.findings("SD106")
     assert finding["ranks"] == [0]
     assert finding["evidence"]["frame"].startswith(f"{func} (")
+
+
+def test_log_signatures_are_reported_once_and_counted(run_watch):
+    result = run_watch([sys.executable, str(SCENARIOS / "log_errors.py")], env={"REPEAT": "4"})
+    assert result.code == 0, result.stderr
+    findings = result.report()["findings"]
+    oom = [f for f in findings if f["code"] == "SD506"]
+    server = [f for f in findings if f["code"] == "SD507"]
+    assert len(oom) == 1 and len(server) == 1          # one finding each, not one per line
+    assert oom[0]["trigger"] == "tick" and oom[0]["resolved_at"] is None
+    assert oom[0]["occurrences"] >= 2 and oom[0]["updated_at"] > oom[0]["t"]
+    assert oom[0]["evidence"]["requested"] == "1.50 GiB" and oom[0]["ranks"] == [0, 1]
+    assert server[0]["evidence"]["waited_seconds"] == "240.0"
+    assert result.stderr.count("[SD506 error]") == 1  # printed when opened, not on every repeat

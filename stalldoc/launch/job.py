@@ -10,23 +10,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
 import psutil
 
 from stalldoc.errors import CommandNotExecutable, CommandNotFound
+from stalldoc.model import LogLine
 
 _PR_SET_CHILD_SUBREAPER = 36
-
-
-@dataclass(frozen=True)
-class LogLine:
-    """One line the job printed."""
-
-    t: float
-    stream: str
-    text: str
 
 
 def resolve_command(argv: list[str]) -> str:

@@ -17,8 +17,10 @@ class Rule(ABC):
     code: ClassVar[str]
     name: ClassVar[str]
     severity: ClassVar[Severity]
-    trigger: ClassVar[str] = "stall"   # "stall": on a detected stall; "exit": when a rank ends
+    trigger: ClassVar[str] = "stall"   # "stall": on a detected stall; "exit": when a rank ends;
+                                       # "tick": every tick (cheap rules; their findings have a life)
     fallback: ClassVar[bool] = False   # runs only when no other rule explained the stall
+    sticky: ClassVar[bool] = False     # tick findings that are events: never resolved by silence
     fix: ClassVar[str]
 
     @abstractmethod

@@ -52,7 +52,9 @@ CREATE TABLE stacks (stall_id INTEGER, rank INTEGER NOT NULL, pid INTEGER NOT NU
                      method TEXT NOT NULL, error TEXT NOT NULL, threads TEXT NOT NULL);
 CREATE TABLE findings (id INTEGER PRIMARY KEY, t REAL NOT NULL, stall_id INTEGER, code TEXT NOT NULL,
                        name TEXT NOT NULL, severity TEXT NOT NULL, ranks TEXT NOT NULL,
-                       summary TEXT NOT NULL, evidence TEXT NOT NULL, fix TEXT NOT NULL);
+                       summary TEXT NOT NULL, evidence TEXT NOT NULL, fix TEXT NOT NULL,
+                       trigger TEXT NOT NULL DEFAULT 'stall', updated_at REAL,
+                       resolved_at REAL, occurrences INTEGER NOT NULL DEFAULT 1);
 CREATE TABLE phases (rank INTEGER NOT NULL, name TEXT NOT NULL, started_at REAL NOT NULL,
                      ended_at REAL NOT NULL, PRIMARY KEY (rank, name, started_at));
 CREATE TABLE logs (t REAL NOT NULL, stream TEXT NOT NULL, line TEXT NOT NULL);
@@ -164,13 +166,34 @@ class RunStore:
             (stall_id, s.rank, s.pid, s.t, s.method, s.error,
              json.dumps([asdict(t) for t in s.threads])) for s in stacks])
 
-    def add_findings(self, t: float, stall_id: int | None, findings: Iterable[Finding]) -> None:
-        self.conn.executemany(
-            "INSERT INTO findings (t, stall_id, code, name, severity, ranks, summary, evidence, fix)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(t, stall_id, f.code, f.name, f.severity.value, json.dumps(list(f.ranks)), f.summary,
-              json.dumps(f.evidence, default=str), f.fix) for f in findings])
+    def add_findings(self, t: float, stall_id: int | None, findings: Iterable[Finding],
+                     trigger: str = "stall") -> list[int]:
+        """Store findings; returns their ids (in order)."""
+        ids = []
+        for f in findings:
+            cursor = self.conn.execute(
+                "INSERT INTO findings (t, stall_id, code, name, severity, ranks, summary, evidence,"
+                " fix, trigger, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (t, stall_id, f.code, f.name, f.severity.value, json.dumps(list(f.ranks)),
+                 f.summary, _json(f.evidence), f.fix, trigger, t))
+            ids.append(int(cursor.lastrowid or 0))
         self.conn.commit()
+        return ids
+
+    def update_finding(self, row_id: int, t: float, finding: Finding, occurrences: int) -> None:
+        """A finding that still holds: its latest summary, evidence and count."""
+        self.conn.execute("UPDATE findings SET updated_at = ?, ranks = ?, summary = ?, "
+                          "evidence = ?, occurrences = ? WHERE id = ?",
+                          (t, json.dumps(list(finding.ranks)), finding.summary,
+                           _json(finding.evidence), occurrences, row_id))
+
+    def resolve_finding(self, row_id: int, t: float) -> None:
+        self.conn.execute("UPDATE findings SET resolved_at = ? WHERE id = ?", (t, row_id))
+
+    def resolve_stall_findings(self, stall_id: int, t: float) -> None:
+        """Progress resumed: the findings of that stall no longer hold."""
+        self.conn.execute("UPDATE findings SET resolved_at = ? WHERE stall_id = ? AND "
+                          "resolved_at IS NULL", (t, stall_id))
 
     def commit(self) -> None:
         self.conn.commit()
@@ -178,6 +201,10 @@ class RunStore:
     def close(self) -> None:
         self.conn.commit()
         self.conn.close()
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str)
 
 
 def _sample_row(tick: Tick, s: HostSample) -> tuple[Any, ...]:

@@ -1,0 +1,65 @@
+"""The life of findings from the rules that run every tick.
+
+A tick rule reports what holds now. The book turns that into events: a finding is *opened* the
+first tick it appears (stored and printed once), *updated* while it keeps appearing (its evidence
+and count refreshed, nothing printed), and *resolved* the first tick it is gone. A finding is the
+same finding when its code and ranks are the same. Sticky rules (log signatures: events, not
+states) are never resolved by silence; a repeat of one counts up and adds its ranks.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from stalldoc.model import Finding
+
+Key = tuple[str, tuple[int, ...]]
+
+
+@dataclass
+class Tracked:
+    """A finding that is open: its store row (set once stored) and how often it was seen."""
+
+    finding: Finding
+    opened_at: float
+    occurrences: int = 1
+    sticky: bool = False
+    row_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Changes:
+    opened: tuple[Tracked, ...] = ()
+    updated: tuple[Tracked, ...] = ()
+    resolved: tuple[Tracked, ...] = ()
+
+
+def key_of(finding: Finding, sticky: frozenset[str]) -> Key:
+    """The same finding: same code and ranks; for events (sticky codes), the same code."""
+    return finding.code, (() if finding.code in sticky else finding.ranks)
+
+
+@dataclass
+class FindingBook:
+    open: dict[Key, Tracked] = field(default_factory=dict)
+
+    def update(self, now: float, findings: list[Finding], sticky: frozenset[str]) -> Changes:
+        """Fold in this tick's findings; returns what was opened, updated and resolved."""
+        current = {key_of(f, sticky): f for f in findings}
+        opened, updated = [], []
+        for key, finding in current.items():
+            tracked = self.open.get(key)
+            if tracked is None:
+                tracked = self.open[key] = Tracked(finding, now, sticky=finding.code in sticky)
+                opened.append(tracked)
+            else:
+                if tracked.sticky:  # an event again: the ranks it came from add up
+                    ranks = tuple(sorted(set(tracked.finding.ranks) | set(finding.ranks)))
+                    finding = dataclasses.replace(finding, ranks=ranks)
+                tracked.finding = finding
+                tracked.occurrences += 1
+                updated.append(tracked)
+        resolved = [t for k, t in self.open.items() if k not in current and not t.sticky]
+        for tracked in resolved:
+            del self.open[key_of(tracked.finding, sticky)]
+        return Changes(tuple(opened), tuple(updated), tuple(resolved))

@@ -1,0 +1,38 @@
+"""SD502 device-mismatch."""
+from __future__ import annotations
+
+from stalldoc.model import Severity
+from stalldoc.rules.log_signature import LogSignature
+
+
+class DeviceMismatch(LogSignature):
+    """Tensors of one operation sit on two devices.
+
+    What it does
+        Matches ``Expected all tensors to be on the same device, but found at least two devices``.
+
+    Why is this bad?
+        The rank raises and dies, or (inside a rollout callback) the error is swallowed and the rank
+        waits forever. In GRPO it comes from an offload / reload that left part of the model on the
+        CPU or another GPU, or from a device_map that splits the model.
+
+    Evidence
+        the lines, the ranks that printed them.
+
+    Fix
+        Check offload_model / offload_optimizer reloads and device_map; upgrade vLLM (>= 0.7.2 per the
+        seed article) and set the vLLM device explicitly.
+
+    References
+        seed article on swift GRPO hangs; ms-swift GRPO docs.
+    """
+
+    code = "SD502"
+    name = "device-mismatch"
+    severity = Severity.ERROR
+    headline = "device mismatch"
+    patterns = (
+        r"Expected all tensors to be on the same device, but found at least two devices",
+    )
+    fix = ("Check the offload/reload of the model (offload_model, offload_optimizer) and device_map; "
+           "upgrade vLLM (>= 0.7.2) and set the vLLM device explicitly.")

@@ -1,0 +1,44 @@
+"""SD503 vllm-kv-cache-memory."""
+from __future__ import annotations
+
+from stalldoc.model import Severity
+from stalldoc.rules.log_signature import LogSignature
+
+
+class VllmKvCacheMemory(LogSignature):
+    """vLLM found too little GPU memory for its KV cache.
+
+    What it does
+        Matches ``No available memory for the cache blocks``, ``... KV cache is needed, which is
+        larger than the available KV cache memory`` and ``Free memory on device (a/b GiB) on startup
+        is less than desired GPU memory utilization``.
+
+    Why is this bad?
+        vLLM cannot start, or runs with a KV cache so small that rollouts crawl or preempt. In
+        colocate GRPO the training model (and optimizer state) still occupies the GPU when vLLM
+        claims its share.
+
+    Evidence
+        the lines; free and total GiB on the device when vLLM printed them.
+
+    Fix
+        Free the GPU for vLLM: offload_model / offload_optimizer, sleep_level 1; set
+        vllm_gpu_memory_utilization to what is really free (0.6-0.7 typical for colocate); lower
+        vllm_max_model_len or raise tensor_parallel_size.
+
+    References
+        seed articles (vllm_gpu_memory_utilization), ms-swift GRPO docs, vLLM engine args.
+    """
+
+    code = "SD503"
+    name = "vllm-kv-cache-memory"
+    severity = Severity.ERROR
+    headline = "vLLM has too little memory for its KV cache"
+    patterns = (
+        r"No available memory for the cache blocks",
+        r"KV cache is needed, which is larger than the available KV cache memory",
+        r"Free memory on device \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on startup is less than desired GPU memory utilization",
+    )
+    fix = ("Free the GPU for vLLM (offload_model / offload_optimizer, sleep_level 1), set "
+           "vllm_gpu_memory_utilization to what is really free (0.6-0.7 for colocate), lower "
+           "vllm_max_model_len or raise tensor_parallel_size.")

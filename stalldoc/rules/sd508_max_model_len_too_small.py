@@ -1,0 +1,39 @@
+"""SD508 max-model-len-too-small."""
+from __future__ import annotations
+
+from stalldoc.model import Severity
+from stalldoc.rules.log_signature import LogSignature
+
+
+class MaxModelLenTooSmall(LogSignature):
+    """Prompts plus completions do not fit vLLM's max_model_len.
+
+    What it does
+        Matches ``max_model_len(M) - num_tokens(P) < max_tokens(T)`` and ``The decoder prompt
+        (length L) is longer than the maximum model length of M``.
+
+    Why is this bad?
+        Completions are clipped or requests rejected: rewards go to zero for long prompts, or the
+        rollout raises and the rank waits forever.
+
+    Evidence
+        the lines; max_model_len, prompt tokens and requested tokens where printed.
+
+    Fix
+        Set vllm_max_model_len >= longest prompt (max_length) + max_completion_length, or truncate
+        prompts (truncation_strategy) / lower max_completion_length.
+
+    References
+        seed articles (vllm_max_model_len), ms-swift GRPO docs.
+    """
+
+    code = "SD508"
+    name = "max-model-len-too-small"
+    severity = Severity.WARNING
+    headline = "vllm_max_model_len too small"
+    patterns = (
+        r"max_model_len\((?P<max_model_len>\d+)\) - num_tokens\((?P<prompt_tokens>\d+)\) < max_tokens\((?P<max_tokens>\d+)\)",
+        r"The decoder prompt \(length (?P<prompt_tokens>\d+)\) is longer than the maximum model length of (?P<max_model_len>\d+)",
+    )
+    fix = ("Set vllm_max_model_len >= the longest prompt (max_length) + max_completion_length, or "
+           "truncate prompts / lower max_completion_length.")

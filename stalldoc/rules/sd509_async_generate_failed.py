@@ -1,0 +1,38 @@
+"""SD509 async-generate-failed."""
+from __future__ import annotations
+
+from stalldoc.model import Severity
+from stalldoc.rules.log_signature import LogSignature
+
+
+class AsyncGenerateFailed(LogSignature):
+    """An asynchronous rollout failed; the queue it should fill stays empty.
+
+    What it does
+        Matches ``Inference task failed:`` and ``Error in async_generate_rollout callback:``.
+
+    Why is this bad?
+        With async_generate the trainer waits on a queue that the failed task was to fill: the
+        error is printed once, then the job is silent forever (the async-generate deadlock).
+
+    Evidence
+        the lines (the exception follows them in the log), the ranks that printed them.
+
+    Fix
+        Read the exception after the line and fix it; until then run without async_generate
+        (colocate mode does not support it anyway), which makes such errors fatal and visible.
+
+    References
+        ms-swift issue #3401 (zero3_offload + async_generate hang); ms-swift GRPO docs.
+    """
+
+    code = "SD509"
+    name = "async-generate-failed"
+    severity = Severity.ERROR
+    headline = "asynchronous rollout failed"
+    patterns = (
+        r"Inference task failed:",
+        r"Error in async_generate_rollout callback:",
+    )
+    fix = ("Read the exception that follows the line and fix it; until then run without async_generate, "
+           "so that such errors stop the job instead of hanging it.")
