@@ -81,6 +81,41 @@ def report(run_dir: Path, fmt: str) -> None:
     click.echo(json.dumps(doc, indent=2, default=str) if fmt == "json" else render_report(doc))
 
 
+@main.command("rules")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+def rules_command(fmt: str) -> None:
+    """List the rules: code, severity, when it runs, name, first line of its description."""
+    from stalldoc.rules import RULES
+
+    rows = [{"code": r.code, "name": r.name, "severity": r.severity.value, "trigger": r.trigger,
+             "summary": r.doc().splitlines()[0] if r.doc() else ""} for r in RULES]
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        click.echo(f"{row['code']}  {row['severity']:<8} {row['trigger']:<5} {row['name']:<28} "
+                   f"{row['summary']}")
+
+
+@main.command()
+@click.argument("code")
+def explain(code: str) -> None:
+    """Print rule CODE in full: what it does, why it is bad, evidence, fix, references.
+
+    Exit 0, or 2 for a code no rule has.
+    """
+    from stalldoc.rules import by_code
+
+    rule = by_code(code)
+    if rule is None:
+        click.echo(f"stalldoc: no rule has code {code!r}; `stalldoc rules` lists them", err=True)
+        sys.exit(2)
+    click.echo(f"{rule.code} {rule.name} ({rule.severity.value}, runs on: {rule.trigger})\n")
+    click.echo(rule.doc())
+    click.echo(f"\nFix, as stalldoc prints it:\n    {rule.fix}")
+
+
 @main.command()
 @click.option("--ranks", type=click.IntRange(2, 8), default=3, show_default=True)
 @click.option("--stall-timeout", type=click.FloatRange(min=1), default=5.0, show_default=True)

@@ -141,3 +141,28 @@ def test_no_agent_still_finds_the_culprit_from_stacks(tmp_path):
     [finding] = result.findings("SD101")
     assert finding["ranks"] == [1]
     assert finding["evidence"]["frame"].startswith("download_weights (")
+
+
+def stalldoc(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stalldoc", *args], capture_output=True,
+                          text=True)
+
+
+def test_rules_lists_every_rule_and_explain_prints_one():
+    from stalldoc.rules import RULES
+    listed = json.loads(stalldoc("rules", "--format", "json").stdout)
+    assert [r["code"] for r in listed] == [r.code for r in RULES]
+    text = stalldoc("rules").stdout.splitlines()
+    assert len(text) == len(RULES) and text[0].startswith("SD101  error    stall")
+    out = stalldoc("explain", "sd503")
+    assert out.returncode == 0
+    for section in ("What it does", "Why is this bad?", "Evidence", "Fix", "References"):
+        assert f"\n    {section}\n" in out.stdout or f"\n{section}\n" in out.stdout
+    assert out.stdout.startswith("SD503 vllm-kv-cache-memory (error, runs on: tick)")
+
+
+def test_explain_unknown_code_is_one_line_exit_2():
+    out = stalldoc("explain", "SD999")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        "stalldoc: no rule has code 'SD999'; `stalldoc rules` lists them"]
