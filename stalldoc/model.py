@@ -197,3 +197,4 @@ class Window:
     gpus: Mapping[int, tuple[GpuSample, ...]] = field(default_factory=dict)   # recent, per GPU
     node: tuple[HostMemory, ...] = ()                                         # recent
     log: tuple[LogLine, ...] = ()        # lines not seen by the rules before (tick) / recent
+    peers: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # TCP peers outside the job

@@ -5,6 +5,7 @@ the watcher steps aside, while the job runs on and its exit code is kept.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import secrets
@@ -30,6 +31,7 @@ from stalldoc.launch.job import Job, become_subreaper, resolve_command
 from stalldoc.live import RankLine, Terminal, format_status
 from stalldoc.model import (Finding, GpuSample, HostMemory, HostSample, LogLine, RankExit,
                             RankProcess, RankStacks, StallEpisode, Window)
+from stalldoc.probes.connections import external_peers
 from stalldoc.probes.exits import DeathWatch, from_wait_status, parse_launcher_line
 from stalldoc.probes.process_tree import find_ranks
 from stalldoc.probes.pyspy import StackProbe
@@ -291,7 +293,8 @@ class Watcher:
         self._explain_fallbacks(stacks.values())
         now = time.time()
         agents = self.agents_probe.sample(list(self.ranks.values())) or agents
-        window = self._window(now, agents, episode, stacks)
+        window = dataclasses.replace(self._window(now, agents, episode, stacks),
+                                     peers=external_peers(live, self.parents.keys()))
         self.store.add_stacks(episode.id, stacks.values())
         self._report(run_rules(window, "stall"), episode.id)
 

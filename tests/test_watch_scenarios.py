@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -163,3 +164,24 @@ def test_log_signatures_are_reported_once_and_counted(run_watch):
     assert oom[0]["evidence"]["requested"] == "1.50 GiB" and oom[0]["ranks"] == [0, 1]
     assert server[0]["evidence"]["waited_seconds"] == "240.0"
     assert result.stderr.count("[SD506 error]") == 1  # printed when opened, not on every repeat
+
+
+@pytest.mark.parametrize("nproc,wait_rank", [(2, 0), (3, 2)])
+def test_rank_waiting_on_a_silent_server_is_named_with_the_server(run_watch, nproc, wait_rank):
+    # GIVEN a reward server (here: this test) that accepts connections and never answers
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+        env = {"WAIT_RANK": str(wait_rank), "REWARD_PORT": str(port)}
+        result = run_watch(torchrun(nproc, "reward_server_wait.py"), "--on-stall", "kill",
+                           env=env)
+    assert result.code == 124, result.stderr
+    # THEN the rank is named as waiting on that server, from the call in the user's code
+    [finding] = result.findings("SD107")
+    assert finding["ranks"] == [wait_rank]
+    assert finding["evidence"]["peers"] == [f"127.0.0.1:{port}"]
+    assert finding["evidence"]["frame"].startswith("score_with_reward_model (")
+    assert f"waits for a server's reply from 127.0.0.1:{port}" in finding["summary"]
+    [outside] = result.findings("SD101")          # and it is the one the others wait for
+    assert outside["ranks"] == [wait_rank]

@@ -21,6 +21,11 @@ _LOCK_FUNCTIONS = {"acquire", "_wait_for_tstate_lock", "join", "Thread.join",
                    "Thread._wait_for_tstate_lock", "Semaphore.acquire", "RLock.acquire"}
 _LOCK_LINE = re.compile(r"\.acquire\(|^\s*(async\s+)?with\b.*(lock|mutex|cond|sem)", re.I)
 _COLLECTIVE_FILES = (f"torch{os.sep}distributed{os.sep}",)
+# Where a thread that waits for a server sits: the socket layer, an HTTP / RPC client library.
+_NETWORK_FILES = (f"{os.sep}socket.py", f"{os.sep}ssl.py", f"http{os.sep}client.py",
+                  f"urllib{os.sep}request.py", f"{os.sep}requests{os.sep}",
+                  f"{os.sep}urllib3{os.sep}", f"{os.sep}httpx{os.sep}", f"{os.sep}httpcore{os.sep}",
+                  f"{os.sep}aiohttp{os.sep}", f"{os.sep}grpc{os.sep}", f"{os.sep}openai{os.sep}")
 
 
 def is_library(filename: str) -> bool:
@@ -47,6 +52,15 @@ def frame_strings(thread: ThreadStack | None) -> list[str]:
 def in_collective(thread: ThreadStack | None) -> bool:
     """The thread is inside torch.distributed (a collective, barrier or object collective)."""
     return bool(thread) and any(m in f.filename for f in thread.frames for m in _COLLECTIVE_FILES)
+
+
+def waits_on_network(thread: ThreadStack | None) -> Frame | None:
+    """The user's frame that called into a socket / HTTP / RPC client the thread is blocked in."""
+    if thread is None or not thread.frames or in_collective(thread):
+        return None
+    if not any(m in f.filename for f in thread.frames[:12] for m in _NETWORK_FILES):
+        return None
+    return user_frame(thread)
 
 
 def waits_on_lock(thread: ThreadStack) -> Frame | None:

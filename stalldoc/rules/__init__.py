@@ -9,6 +9,7 @@ from stalldoc.rules.sd103_dead_rank import DeadRank
 from stalldoc.rules.sd104_python_deadlock import PythonDeadlock
 from stalldoc.rules.sd105_stopped_rank import StoppedRank
 from stalldoc.rules.sd106_no_progress import NoProgress
+from stalldoc.rules.sd107_waiting_on_server import WaitingOnServer
 from stalldoc.rules.sd501_nccl_watchdog_timeout import NcclWatchdogTimeout
 from stalldoc.rules.sd502_device_mismatch import DeviceMismatch
 from stalldoc.rules.sd503_vllm_kv_cache_memory import VllmKvCacheMemory
@@ -20,7 +21,7 @@ from stalldoc.rules.sd508_max_model_len_too_small import MaxModelLenTooSmall
 from stalldoc.rules.sd509_async_generate_failed import AsyncGenerateFailed
 
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
-                                 PythonDeadlock, StoppedRank, NoProgress,
+                                 PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
                                  NcclWatchdogTimeout, DeviceMismatch, VllmKvCacheMemory,
                                  ExpandableSegmentsPool, CumemAllocatorError, CudaOom,
                                  RolloutServerUnreachable, MaxModelLenTooSmall, AsyncGenerateFailed)

@@ -1,0 +1,51 @@
+"""SD107 waiting-on-server."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from stalldoc.analysis.stacks import waits_on_network
+from stalldoc.model import Finding, Severity, Window
+from stalldoc.rules.base import Rule, describe, rank_evidence
+
+
+class WaitingOnServer(Rule):
+    """A rank is blocked on a reply from a server (reward model, rollout server, an API).
+
+    What it does
+        At a stall, looks for ranks whose main thread sits in a socket, HTTP or RPC client
+        (socket, ssl, http.client, urllib, requests, urllib3, httpx, aiohttp, grpc, openai) and
+        names the server from the rank's established TCP connections outside the job.
+
+    Why is this bad?
+        A reward function or rollout call without a timeout waits forever for a server that is
+        down, overloaded or unreachable; the other ranks then wait for this one in their next
+        collective, the GPUs idle, and nothing is logged.
+
+    Evidence
+        the rank, the user frame that made the call, the network frames, the server's
+        ``host:port`` peers, phase, seconds without progress.
+
+    Fix
+        Check the server (is it up, is the port right, is it answering?); give the client call
+        a timeout and a retry limit so a dead server becomes an error, not a hang.
+
+    References
+        ms-swift issues #6962 (hang after 5 h with an external reward server), #9143 (remote
+        reward service), #4306 (rank 0 waits on the rollout server while the others time out).
+    """
+
+    code = "SD107"
+    name = "waiting-on-server"
+    severity = Severity.ERROR
+    fix = ("Check that the server is up and answering on that address; give the client call a "
+           "timeout and a retry limit so that a dead server becomes an error instead of a hang.")
+
+    def check(self, window: Window) -> Iterator[Finding]:
+        for rank, stacks in sorted(window.stacks.items()):
+            frame = waits_on_network(stacks.main)
+            if frame is None:
+                continue
+            peers = list(window.peers.get(rank, ()))
+            server = f" from {', '.join(peers)}" if peers else ""
+            summary = f"rank {rank} waits for a server's reply{server}; {describe(window, rank)}"
+            yield self.finding([rank], summary, {**rank_evidence(window, rank), "peers": peers})

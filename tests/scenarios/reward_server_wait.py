@@ -1,0 +1,34 @@
+"""Ranks train with an all_reduce per step; at step 2, rank WAIT_RANK scores its batch with a
+reward server at 127.0.0.1:REWARD_PORT (no timeout) that accepts the connection and never
+answers, while the other ranks wait in the all_reduce."""
+import json
+import os
+import time
+import urllib.request
+
+import torch
+import torch.distributed as dist
+
+WAIT_RANK = int(os.environ.get("WAIT_RANK", "0"))
+
+
+def score_with_reward_model(texts: list[str]) -> list[float]:
+    request = urllib.request.Request(f"http://127.0.0.1:{os.environ['REWARD_PORT']}/score",
+                                     data=json.dumps({"texts": texts}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as reply:   # no timeout: waits as long as the server
+        return json.loads(reply.read())["scores"]
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    for step in range(5):
+        if step == 2 and dist.get_rank() == WAIT_RANK:
+            score_with_reward_model(["a completion"])
+        dist.all_reduce(torch.ones(8))
+        time.sleep(0.1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
