@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
-from stalldoc.agent.statefile import AgentSnapshot
+from stalldoc.agent.statefile import AgentSnapshot, CudaState
 
 
 class Severity(str, Enum):
@@ -198,3 +198,4 @@ class Window:
     node: tuple[HostMemory, ...] = ()                                         # recent
     log: tuple[LogLine, ...] = ()        # lines not seen by the rules before (tick) / recent
     peers: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # TCP peers outside the job
+    cuda: Mapping[int, tuple[tuple[float, CudaState], ...]] = field(default_factory=dict)  # recent

@@ -23,6 +23,7 @@ from typing import Iterable
 
 import psutil
 
+from stalldoc.agent.statefile import CudaState
 from stalldoc.analysis.stacks import signature
 from stalldoc.detect.progress import ProgressTracker
 from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
@@ -97,6 +98,7 @@ class Watcher:
         self.unread_lines: list[LogLine] = []          # not yet seen by the tick rules
         self.gpu_history: dict[int, deque[GpuSample]] = {}
         self.node_history: deque[HostMemory] = deque(maxlen=HOST_HISTORY)
+        self.cuda_history: dict[int, deque[tuple[float, CudaState]]] = {}
         self.book = FindingBook()
         self.killed_for_stall = False
         self.ending = False   # we are ending the job: its ranks' deaths are ours, not findings
@@ -189,6 +191,10 @@ class Watcher:
             self.gpu_history.setdefault(gpu.index, deque(maxlen=HOST_HISTORY)).append(gpu)
         if sample.node is not None:
             self.node_history.append(sample.node)
+        for rank, agent in agents.items():
+            if agent.cuda is not None:
+                self.cuda_history.setdefault(rank, deque(maxlen=HOST_HISTORY)).append(
+                    (now, agent.cuda))
         self.tracker.observe(now, agents, host, self.opts.interval)
         self._sample_busy_stacks(now)
         self._drain_logs()
@@ -316,7 +322,8 @@ class Watcher:
                       {r: tuple(s) for r, s in self.host.items()}, stacks or {},
                       tuple(self.exits.values()), episode, self.tracker.last_progress(),
                       tuple(self.log_tail), {g: tuple(h) for g, h in self.gpu_history.items()},
-                      tuple(self.node_history), tuple(self.unread_lines))
+                      tuple(self.node_history), tuple(self.unread_lines), {},
+                      {r: tuple(h) for r, h in self.cuda_history.items()})
 
     def _tick_rules(self, now: float, agents: dict) -> None:
         """The cheap rules, every tick: open, update and resolve their findings."""

@@ -1,7 +1,7 @@
 """The rule catalogue (one file per rule) and the engine that runs it over a Window."""
 from __future__ import annotations
 
-from stalldoc.model import Finding, Window
+from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule
 from stalldoc.rules.sd101_rank_outside_collective import RankOutsideCollective
 from stalldoc.rules.sd102_collective_mismatch import CollectiveMismatch
@@ -10,6 +10,12 @@ from stalldoc.rules.sd104_python_deadlock import PythonDeadlock
 from stalldoc.rules.sd105_stopped_rank import StoppedRank
 from stalldoc.rules.sd106_no_progress import NoProgress
 from stalldoc.rules.sd107_waiting_on_server import WaitingOnServer
+from stalldoc.rules.sd201_offload_thrash import OffloadThrash
+from stalldoc.rules.sd202_gpu_memory_pressure import GpuMemoryPressure
+from stalldoc.rules.sd203_gpu_not_completing import GpuNotCompleting
+from stalldoc.rules.sd204_gpu_idle_host_blocked import GpuIdleHostBlocked
+from stalldoc.rules.sd301_host_memory_pressure import HostMemoryPressure
+from stalldoc.rules.sd302_cpu_oversubscription import CpuOversubscription
 from stalldoc.rules.sd501_nccl_watchdog_timeout import NcclWatchdogTimeout
 from stalldoc.rules.sd502_device_mismatch import DeviceMismatch
 from stalldoc.rules.sd503_vllm_kv_cache_memory import VllmKvCacheMemory
@@ -22,6 +28,8 @@ from stalldoc.rules.sd509_async_generate_failed import AsyncGenerateFailed
 
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
+                                 OffloadThrash, GpuMemoryPressure, GpuNotCompleting,
+                                 GpuIdleHostBlocked, HostMemoryPressure, CpuOversubscription,
                                  NcclWatchdogTimeout, DeviceMismatch, VllmKvCacheMemory,
                                  ExpandableSegmentsPool, CumemAllocatorError, CudaOom,
                                  RolloutServerUnreachable, MaxModelLenTooSmall, AsyncGenerateFailed)
@@ -33,9 +41,9 @@ def by_code(code: str) -> type[Rule] | None:
 
 
 def run_rules(window: Window, trigger: str) -> list[Finding]:
-    """Every rule of ``trigger``; fallback rules only when the others found nothing."""
+    """Every rule of ``trigger``; fallback rules only when the others found nothing but info."""
     rules = [rule() for rule in RULES if rule.trigger == trigger]
     findings = [f for rule in rules if not rule.fallback for f in rule.check(window)]
-    if not findings:
-        findings = [f for rule in rules if rule.fallback for f in rule.check(window)]
+    if all(f.severity is Severity.INFO for f in findings):  # nothing explained it yet
+        findings += [f for rule in rules if rule.fallback for f in rule.check(window)]
     return findings

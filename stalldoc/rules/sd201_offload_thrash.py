@@ -1,0 +1,99 @@
+"""SD201 offload-thrash."""
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+from stalldoc.model import Finding, Severity, Window
+from stalldoc.rules.base import Rule
+from stalldoc.rules.telemetry import MIN_SAMPLES, gib, gpus_of, mean
+
+OFFLOAD_PHASE = re.compile(r"(off|on|re)load|wake|sleep|move_model|swap", re.I)
+PCIE_BUSY_BPS = 1.0 * 2**30      # host<->GPU bytes per second
+GPU_IDLE_PERCENT = 30.0
+PHASE_SHARE = 0.5                # of the recent phase time spent moving weights
+PHASE_SECONDS = 120.0
+
+
+class OffloadThrash(Rule):
+    """Moving weights or optimizer states between CPU and GPU dominates the step.
+
+    What it does
+        Every tick, per rank: (a) over the last 30 s of NVML samples of the rank's GPU, PCIe
+        traffic above 1 GiB/s on average while the GPU is less than 30 % busy; or (b) over the
+        phases the rank completed in the last 2 minutes, more than half of the time they span
+        in offload / load / wake-up / sleep phases. Either is offload thrash.
+
+    Why is this bad?
+        offload_model, offload_optimizer and zero3_offload move weights and states over PCIe
+        every step; on a large model this takes longer than the compute it makes room for. The
+        GPU waits at low utilisation, the step time explodes and the job looks hung (the seed
+        articles' 32B GRPO runs).
+
+    Evidence
+        bytes moved host->GPU and GPU->host in the window, mean GPU utilisation, share of time
+        in offload phases and their names.
+
+    Fix
+        In this order, watching the step time after each: turn offload_model off first (the
+        baseline), then offload_optimizer; use zero3 instead of zero3_offload when GPU memory
+        allows; move_model_batches to move the model in parts; gc_collect_after_offload (swift
+        3.x) or torch.cuda.empty_cache after offload.
+
+    References
+        seed articles on swift GRPO offload thrash; ms-swift GRPO docs (offload_model,
+        offload_optimizer, move_model_batches); DeepSpeed ZeRO-Offload.
+    """
+
+    code = "SD201"
+    name = "offload-thrash"
+    severity = Severity.WARNING
+    trigger = "tick"
+    fix = ("Turn offload_model off first and compare the step time, then offload_optimizer; use "
+           "zero3 instead of zero3_offload if GPU memory allows; set move_model_batches; "
+           "gc_collect_after_offload (swift 3.x) or empty the CUDA cache after offload.")
+
+    def check(self, window: Window) -> Iterator[Finding]:
+        for rank in sorted({r.rank for r in window.ranks}):
+            evidence = {**self._pcie(window, rank), **self._phases(window, rank)}
+            if evidence.get("pcie_bound") or evidence.get("phase_bound"):
+                yield self.finding([rank], self._summary(rank, evidence), evidence)
+
+    def _pcie(self, window: Window, rank: int) -> dict:
+        for index, samples in gpus_of(window, rank).items():
+            if len(samples) < MIN_SAMPLES:
+                continue
+            rx, tx = mean(s.pcie_rx_bps for s in samples), mean(s.pcie_tx_bps for s in samples)
+            util = mean(s.util_gpu for s in samples)
+            if rx is None or tx is None or util is None:
+                continue
+            seconds = samples[-1].t - samples[0].t
+            return {"gpu": index, "pcie_rx_bytes": int(rx * seconds),
+                    "pcie_tx_bytes": int(tx * seconds), "seconds": round(seconds, 1),
+                    "util_gpu_mean": round(util, 1),
+                    "pcie_bound": rx + tx >= PCIE_BUSY_BPS and util < GPU_IDLE_PERCENT}
+        return {}
+
+    def _phases(self, window: Window, rank: int) -> dict:
+        agent = window.agents.get(rank)
+        done = [p for p in agent.phases if window.now - p.ended_at <= PHASE_SECONDS] if agent else []
+        moving = [p for p in done if OFFLOAD_PHASE.search(p.name)]
+        if not moving:
+            return {}
+        span = max(p.ended_at for p in done) - min(p.started_at for p in done)  # nested: once
+        share = sum(p.ended_at - p.started_at for p in moving) / span if span > 0 else 0.0
+        return {"offload_phase_share": round(share, 3),
+                "offload_phases": sorted({p.name for p in moving}),
+                "phase_bound": share > PHASE_SHARE}
+
+    @staticmethod
+    def _summary(rank: int, ev: dict) -> str:
+        parts = []
+        if "pcie_rx_bytes" in ev:
+            parts.append(f"{gib(ev['pcie_rx_bytes'] + ev['pcie_tx_bytes'])} over PCIe in "
+                         f"{ev['seconds']:.0f} s while GPU {ev['gpu']} was {ev['util_gpu_mean']:.0f}% "
+                         "busy")
+        if "offload_phase_share" in ev:
+            parts.append(f"{ev['offload_phase_share']:.0%} of the time in "
+                         f"{', '.join(ev['offload_phases'])}")
+        return f"rank {rank} offload thrash: " + "; ".join(parts)

@@ -1,0 +1,165 @@
+"""Good / bad windows for the telemetry rules (SD2xx GPU and memory, SD3xx host).
+
+No GPU here, so the GPU windows are generated from the physics each rule's docstring describes
+(rates x seconds, utilisation, allocator counters, CUDA marker ages), as NVML and the agent would
+report them; the host windows likewise from psutil's quantities. Each window says which case it
+is in its name."""
+from __future__ import annotations
+
+from stalldoc.agent.statefile import AgentSnapshot, CudaState, PhaseRecord
+from stalldoc.model import (GpuProcess, GpuSample, HostMemory, HostSample, RankProcess, Severity,
+                            StallEpisode, Window)
+from stalldoc.rules import by_code, run_rules
+
+GiB = 2**30
+NOW = 1000.0
+
+
+def snapshot(rank: int, phases: tuple[PhaseRecord, ...] = (), cuda: CudaState | None = None,
+             stack: tuple[str, ...] = ()) -> AgentSnapshot:
+    return AgentSnapshot(100 + rank, rank, rank, 2, 0, 0.0, NOW, 1, NOW, None, stack, "",
+                         len(phases), phases, (), cuda)
+
+
+def cuda(host: int = 10, gpu: int = 10, pending_at: float = 0.0, retries: int = 0,
+         allocated: int = 30 * GiB, reserved: int = 32 * GiB) -> CudaState:
+    return CudaState(allocated, reserved, allocated, retries, 0, NOW, host, gpu,
+                     f"all_reduce#{host}", f"phase m{gpu}", NOW, pending_at)
+
+
+def gpu_history(rank: int, util: int, rx_bps: float, used: int = 60 * GiB,
+                seconds: int = 20) -> tuple[GpuSample, ...]:
+    return tuple(GpuSample(NOW - seconds + i, 0, "GPU-0", "H100", used, 80 * GiB, util, 10,
+                           rx_bps / 4, rx_bps, 400.0, (GpuProcess(100 + rank, used, rank),))
+                 for i in range(seconds + 1))
+
+
+def node_history(available: int, swap_bps: float = 0.0, load: float = 1.0,
+                 cores: int = 4) -> tuple[HostMemory, ...]:
+    return tuple(HostMemory(NOW - 20 + i, available, 256 * GiB, swap_bps, swap_bps, load, cores)
+                 for i in range(21))
+
+
+def host(rank: int, cpu_percent: float = 50.0, rss: int = 20 * GiB) -> tuple[HostSample, ...]:
+    return (HostSample(NOW - 20, rank, 100 + rank, 1.0, rss // 2, 40, "running", 0, cpu_percent),
+            HostSample(NOW, rank, 100 + rank, 9.0, rss, 40, "running", 0, cpu_percent))
+
+
+def window(**kw) -> Window:
+    ranks = (RankProcess(0, 100, 0, ("python",)), RankProcess(1, 101, 1, ("python",)))
+    return Window(NOW, ranks, **kw)
+
+
+def codes(code: str, w: Window) -> list:
+    return list(by_code(code)().check(w))
+
+
+def steps(offload: float, compute: float, count: int = 6) -> tuple[PhaseRecord, ...]:
+    out, t = [], NOW - count * (offload + compute)
+    for _ in range(count):
+        out += [PhaseRecord("offload_model", t, t + offload),
+                PhaseRecord("compute", t + offload, t + offload + compute)]
+        t += offload + compute
+    return tuple(out)
+
+
+def test_sd201_bad_pcie_busy_gpu_idle():
+    # 6 GiB/s host->GPU for 20 s while the GPU is 5 % busy: weights shuttling, no compute
+    [f] = codes("SD201", window(gpus={0: gpu_history(0, util=5, rx_bps=6 * GiB)}))
+    assert f.ranks == (0,) and f.evidence["pcie_bound"]
+    assert f.evidence["pcie_rx_bytes"] == 120 * GiB and f.evidence["util_gpu_mean"] == 5
+
+
+def test_sd201_good_pcie_busy_gpu_busy():
+    # the same traffic overlapped with 85 % compute (prefetching ZeRO-3): not thrash
+    assert codes("SD201", window(gpus={0: gpu_history(0, util=85, rx_bps=6 * GiB)})) == []
+
+
+def test_sd201_bad_phases_dominated_by_offload_no_gpu_needed():
+    # 3 s offload + 1 s compute per step: 75 % of the time moving weights
+    agents = {1: snapshot(1, steps(offload=3.0, compute=1.0))}
+    [f] = codes("SD201", window(agents=agents))
+    assert f.ranks == (1,) and f.evidence["offload_phase_share"] == 0.75
+    assert f.evidence["offload_phases"] == ["offload_model"]
+
+
+def test_sd201_good_short_offload():
+    assert codes("SD201", window(agents={1: snapshot(1, steps(offload=0.2, compute=3.0))})) == []
+
+
+def test_sd202_bad_retries_rising():
+    history = {0: tuple((NOW - 20 + i, cuda(retries=3 + i // 5)) for i in range(21))}
+    [f] = codes("SD202", window(cuda=history, gpus={0: gpu_history(0, 50, 0.0, used=78 * GiB)}))
+    assert f.evidence["alloc_retries"] == [3, 7] and "4 allocation retries" in f.summary
+
+
+def test_sd202_bad_fragmented_and_full():
+    history = {0: ((NOW, cuda(allocated=40 * GiB, reserved=70 * GiB)),)}
+    [f] = codes("SD202", window(cuda=history, gpus={0: gpu_history(0, 50, 0.0, used=76 * GiB)}))
+    assert "reserved 70.0 GiB for 40.0 GiB allocated" in f.summary
+
+
+def test_sd202_good_steady_allocator():
+    history = {0: tuple((NOW - 20 + i, cuda(retries=3)) for i in range(21))}
+    assert codes("SD202", window(cuda=history, gpus={0: gpu_history(0, 50, 0.0)})) == []
+
+
+def test_sd203_bad_gpu_busy_behind_for_40s():
+    agents = {0: snapshot(0, cuda=cuda(host=12, gpu=11, pending_at=NOW - 40))}
+    [f] = codes("SD203", window(agents=agents, gpus={0: gpu_history(0, util=100, rx_bps=0)}))
+    assert f.evidence["gpu_behind_seconds"] == 40 and "GPU busy at 100%" in f.summary
+    assert "host at marker 12 all_reduce#12, GPU done up to 11 phase m11" in f.summary
+
+
+def test_sd203_good_gpu_just_behind():
+    agents = {0: snapshot(0, cuda=cuda(host=12, gpu=11, pending_at=NOW - 2))}
+    assert codes("SD203", window(agents=agents, gpus={0: gpu_history(0, 100, 0)})) == []
+
+
+def test_sd204_bad_gpu_idle_host_blocked_and_fallback_still_runs():
+    agents = {0: snapshot(0, cuda=cuda()), 1: snapshot(1, cuda=cuda())}
+    gpus = {0: gpu_history(0, util=0, rx_bps=0)}
+    stall = StallEpisode(1, NOW - 60, NOW, 30.0, (0, 1))
+    w = window(agents=agents, gpus=gpus, stall=stall, last_progress={0: NOW - 60, 1: NOW - 60})
+    [f] = codes("SD204", w)
+    assert f.ranks == (0,) and f.severity is Severity.INFO
+    found = {f.code for f in run_rules(w, "stall")}
+    assert found == {"SD204", "SD106"}       # info alone does not silence the fallback
+
+
+def test_sd204_good_gpu_busy():
+    agents = {0: snapshot(0, cuda=cuda())}
+    assert codes("SD204", window(agents=agents, gpus={0: gpu_history(0, 80, 0)})) == []
+
+
+def test_sd301_bad_low_memory_and_swapping():
+    [low] = codes("SD301", window(node=node_history(available=3 * GiB), host={0: host(0)}))
+    assert "3.0 GiB of 256.0 GiB available" in low.summary
+    [swap] = codes("SD301", window(node=node_history(100 * GiB, swap_bps=200 * 2**20),
+                                   host={0: host(0), 1: host(1, rss=40 * GiB)}))
+    assert swap.ranks == (0, 1) and swap.evidence["rss_first_last"]["1"] == [20 * GiB, 40 * GiB]
+
+
+def test_sd301_good():
+    assert codes("SD301", window(node=node_history(120 * GiB), host={0: host(0)})) == []
+
+
+def test_sd302_bad_job_saturates_and_queue_is_long():
+    w = window(node=node_history(100 * GiB, load=9.0, cores=4),
+               host={0: host(0, cpu_percent=200), 1: host(1, cpu_percent=190)})
+    [f] = codes("SD302", w)
+    assert f.evidence["load1"] == 9.0 and f.evidence["job_cpu_percent"] == 390
+
+
+def test_sd302_good_a_busy_neighbour_is_not_the_job():
+    w = window(node=node_history(100 * GiB, load=9.0, cores=4),
+               host={0: host(0, cpu_percent=30), 1: host(1, cpu_percent=20)})
+    assert codes("SD302", w) == []
+
+
+def test_a_quiet_window_has_no_tick_findings():
+    w = window(node=node_history(120 * GiB), host={0: host(0), 1: host(1)},
+               gpus={0: gpu_history(0, 60, 0.5 * GiB)},
+               agents={0: snapshot(0, steps(0.2, 3.0), cuda()), 1: snapshot(1)},
+               cuda={0: ((NOW, cuda()),)})
+    assert run_rules(w, "tick") == []
