@@ -14,6 +14,8 @@ from stalldoc.rules.sd201_offload_thrash import OffloadThrash
 from stalldoc.rules.sd202_gpu_memory_pressure import GpuMemoryPressure
 from stalldoc.rules.sd203_gpu_not_completing import GpuNotCompleting
 from stalldoc.rules.sd204_gpu_idle_host_blocked import GpuIdleHostBlocked
+from stalldoc.rules.sd205_gpu_shared_by_ranks import GpuSharedByRanks
+from stalldoc.rules.sd206_idle_gpus import IdleGpus
 from stalldoc.rules.sd301_host_memory_pressure import HostMemoryPressure
 from stalldoc.rules.sd302_cpu_oversubscription import CpuOversubscription
 from stalldoc.rules.sd501_nccl_watchdog_timeout import NcclWatchdogTimeout
@@ -29,7 +31,8 @@ from stalldoc.rules.sd509_async_generate_failed import AsyncGenerateFailed
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
                                  OffloadThrash, GpuMemoryPressure, GpuNotCompleting,
-                                 GpuIdleHostBlocked, HostMemoryPressure, CpuOversubscription,
+                                 GpuIdleHostBlocked, GpuSharedByRanks, IdleGpus,
+                                 HostMemoryPressure, CpuOversubscription,
                                  NcclWatchdogTimeout, DeviceMismatch, VllmKvCacheMemory,
                                  ExpandableSegmentsPool, CumemAllocatorError, CudaOom,
                                  RolloutServerUnreachable, MaxModelLenTooSmall, AsyncGenerateFailed)

@@ -163,3 +163,41 @@ def test_a_quiet_window_has_no_tick_findings():
                agents={0: snapshot(0, steps(0.2, 3.0), cuda()), 1: snapshot(1)},
                cuda={0: ((NOW, cuda()),)})
     assert run_rules(w, "tick") == []
+
+
+def gpu(index: int, util: int, procs: tuple[GpuProcess, ...], t: float) -> GpuSample:
+    return GpuSample(t, index, f"GPU-{index}", "H100", 40 * GiB if procs else 0, 80 * GiB, util,
+                     10, 0.0, 0.0, 300.0, procs)
+
+
+def node_gpus(layout: dict[int, tuple[int, tuple[GpuProcess, ...]]]) -> dict:
+    return {i: tuple(gpu(i, util, procs, NOW - 20 + s) for s in range(21))
+            for i, (util, procs) in layout.items()}
+
+
+def test_sd205_bad_two_ranks_on_one_gpu():
+    # rank 0 and rank 1's vLLM worker (pid 555, a child of rank 1) on GPU 0
+    gpus = node_gpus({0: (90, (GpuProcess(100, 20 * GiB, 0), GpuProcess(555, 30 * GiB, 1))),
+                      1: (0, ())})
+    [f] = codes("SD205", window(gpus=gpus))
+    assert f.ranks == (0, 1) and f.evidence["processes"] == {"100": 0, "555": 1}
+
+
+def test_sd205_good_a_rank_and_its_own_worker():
+    gpus = node_gpus({0: (90, (GpuProcess(100, 20 * GiB, 0), GpuProcess(556, 30 * GiB, 0)))})
+    assert codes("SD205", window(gpus=gpus)) == []
+
+
+def test_sd206_bad_half_the_gpus_unused():
+    # NPROC_PER_NODE=2 on a 4-GPU node: GPUs 2 and 3 never get a process
+    gpus = node_gpus({0: (95, (GpuProcess(100, GiB, 0),)), 1: (93, (GpuProcess(101, GiB, 1),)),
+                      2: (0, ()), 3: (0, ())})
+    [f] = codes("SD206", window(gpus=gpus))
+    assert f.evidence["idle_gpus"] == [2, 3] and "2 ranks on 4 GPUs" in f.summary
+
+
+def test_sd206_good_every_gpu_used_or_job_idle():
+    every = node_gpus({0: (95, (GpuProcess(100, GiB, 0),)), 1: (93, (GpuProcess(101, GiB, 1),))})
+    assert codes("SD206", window(gpus=every)) == []
+    starting = node_gpus({0: (0, (GpuProcess(100, GiB, 0),)), 1: (0, ())})  # loading, not busy
+    assert codes("SD206", window(gpus=starting)) == []

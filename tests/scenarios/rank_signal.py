@@ -16,7 +16,7 @@ def main() -> None:
         if dist.get_rank() == int(os.environ.get("SIGNAL_RANK", "1")) and \
                 step == int(os.environ.get("SIGNAL_STEP", "2")):
             hoard.append(bytearray(int(os.environ.get("GROW_MB", "0")) * 2**20))
-            time.sleep(1.5)
+            time.sleep(2.5)  # a few watcher ticks see the grown memory, even on a busy machine
             os.kill(os.getpid(), with_signal)
         dist.all_reduce(torch.ones(8))
         time.sleep(0.2)
