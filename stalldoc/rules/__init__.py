@@ -27,6 +27,7 @@ from stalldoc.rules.sd506_cuda_oom import CudaOom
 from stalldoc.rules.sd507_rollout_server_unreachable import RolloutServerUnreachable
 from stalldoc.rules.sd508_max_model_len_too_small import MaxModelLenTooSmall
 from stalldoc.rules.sd509_async_generate_failed import AsyncGenerateFailed
+from stalldoc.rules.sd510_vllm_preemption import VllmPreemption
 
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
@@ -35,7 +36,8 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  HostMemoryPressure, CpuOversubscription,
                                  NcclWatchdogTimeout, DeviceMismatch, VllmKvCacheMemory,
                                  ExpandableSegmentsPool, CumemAllocatorError, CudaOom,
-                                 RolloutServerUnreachable, MaxModelLenTooSmall, AsyncGenerateFailed)
+                                 RolloutServerUnreachable, MaxModelLenTooSmall, AsyncGenerateFailed,
+                                 VllmPreemption)
 STICKY: frozenset[str] = frozenset(rule.code for rule in RULES if rule.sticky)
 
 

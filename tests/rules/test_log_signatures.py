@@ -30,6 +30,10 @@ BAD = {
               "tokens.", {"prompt_tokens": "4120", "max_model_len": "4096"}, []),
     "SD509": ("[rank0]: Error in async_generate_rollout callback: CUDA error: an illegal memory "
               "access was encountered", {}, [0]),
+    "SD510": ("WARNING 11-21 14:03:12 scheduler.py:1560] Sequence group 7 is preempted by "
+              "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can "
+              "affect the end-to-end performance. Increase gpu_memory_utilization or "
+              "tensor_parallel_size to provide more KV cache memory.", {"mode": "RECOMPUTE"}, []),
 }
 
 GOOD = {
@@ -43,6 +47,7 @@ GOOD = {
     "SD507": "Start connecting to vLLM server 127.0.0.1:8000",
     "SD508": "max_model_len=8192 max_completion_length=1024",
     "SD509": "Inference task submitted",
+    "SD510": "INFO gpu_executor.py:122 # GPU blocks: 2048, # CPU blocks: 512; KV cache space ok",
 }
 
 
