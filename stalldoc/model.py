@@ -6,6 +6,7 @@ from enum import Enum
 from typing import Any, Mapping
 
 from stalldoc.agent.statefile import AgentSnapshot, CudaState
+from stalldoc.launch.config import LaunchConfig
 
 
 class Severity(str, Enum):
@@ -199,3 +200,4 @@ class Window:
     log: tuple[LogLine, ...] = ()        # lines not seen by the rules before (tick) / recent
     peers: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # TCP peers outside the job
     cuda: Mapping[int, tuple[tuple[float, CudaState], ...]] = field(default_factory=dict)  # recent
+    config: LaunchConfig | None = None       # what the command line and environment say

@@ -27,6 +27,7 @@ from stalldoc.agent.statefile import CudaState
 from stalldoc.analysis.stacks import signature
 from stalldoc.detect.progress import ProgressTracker
 from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
+from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.launch.inject import agent_environment
 from stalldoc.launch.job import Job, become_subreaper, resolve_command
 from stalldoc.live import RankLine, Terminal, format_status
@@ -106,6 +107,7 @@ class Watcher:
         self.explained: set[str] = set()
         self.deaths = DeathWatch()
         self.parents: dict[int, int] = {}
+        self.config: LaunchConfig | None = None
 
     # ----- life cycle -------------------------------------------------------------------------
     def run(self) -> int:
@@ -113,6 +115,8 @@ class Watcher:
         if self.opts.agent:
             env = agent_environment(self.run_dir, env, os.getpid())
         become_subreaper()
+        self.config = parse_command(self.opts.argv, env)
+        launch_findings = self._launch_rules()
         self.job = Job(list(self.opts.argv), env, self.lines.put, self.terminal.job_output)
         self.store.start_run(self.run_dir.name, list(self.opts.argv), socket.gethostname(),
                              self.job.started_at, self.opts.stall_timeout, self.opts.agent)
@@ -120,6 +124,8 @@ class Watcher:
         for probe, why in self.sampler.unavailable.items():
             self.store.probe_unavailable(probe, why)
             self.say(f"{probe} probe off: {why}")
+        if launch_findings:
+            self.store.add_findings(self.job.started_at, None, launch_findings, "launch")
         self._install_signals()
         try:
             self._loop()
@@ -170,14 +176,14 @@ class Watcher:
         except Exception:  # noqa: BLE001
             self._internal_error()
 
-    def _internal_error(self) -> None:
+    def _internal_error(self, what: str = "watching stopped (job runs on)") -> None:
         text = traceback.format_exc()
         try:
             with open(self.run_dir / INTERNAL_ERRORS, "a", encoding="utf-8") as fh:
                 fh.write(text)
         except OSError:
             pass
-        self.say(f"internal error, watching stopped (job runs on): {text.strip().splitlines()[-1]}")
+        self.say(f"internal error, {what}: {text.strip().splitlines()[-1]}")
 
     # ----- one tick ---------------------------------------------------------------------------
     def tick(self, now: float) -> None:
@@ -323,7 +329,21 @@ class Watcher:
                       tuple(self.exits.values()), episode, self.tracker.last_progress(),
                       tuple(self.log_tail), {g: tuple(h) for g, h in self.gpu_history.items()},
                       tuple(self.node_history), tuple(self.unread_lines), {},
-                      {r: tuple(h) for r, h in self.cuda_history.items()})
+                      {r: tuple(h) for r, h in self.cuda_history.items()}, self.config)
+
+    def _launch_rules(self) -> list[Finding]:
+        """What the command line says before anything runs; printed, never blocking."""
+        try:
+            gpus = self.sampler.nvml.sample(time.time()) if self.sampler.gpus_on else []
+            window = Window(time.time(), (), gpus={g.index: (g,) for g in gpus},
+                            config=self.config)
+            findings = run_rules(window, "launch")
+        except Exception:  # noqa: BLE001 - a rule's failure must not stop the launch
+            self._internal_error("launch checks skipped")
+            return []
+        if findings:
+            self.say("before launch:\n" + render_findings(findings))
+        return findings
 
     def _tick_rules(self, now: float, agents: dict) -> None:
         """The cheap rules, every tick: open, update and resolve their findings."""

@@ -166,3 +166,20 @@ def test_explain_unknown_code_is_one_line_exit_2():
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [
         "stalldoc: no rule has code 'SD999'; `stalldoc rules` lists them"]
+
+
+def test_launch_checks_are_printed_stored_and_never_block(tmp_path):
+    # a stand-in `swift` executable: what is under test is stalldoc reading the command line
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    swift = bindir / "swift"
+    swift.write_text(f"#!{sys.executable}\nprint('swift ran')\n")
+    swift.chmod(0o755)
+    result = watch(tmp_path, [str(swift), "rlhf", "--rlhf_type", "grpo", "--use_vllm", "true",
+                              "--async_generate", "true", "--offload_model", "true",
+                              "--deepspeed", "zero3_offload"])
+    assert result.code == 0, result.stderr
+    before = result.stderr.split("swift ran")[0] if "swift ran" in result.stderr else result.stderr
+    assert "before launch:" in before and "[SD403 error] async_generate with vllm_mode" in before
+    launch = [f for f in result.report()["findings"] if f["trigger"] == "launch"]
+    assert sorted(f["code"] for f in launch) == ["SD403", "SD405"]

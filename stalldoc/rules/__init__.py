@@ -18,6 +18,11 @@ from stalldoc.rules.sd205_gpu_shared_by_ranks import GpuSharedByRanks
 from stalldoc.rules.sd206_idle_gpus import IdleGpus
 from stalldoc.rules.sd301_host_memory_pressure import HostMemoryPressure
 from stalldoc.rules.sd302_cpu_oversubscription import CpuOversubscription
+from stalldoc.rules.sd401_max_model_len_config import MaxModelLenConfig
+from stalldoc.rules.sd402_vllm_tp_layout import VllmTpLayout
+from stalldoc.rules.sd403_async_generate_colocate import AsyncGenerateColocate
+from stalldoc.rules.sd404_processes_vs_gpus import ProcessesVsGpus
+from stalldoc.rules.sd405_offload_combination import OffloadCombination
 from stalldoc.rules.sd501_nccl_watchdog_timeout import NcclWatchdogTimeout
 from stalldoc.rules.sd502_device_mismatch import DeviceMismatch
 from stalldoc.rules.sd503_vllm_kv_cache_memory import VllmKvCacheMemory
@@ -33,7 +38,9 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
                                  OffloadThrash, GpuMemoryPressure, GpuNotCompleting,
                                  GpuIdleHostBlocked, GpuSharedByRanks, IdleGpus,
-                                 HostMemoryPressure, CpuOversubscription,
+                                 HostMemoryPressure, CpuOversubscription, MaxModelLenConfig,
+                                 VllmTpLayout, AsyncGenerateColocate, ProcessesVsGpus,
+                                 OffloadCombination,
                                  NcclWatchdogTimeout, DeviceMismatch, VllmKvCacheMemory,
                                  ExpandableSegmentsPool, CumemAllocatorError, CudaOom,
                                  RolloutServerUnreachable, MaxModelLenTooSmall, AsyncGenerateFailed,

@@ -1,0 +1,62 @@
+"""SD401 max-model-len-config."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from stalldoc.model import Finding, Severity, Window
+from stalldoc.rules.base import Rule
+
+SWIFT_MAX_COMPLETION_LENGTH = 512   # swift's default max_completion_length
+
+
+class MaxModelLenConfig(Rule):
+    """vllm_max_model_len cannot hold a prompt plus its completion.
+
+    What it does
+        Before launch, for a swift GRPO command with vLLM: compares vllm_max_model_len with
+        max_length (the longest prompt) + max_completion_length (default 512). A completion
+        alone longer than the model length is an error; prompt + completion longer is a warning.
+
+    Why is this bad?
+        vLLM rejects prompts longer than max_model_len and clips completions at it: rewards of
+        long samples collapse, or the rollout raises inside a callback and the rank waits
+        forever.
+
+    Evidence
+        vllm_max_model_len, max_length, max_completion_length and their sum.
+
+    Fix
+        vllm_max_model_len >= max_length + max_completion_length, or lower max_length (with
+        truncation_strategy) / max_completion_length.
+
+    References
+        seed articles (vllm_max_model_len too small); ms-swift GRPO docs.
+    """
+
+    code = "SD401"
+    name = "max-model-len-config"
+    severity = Severity.WARNING
+    trigger = "launch"
+    fix = ("Set vllm_max_model_len >= max_length + max_completion_length, or lower max_length "
+           "(truncation_strategy) / max_completion_length.")
+
+    def check(self, window: Window) -> Iterator[Finding]:
+        config = window.config
+        if config is None or not config.is_grpo or not config.flag("use_vllm"):
+            return
+        model_len = config.number("vllm_max_model_len")
+        if model_len is None:
+            return
+        completion = config.number("max_completion_length") or SWIFT_MAX_COMPLETION_LENGTH
+        prompt = config.number("max_length")
+        evidence = {"vllm_max_model_len": int(model_len), "max_length": prompt and int(prompt),
+                    "max_completion_length": int(completion)}
+        if completion >= model_len:
+            yield Finding(self.code, self.name, Severity.ERROR, (), (
+                f"max_completion_length {completion:.0f} >= vllm_max_model_len {model_len:.0f}: "
+                "no room for any prompt"), evidence, self.fix)
+        elif prompt is not None and prompt + completion > model_len:
+            yield self.finding((), (
+                f"max_length {prompt:.0f} + max_completion_length {completion:.0f} = "
+                f"{prompt + completion:.0f} > vllm_max_model_len {model_len:.0f}"),
+                {**evidence, "needed": int(prompt + completion)})

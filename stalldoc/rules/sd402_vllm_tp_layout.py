@@ -1,0 +1,60 @@
+"""SD402 vllm-tp-layout."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from stalldoc.model import Finding, Severity, Window
+from stalldoc.rules.base import Rule
+from stalldoc.rules.config_helpers import visible_gpus
+
+
+class VllmTpLayout(Rule):
+    """vLLM's tensor parallelism does not fit the ranks or the GPUs.
+
+    What it does
+        Before launch, for a swift GRPO command with vLLM: vllm_tensor_parallel_size must divide
+        the world size (NPROC_PER_NODE x NNODES); with swift 3.x's num_infer_workers,
+        num_infer_workers x vllm_tensor_parallel_size must not exceed the GPUs of a node.
+
+    Why is this bad?
+        swift refuses a TP size that does not divide the world size, after loading the model
+        (``vllm_tensor_parallel_size (tp) must divide world size (W) evenly.``). More engine
+        shards than GPUs put several on one GPU: they contend for its memory at wake-up and the
+        colocated run hangs or OOMs.
+
+    Evidence
+        tensor parallel size, world size, num_infer_workers, GPUs.
+
+    Fix
+        Pick vllm_tensor_parallel_size among the divisors of the world size, and keep
+        num_infer_workers x vllm_tensor_parallel_size <= GPUs per node.
+
+    References
+        ms-swift GRPO argument checks; issue #3695 (num_infer_workers 8 + tensor_parallel_size 8).
+    """
+
+    code = "SD402"
+    name = "vllm-tp-layout"
+    severity = Severity.ERROR
+    trigger = "launch"
+    fix = ("Choose vllm_tensor_parallel_size among the divisors of the world size and keep "
+           "num_infer_workers x vllm_tensor_parallel_size within the GPUs of a node.")
+
+    def check(self, window: Window) -> Iterator[Finding]:
+        config = window.config
+        if config is None or not config.is_grpo or not config.flag("use_vllm"):
+            return
+        tp = int(config.number("vllm_tensor_parallel_size") or 1)
+        world = config.world_size
+        if world and world % tp:
+            divisors = [d for d in range(1, world + 1) if world % d == 0]
+            yield self.finding((), f"vllm_tensor_parallel_size ({tp}) must divide world size "
+                                   f"({world}) evenly; valid: {divisors}",
+                               {"tensor_parallel_size": tp, "world_size": world,
+                                "valid": divisors})
+        workers, gpus = config.number("num_infer_workers"), visible_gpus(window)
+        if workers and gpus and workers * tp > gpus:
+            yield self.finding((), f"num_infer_workers {workers:.0f} x vllm_tensor_parallel_size "
+                                   f"{tp} = {workers * tp:.0f} engine shards on {gpus} GPUs",
+                               {"num_infer_workers": int(workers), "tensor_parallel_size": tp,
+                                "gpus": gpus})

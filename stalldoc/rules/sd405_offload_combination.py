@@ -1,0 +1,52 @@
+"""SD405 offload-combination."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from stalldoc.model import Finding, Severity, Window
+from stalldoc.rules.base import Rule
+
+
+class OffloadCombination(Rule):
+    """offload_model together with ZeRO-3 CPU offload: the configuration of seed 002's stall.
+
+    What it does
+        Before launch, for a swift GRPO command: offload_model (or offload_optimizer) together
+        with ``--deepspeed zero3_offload`` (or a DeepSpeed JSON whose name says offload).
+
+    Why is this bad?
+        Both move the same weights and states over PCIe every step, one for rollout, one for
+        ZeRO-3's own offload; on a large model the GPU waits on the bus most of the step (offload
+        thrash, SD201), which looks like a hang.
+
+    Evidence
+        offload_model, offload_optimizer, deepspeed.
+
+    Fix
+        In this order, measuring the step time after each: offload_model off first, then
+        offload_optimizer; zero3 instead of zero3_offload when GPU memory allows;
+        move_model_batches; gc_collect_after_offload (3.x) or empty the CUDA cache.
+
+    References
+        seed article 002; ms-swift GRPO docs; issue #3401 (zero3_offload + async_generate).
+    """
+
+    code = "SD405"
+    name = "offload-combination"
+    severity = Severity.WARNING
+    trigger = "launch"
+    fix = ("Turn offload_model off first and measure, then offload_optimizer; use zero3 instead "
+           "of zero3_offload if GPU memory allows; set move_model_batches.")
+
+    def check(self, window: Window) -> Iterator[Finding]:
+        config = window.config
+        if config is None or not config.is_grpo:
+            return
+        deepspeed = config.value("deepspeed") or ""
+        moving = [name for name in ("offload_model", "offload_optimizer") if config.flag(name)]
+        if moving and "offload" in deepspeed:
+            yield self.finding((), f"{' and '.join(moving)} with --deepspeed {deepspeed}: weights "
+                                   "cross PCIe twice per step", {
+                                       "offload_model": config.flag("offload_model"),
+                                       "offload_optimizer": config.flag("offload_optimizer"),
+                                       "deepspeed": deepspeed})

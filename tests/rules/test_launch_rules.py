@@ -1,0 +1,73 @@
+"""SD4xx before launch: good / bad swift GRPO command lines, including seed 002's 32B
+configuration (zero3_offload + offload_model, tensor_parallel_size 8 x num_infer_workers 8,
+async_generate, vllm_max_model_len 2048) on an 8-GPU node."""
+from __future__ import annotations
+
+from stalldoc.launch.config import parse_command
+from stalldoc.model import Severity, Window
+from stalldoc.rules import run_rules
+
+SEED_002 = ["swift", "rlhf", "--rlhf_type", "grpo", "--model", "Qwen/Qwen2.5-32B-Instruct",
+            "--use_vllm", "true", "--vllm_gpu_memory_utilization", "0.5",
+            "--vllm_max_model_len", "2048", "--max_completion_length", "2048",
+            "--tensor_parallel_size", "8", "--num_infer_workers", "8", "--async_generate", "true",
+            "--offload_model", "true", "--offload_optimizer", "true",
+            "--deepspeed", "zero3_offload", "--num_generations", "8"]
+GOOD = ["swift", "rlhf", "--rlhf_type", "grpo", "--model", "Qwen/Qwen2.5-7B-Instruct",
+        "--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_tensor_parallel_size", "2",
+        "--vllm_max_model_len", "4096", "--max_length", "2048", "--max_completion_length", "1024",
+        "--deepspeed", "zero3", "--offload_model", "true", "--num_generations", "8"]
+EIGHT = {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "NPROC_PER_NODE": "8"}
+
+
+def launch_findings(argv: list[str], env: dict[str, str]) -> dict[str, list]:
+    window = Window(0.0, (), config=parse_command(argv, env))
+    out: dict[str, list] = {}
+    for finding in run_rules(window, "launch"):
+        out.setdefault(finding.code, []).append(finding)
+    return out
+
+
+def test_seed_002_configuration():
+    found = launch_findings(SEED_002, EIGHT)
+    assert set(found) == {"SD401", "SD402", "SD403", "SD405"}
+    [length] = found["SD401"]
+    assert length.severity is Severity.ERROR and "2048 >= vllm_max_model_len 2048" in length.summary
+    [layout] = found["SD402"]
+    assert "num_infer_workers 8 x vllm_tensor_parallel_size 8 = 64 engine shards on 8 GPUs" in \
+        layout.summary
+    assert found["SD403"][0].evidence["vllm_mode"] == "colocate (default)"
+    assert "offload_model and offload_optimizer with --deepspeed zero3_offload" in \
+        found["SD405"][0].summary
+
+
+def test_a_sound_configuration_has_no_launch_findings():
+    assert launch_findings(GOOD, EIGHT) == {}
+
+
+def test_prompt_plus_completion_over_model_len_is_a_warning():
+    argv = GOOD[:GOOD.index("--max_length")] + ["--max_length", "3500",
+                                                 "--max_completion_length", "1024"]
+    [finding] = launch_findings(argv, EIGHT)["SD401"]
+    assert finding.severity is Severity.WARNING and finding.evidence["needed"] == 4524
+
+
+def test_tp_must_divide_the_world_size_with_swifts_words():
+    argv = [*GOOD[:GOOD.index("--vllm_tensor_parallel_size")], "--vllm_tensor_parallel_size", "4"]
+    [finding] = launch_findings(argv, {"NPROC_PER_NODE": "6"})["SD402"]
+    assert finding.summary.startswith("vllm_tensor_parallel_size (4) must divide world size (6)")
+    assert finding.evidence["valid"] == [1, 2, 3, 6]
+
+
+def test_processes_against_gpus():
+    more = launch_findings(GOOD, {"NPROC_PER_NODE": "8", "CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    assert "8 processes per node for 4 GPUs" in more["SD404"][0].summary
+    uneven = launch_findings(GOOD, {"NPROC_PER_NODE": "3", **{"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}})
+    assert uneven["SD404"][0].summary.startswith("n_gpu: 8, local_world_size: 3")
+    fewer = launch_findings(GOOD, {"NPROC_PER_NODE": "4", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"})
+    [idle] = fewer["SD404"]
+    assert idle.severity is Severity.WARNING and "4 GPUs idle" in idle.summary
+
+
+def test_not_swift_nothing_to_say():
+    assert launch_findings(["torchrun", "--nproc_per_node", "2", "train.py"], {}) == {}
