@@ -26,7 +26,7 @@ _NNODES_FLAGS = {"--nnodes", "--num_nodes", "--num-nodes", "--num_machines", "--
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    launcher: str                                   # swift / torchrun / deepspeed / accelerate / python / other
+    launcher: str               # swift / torchrun / deepspeed / accelerate / python / other
     program: str                                    # the training script or module
     swift_command: str | None                       # rlhf, sft, rollout, ... (None: not swift)
     args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

@@ -37,7 +37,8 @@ class VllmKvCacheMemory(LogSignature):
     patterns = (
         r"No available memory for the cache blocks",
         r"KV cache is needed, which is larger than the available KV cache memory",
-        r"Free memory on device \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on startup is less than desired GPU memory utilization",
+        r"Free memory on device \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on startup "
+        r"is less than desired GPU memory utilization",
     )
     fix = ("Free the GPU for vLLM (offload_model / offload_optimizer, sleep_level 1), set "
            "vllm_gpu_memory_utilization to what is really free (0.6-0.7 for colocate), lower "

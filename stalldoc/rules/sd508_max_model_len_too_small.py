@@ -32,8 +32,10 @@ class MaxModelLenTooSmall(LogSignature):
     severity = Severity.WARNING
     headline = "vllm_max_model_len too small"
     patterns = (
-        r"max_model_len\((?P<max_model_len>\d+)\) - num_tokens\((?P<prompt_tokens>\d+)\) < max_tokens\((?P<max_tokens>\d+)\)",
-        r"The decoder prompt \(length (?P<prompt_tokens>\d+)\) is longer than the maximum model length of (?P<max_model_len>\d+)",
+        r"max_model_len\((?P<max_model_len>\d+)\) - num_tokens\((?P<prompt_tokens>\d+)\) < "
+        r"max_tokens\((?P<max_tokens>\d+)\)",
+        r"The decoder prompt \(length (?P<prompt_tokens>\d+)\) is longer than the maximum "
+        r"model length of (?P<max_model_len>\d+)",
     )
     fix = ("Set vllm_max_model_len >= the longest prompt (max_length) + max_completion_length, or "
            "truncate prompts / lower max_completion_length.")
