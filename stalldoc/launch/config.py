@@ -8,7 +8,9 @@ finds none stays quiet.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -54,11 +56,45 @@ class LaunchConfig:
     def is_grpo(self) -> bool:
         return self.swift_command == "rlhf" and (self.value("rlhf_type") or "") == "grpo"
 
+    def deepspeed(self) -> DeepSpeedChoice | None:
+        """The DeepSpeed choice: a swift preset (zero2, zero3, zero3_offload) or a JSON file."""
+        value = self.value("deepspeed")
+        return deepspeed_choice(value) if value else None
+
     @property
     def world_size(self) -> int | None:
         if self.nproc_per_node is None:
             return None
         return self.nproc_per_node * (self.nnodes or 1)
+
+
+@dataclass(frozen=True)
+class DeepSpeedChoice:
+    name: str                 # the preset or the file path as given
+    stage: int | None         # ZeRO stage
+    offload_param: bool       # parameters offloaded to CPU / NVMe
+    offload_optimizer: bool   # optimizer state offloaded to CPU / NVMe
+    error: str = ""           # why a JSON file could not be read
+
+
+def deepspeed_choice(value: str) -> DeepSpeedChoice:
+    """A swift preset by name, or the ``zero_optimization`` of a DeepSpeed JSON file."""
+    preset = re.fullmatch(r"zero([0-3])(_offload)?", value)
+    if preset:
+        offload = bool(preset.group(2))
+        return DeepSpeedChoice(value, int(preset.group(1)), offload and preset.group(1) == "3",
+                               offload)
+    try:
+        with open(value, encoding="utf-8") as fh:
+            zero = json.load(fh).get("zero_optimization", {})
+    except (OSError, ValueError, AttributeError) as exc:
+        return DeepSpeedChoice(value, None, False, False, f"cannot read {value}: {exc}")
+    devices = {key: (zero.get(key) or {}).get("device", "none") for key in
+               ("offload_param", "offload_optimizer")}
+    stage = zero.get("stage")
+    return DeepSpeedChoice(value, stage if isinstance(stage, int) else None,
+                           devices["offload_param"] in ("cpu", "nvme"),
+                           devices["offload_optimizer"] in ("cpu", "nvme"))
 
 
 def parse_flags(argv: Sequence[str]) -> dict[str, tuple[str, ...]]:

@@ -12,7 +12,8 @@ class OffloadCombination(Rule):
 
     What it does
         Before launch, for a swift GRPO command: offload_model (or offload_optimizer) together
-        with ``--deepspeed zero3_offload`` (or a DeepSpeed JSON whose name says offload).
+        with ``--deepspeed zero3_offload`` or a DeepSpeed JSON that offloads parameters or the
+        optimizer to CPU / NVMe.
 
     Why is this bad?
         Both move the same weights and states over PCIe every step, one for rollout, one for
@@ -42,11 +43,14 @@ class OffloadCombination(Rule):
         config = window.config
         if config is None or not config.is_grpo:
             return
-        deepspeed = config.value("deepspeed") or ""
+        deepspeed = config.deepspeed()
         moving = [name for name in ("offload_model", "offload_optimizer") if config.flag(name)]
-        if moving and "offload" in deepspeed:
-            yield self.finding((), f"{' and '.join(moving)} with --deepspeed {deepspeed}: weights "
-                                   "cross PCIe twice per step", {
+        if moving and deepspeed and (deepspeed.offload_param or deepspeed.offload_optimizer):
+            yield self.finding((), f"{' and '.join(moving)} with --deepspeed {deepspeed.name} "
+                                   f"(ZeRO-{deepspeed.stage} offload): weights cross PCIe twice "
+                                   "per step", {
                                        "offload_model": config.flag("offload_model"),
                                        "offload_optimizer": config.flag("offload_optimizer"),
-                                       "deepspeed": deepspeed})
+                                       "deepspeed": deepspeed.name, "stage": deepspeed.stage,
+                                       "ds_offload_param": deepspeed.offload_param,
+                                       "ds_offload_optimizer": deepspeed.offload_optimizer})

@@ -1,8 +1,12 @@
 """SD510 vllm-preemption."""
 from __future__ import annotations
 
-from stalldoc.model import Severity
+import dataclasses
+from typing import Iterator
+
+from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.log_signature import LogSignature
+from stalldoc.rules.telemetry import gib
 
 
 class VllmPreemption(LogSignature):
@@ -18,7 +22,8 @@ class VllmPreemption(LogSignature):
         model — GPU memory sits unused next to the full KV cache.
 
     Evidence
-        the lines and how often they came.
+        the lines and how often they came; the memory each GPU had unused at that moment
+        (NVML), which says whether raising vllm_gpu_memory_utilization has room to work.
 
     Fix
         Raise vllm_gpu_memory_utilization towards 0.6-0.7 when the GPU has memory to spare
@@ -41,3 +46,14 @@ class VllmPreemption(LogSignature):
     fix = ("Raise vllm_gpu_memory_utilization towards 0.6-0.7 if the GPU has memory to spare "
            "(offload the training model during rollout first), or lower vllm_max_num_seqs / "
            "vllm_max_model_len, or raise vllm_tensor_parallel_size.")
+
+    def check(self, window: Window) -> Iterator[Finding]:
+        unused = {str(i): h[-1].memory_total - h[-1].memory_used for i, h in window.gpus.items()
+                  if h and h[-1].memory_total and h[-1].memory_used is not None}
+        for finding in super().check(window):
+            if unused:
+                spare = ", ".join(f"GPU {i} {gib(v)}" for i, v in unused.items())
+                finding = dataclasses.replace(
+                    finding, summary=f"{finding.summary[:160]}; unused: {spare}",
+                    evidence={**finding.evidence, "gpu_unused_bytes": unused})
+            yield finding

@@ -3,6 +3,8 @@ configuration (zero3_offload + offload_model, tensor_parallel_size 8 x num_infer
 async_generate, vllm_max_model_len 2048) on an 8-GPU node."""
 from __future__ import annotations
 
+import json
+
 from stalldoc.launch.config import parse_command
 from stalldoc.model import Severity, Window
 from stalldoc.rules import run_rules
@@ -37,8 +39,8 @@ def test_seed_002_configuration():
     assert "num_infer_workers 8 x vllm_tensor_parallel_size 8 = 64 engine shards on 8 GPUs" in \
         layout.summary
     assert found["SD403"][0].evidence["vllm_mode"] == "colocate (default)"
-    assert "offload_model and offload_optimizer with --deepspeed zero3_offload" in \
-        found["SD405"][0].summary
+    assert "offload_model and offload_optimizer with --deepspeed zero3_offload (ZeRO-3 offload)" \
+        in found["SD405"][0].summary
 
 
 def test_a_sound_configuration_has_no_launch_findings():
@@ -71,3 +73,21 @@ def test_processes_against_gpus():
 
 def test_not_swift_nothing_to_say():
     assert launch_findings(["torchrun", "--nproc_per_node", "2", "train.py"], {}) == {}
+
+
+def test_deepspeed_json_offload_counts_like_the_preset(tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 3, "offload_optimizer":
+                                                    {"device": "cpu", "pin_memory": True}}}))
+    argv = [*GOOD[:GOOD.index("--deepspeed")], "--deepspeed", str(ds), "--offload_model", "true"]
+    [finding] = launch_findings(argv, EIGHT)["SD405"]
+    assert finding.evidence["stage"] == 3 and finding.evidence["ds_offload_optimizer"]
+    assert not finding.evidence["ds_offload_param"]
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
+    assert "SD405" not in launch_findings(argv, EIGHT)
+
+
+def test_unreadable_deepspeed_json_is_said_not_raised(tmp_path):
+    config = parse_command(["swift", "rlhf", "--deepspeed", str(tmp_path / "missing.json")], {})
+    choice = config.deepspeed()
+    assert choice.stage is None and choice.error.startswith("cannot read")

@@ -69,3 +69,12 @@ def test_signature_found_with_its_figures(code):
 @pytest.mark.parametrize("code", sorted(GOOD))
 def test_look_alike_lines_are_not_findings(code):
     assert list(by_code(code)().check(window(GOOD[code]))) == []
+
+
+def test_preemption_says_how_much_gpu_memory_sat_unused():
+    from stalldoc.model import GpuSample
+    gpu = GpuSample(99.0, 0, "GPU-0", "H100", 40 * 2**30, 80 * 2**30, 30, 5, 0.0, 0.0, 200.0, ())
+    w = Window(100.0, (), gpus={0: (gpu,)}, log=(LogLine(99.0, "stderr", BAD["SD510"][0]),))
+    [finding] = by_code("SD510")().check(w)
+    assert finding.evidence["gpu_unused_bytes"] == {"0": 40 * 2**30}
+    assert finding.summary.endswith("unused: GPU 0 40.0 GiB")
