@@ -1,6 +1,7 @@
 """The ``stalldoc`` command line."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ EXIT_CODES_HELP = """\b
 Exit codes of watch:
   the job's own   the command's exit status (128+N when killed by signal N)
   124             --on-stall kill ended the job after storing the diagnosis
-  125             stalldoc could not start watching (bad run directory); job not launched
+  125             stalldoc could not start watching (bad run directory, or --strict and
+                  the launch checks found a problem); job not launched
   126 / 127       the command is not executable / not found
   2               usage error
 """
@@ -44,9 +46,12 @@ def main() -> None:
               help="Seconds between SIGTERM and SIGKILL when ending the job tree.")
 @click.option("--no-agent", is_flag=True, help="Do not inject the in-process agent.")
 @click.option("--no-gpu", is_flag=True, help="Do not read GPU telemetry through NVML.")
+@click.option("--strict", is_flag=True,
+              help="Do not launch when the launch checks find an error or a warning (exit 125).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def watch(run_dir: Path | None, stall_timeout: float, interval: float, on_stall: str,
-          kill_grace: float, no_agent: bool, no_gpu: bool, command: tuple[str, ...]) -> None:
+          kill_grace: float, no_agent: bool, no_gpu: bool, strict: bool,
+          command: tuple[str, ...]) -> None:
     """Run COMMAND (after --), watch every rank, diagnose stalls.
 
     Example: stalldoc watch --stall-timeout 120 -- torchrun --nproc_per_node 8 train.py
@@ -54,7 +59,7 @@ def watch(run_dir: Path | None, stall_timeout: float, interval: float, on_stall:
     from stalldoc.watch import WatchOptions, Watcher
 
     options = WatchOptions(tuple(command), run_dir, stall_timeout, interval, on_stall,
-                           not no_agent, kill_grace, not no_gpu)
+                           not no_agent, kill_grace, not no_gpu, strict)
     try:
         code = Watcher(options).run()
     except StalldocError as error:
@@ -79,6 +84,45 @@ def report(run_dir: Path, fmt: str) -> None:
     except StalldocError as error:
         fail(error)
     click.echo(json.dumps(doc, indent=2, default=str) if fmt == "json" else render_report(doc))
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.option("--gpus", type=click.IntRange(min=1), default=None,
+              help="GPUs per node, when NVML cannot say (no driver here).")
+@click.option("--gpu-memory", default=None, help="Memory per GPU (e.g. 80G), when NVML cannot say.")
+@click.option("--dataset-size", type=click.IntRange(min=1), default=None,
+              help="Rows of the training dataset, when --dataset is not a local file.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@click.option("--strict", is_flag=True, help="Warnings fail the check too.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, fmt: str,
+          strict: bool, command: tuple[str, ...]) -> None:
+    """Check COMMAND (after --) before running it: batch arithmetic, GPUs, vLLM, offload.
+
+    Example: stalldoc check --gpus 8 -- swift rlhf --rlhf_type grpo ...
+
+    Exit 0 when nothing is an error, 1 when something is (--strict: or a warning), 2 for a
+    usage error.
+    """
+    from stalldoc.check import failed, finding_dict, parse_size, run_check
+    from stalldoc.report.text import render_findings
+
+    try:
+        memory = parse_size(gpu_memory) if gpu_memory else None
+    except StalldocError as error:
+        fail(error)
+    findings, plan, resources = run_check(list(command), gpus, memory, dataset_size)
+    if fmt == "json":
+        click.echo(json.dumps({"findings": [finding_dict(f) for f in findings], "plan": plan,
+                               "resources": dataclasses.asdict(resources)}, indent=2))
+    else:
+        click.echo(render_findings(findings) if findings else "no findings")
+        if plan:
+            click.echo("plan:\n" + "\n".join(f"  {line}" for line in plan["arithmetic"]))
+        if plan and plan["max_steps"] is None:
+            click.echo(f"  max_steps: unknown ({resources.dataset_note})")
+    sys.exit(1 if failed(findings, strict) else 0)
 
 
 @main.command("rules")

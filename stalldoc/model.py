@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 from stalldoc.agent.statefile import AgentSnapshot, CudaState
 from stalldoc.launch.config import LaunchConfig
+from stalldoc.launch.resources import Resources
 
 
 class Severity(str, Enum):
@@ -201,3 +202,4 @@ class Window:
     peers: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # TCP peers outside the job
     cuda: Mapping[int, tuple[tuple[float, CudaState], ...]] = field(default_factory=dict)  # recent
     config: LaunchConfig | None = None       # what the command line and environment say
+    resources: Resources | None = None       # GPUs, their memory, dataset size (launch rules)

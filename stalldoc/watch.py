@@ -25,11 +25,13 @@ import psutil
 
 from stalldoc.agent.statefile import CudaState
 from stalldoc.analysis.stacks import signature
+from stalldoc.check import failed
 from stalldoc.detect.progress import ProgressTracker
 from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
 from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.launch.inject import agent_environment
 from stalldoc.launch.job import Job, become_subreaper, resolve_command
+from stalldoc.launch.resources import Resources, dataset_size
 from stalldoc.live import RankLine, Terminal, format_status
 from stalldoc.model import (Finding, GpuSample, HostMemory, HostSample, LogLine, RankExit,
                             RankProcess, RankStacks, StallEpisode, Window)
@@ -60,6 +62,7 @@ class WatchOptions:
     agent: bool = True
     kill_grace: float = 10.0
     gpus: bool = True
+    strict: bool = False
 
 
 def make_run_dir(requested: Path | None) -> Path:
@@ -117,6 +120,10 @@ class Watcher:
         become_subreaper()
         self.config = parse_command(self.opts.argv, env)
         launch_findings = self._launch_rules()
+        if self.opts.strict and failed(launch_findings, strict=True):
+            self.store.close()
+            raise StalldocError("launch checks found problems and --strict is set; job not "
+                                "launched")
         self.job = Job(list(self.opts.argv), env, self.lines.put, self.terminal.job_output)
         self.store.start_run(self.run_dir.name, list(self.opts.argv), socket.gethostname(),
                              self.job.started_at, self.opts.stall_timeout, self.opts.agent)
@@ -335,8 +342,11 @@ class Watcher:
         """What the command line says before anything runs; printed, never blocking."""
         try:
             gpus = self.sampler.nvml.sample(time.time()) if self.sampler.gpus_on else []
+            rows, note = dataset_size(self.config)
+            resources = Resources(len(gpus) or None, gpus[0].memory_total if gpus else None,
+                                  rows, note)
             window = Window(time.time(), (), gpus={g.index: (g,) for g in gpus},
-                            config=self.config)
+                            config=self.config, resources=resources)
             findings = run_rules(window, "launch")
         except Exception:  # noqa: BLE001 - a rule's failure must not stop the launch
             self._internal_error("launch checks skipped")

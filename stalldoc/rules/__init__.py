@@ -23,6 +23,9 @@ from stalldoc.rules.sd402_vllm_tp_layout import VllmTpLayout
 from stalldoc.rules.sd403_async_generate_colocate import AsyncGenerateColocate
 from stalldoc.rules.sd404_processes_vs_gpus import ProcessesVsGpus
 from stalldoc.rules.sd405_offload_combination import OffloadCombination
+from stalldoc.rules.sd406_generation_batch import GenerationBatch
+from stalldoc.rules.sd407_num_generations import NumGenerations
+from stalldoc.rules.sd408_eval_batch import EvalBatch
 from stalldoc.rules.sd501_nccl_watchdog_timeout import NcclWatchdogTimeout
 from stalldoc.rules.sd502_device_mismatch import DeviceMismatch
 from stalldoc.rules.sd503_vllm_kv_cache_memory import VllmKvCacheMemory
@@ -40,7 +43,7 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  GpuIdleHostBlocked, GpuSharedByRanks, IdleGpus,
                                  HostMemoryPressure, CpuOversubscription, MaxModelLenConfig,
                                  VllmTpLayout, AsyncGenerateColocate, ProcessesVsGpus,
-                                 OffloadCombination,
+                                 OffloadCombination, GenerationBatch, NumGenerations, EvalBatch,
                                  NcclWatchdogTimeout, DeviceMismatch, VllmKvCacheMemory,
                                  ExpandableSegmentsPool, CumemAllocatorError, CudaOom,
                                  RolloutServerUnreachable, MaxModelLenTooSmall, AsyncGenerateFailed,

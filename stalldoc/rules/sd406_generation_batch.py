@@ -1,0 +1,60 @@
+"""SD406 generation-batch."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from stalldoc.model import Finding, Severity, Window
+from stalldoc.rules.base import Rule
+from stalldoc.rules.config_helpers import plan_of
+
+
+class GenerationBatch(Rule):
+    """The generation batch does not split into whole groups of num_generations (or into whole
+    global batches).
+
+    What it does
+        Before launch, computes swift 4.x's generation batch Gb = per_device_train_batch_size x
+        world size x steps_per_generation (or the generation_batch_size given) and checks what
+        swift checks after loading the model: Gb divisible by the global batch B x W, and by
+        num_generations, listing the valid values.
+
+    Why is this bad?
+        swift raises only after minutes of model loading (seed articles 000 and 004); batch
+        sizes count completions, not prompts, which is what users get wrong.
+
+    Evidence
+        B, W, S, Gb, num_generations, the valid num_generations values.
+
+    Fix
+        Pick num_generations among the valid values, or change per_device_train_batch_size /
+        gradient_accumulation_steps (steps_per_generation) / NPROC_PER_NODE so that
+        B x W x S is a multiple of num_generations.
+
+    References
+        swift rlhf_trainers/args_mixin.py ``_init_generation_batch_params``; seeds 000, 004.
+    """
+
+    code = "SD406"
+    name = "generation-batch"
+    severity = Severity.ERROR
+    trigger = "launch"
+    fix = ("Choose num_generations among the valid values, or change per_device_train_batch_size, "
+           "gradient_accumulation_steps (steps_per_generation) or NPROC_PER_NODE so that "
+           "B x W x S is a multiple of num_generations.")
+
+    def check(self, window: Window) -> Iterator[Finding]:
+        plan = plan_of(window)
+        if plan is None:
+            return
+        gbs, g = plan.generation_batch_size, plan.num_generations
+        evidence = {"per_device_train_batch_size": plan.per_device_train_batch_size,
+                    "world_size": plan.world_size, "steps_per_generation": plan.steps_per_generation,
+                    "generation_batch_size": gbs, "num_generations": g}
+        if gbs % plan.global_batch_size:
+            yield self.finding((), f"generation_batch_size ({gbs}) must be divisible by the "
+                                   f"global batch size ({plan.global_batch_size}).", evidence)
+        elif g > 1 and gbs % g:
+            valid = [n for n in range(2, gbs + 1) if gbs % n == 0]
+            yield self.finding((), f"generation_batch_size ({gbs}) must be evenly divisible by "
+                                   f"num_generations ({g}). Valid values: {valid}.",
+                               {**evidence, "valid": valid})
