@@ -176,6 +176,7 @@ def test_launch_checks_are_printed_stored_and_never_block(tmp_path):
     swift.write_text(f"#!{sys.executable}\nprint('swift ran')\n")
     swift.chmod(0o755)
     result = watch(tmp_path, [str(swift), "rlhf", "--rlhf_type", "grpo", "--use_vllm", "true",
+                              "--num_generations", "2", "--per_device_train_batch_size", "2",
                               "--async_generate", "true", "--offload_model", "true",
                               "--deepspeed", "zero3_offload"])
     assert result.code == 0, result.stderr

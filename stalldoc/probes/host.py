@@ -31,10 +31,13 @@ class HostProbe:
             try:
                 proc = self._process(rank.pid)
                 with proc.oneshot():
+                    status = proc.status()
+                    if status == psutil.STATUS_ZOMBIE:  # dead: its memory reads 0, not a sample
+                        continue
                     times = proc.cpu_times()
                     cpu = times.user + times.system
                     out.append(HostSample(now, rank.rank, rank.pid, cpu, proc.memory_info().rss,
-                                          proc.num_threads(), proc.status(), available,
+                                          proc.num_threads(), status, available,
                                           self._cpu_percent(rank.pid, now, cpu)))
             except psutil.Error:
                 self._procs.pop(rank.pid, None)
