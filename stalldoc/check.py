@@ -19,7 +19,7 @@ _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?", re.I)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
-class BadSize(StalldocError):
+class BadInput(StalldocError):
     exit_code = 2
 
 
@@ -27,7 +27,7 @@ def parse_size(text: str) -> int:
     """``80G``, ``80GiB``, ``96GB`` (binary units throughout), or bytes."""
     match = _SIZE.fullmatch(text.strip())
     if not match:
-        raise BadSize(f"not a memory size: {text!r} (e.g. 80G)")
+        raise BadInput(f"not a memory size: {text!r} (e.g. 80G)")
     return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
@@ -44,6 +44,8 @@ def _node_gpus() -> list[GpuSample]:
 def run_check(argv: list[str], gpus: int | None, gpu_memory: int | None,
               size: int | None) -> tuple[list[Finding], dict[str, Any] | None, Resources]:
     config = parse_command(argv, dict(os.environ))
+    if config.error:
+        raise BadInput(config.error)
     seen = _node_gpus()
     counted, note = (size, "given with --dataset-size") if size is not None else dataset_size(config)
     resources = Resources(len(seen) or gpus,

@@ -110,9 +110,9 @@ def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, fm
 
     try:
         memory = parse_size(gpu_memory) if gpu_memory else None
+        findings, plan, resources = run_check(list(command), gpus, memory, dataset_size)
     except StalldocError as error:
         fail(error)
-    findings, plan, resources = run_check(list(command), gpus, memory, dataset_size)
     if fmt == "json":
         click.echo(json.dumps({"findings": [finding_dict(f) for f in findings], "plan": plan,
                                "resources": dataclasses.asdict(resources)}, indent=2))

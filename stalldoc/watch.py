@@ -119,6 +119,8 @@ class Watcher:
             env = agent_environment(self.run_dir, env, os.getpid())
         become_subreaper()
         self.config = parse_command(self.opts.argv, env)
+        if self.config.error:
+            self.say(f"launch checks: {self.config.error}")
         launch_findings = self._launch_rules()
         if self.opts.strict and failed(launch_findings, strict=True):
             self.store.close()

@@ -78,6 +78,12 @@ def test_bad_input_is_one_line_exit_2():
         "stalldoc: not a memory size: 'plenty' (e.g. 80G)")
 
 
+def test_unreadable_config_file_is_one_line_exit_2(tmp_path):
+    out = check("--", "swift", "rlhf", str(tmp_path / "missing.yaml"))
+    assert out.returncode == 2 and out.stderr.startswith("stalldoc: cannot read ")
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
 def test_watch_strict_does_not_launch(tmp_path):
     marker = tmp_path / "ran"
     bindir = tmp_path / "bin"

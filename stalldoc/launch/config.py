@@ -35,6 +35,7 @@ class LaunchConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     nproc_per_node: int | None = None
     nnodes: int | None = None
+    error: str = ""                                 # why part of the command could not be read
 
     def value(self, name: str) -> str | None:
         values = self.args.get(name)
@@ -95,6 +96,39 @@ def deepspeed_choice(value: str) -> DeepSpeedChoice:
     return DeepSpeedChoice(value, stage if isinstance(stage, int) else None,
                            devices["offload_param"] in ("cpu", "nvme"),
                            devices["offload_optimizer"] in ("cpu", "nvme"))
+
+
+def _load_config_file(path: str) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        if path.endswith(".json"):
+            return json.load(fh)
+        try:
+            import yaml  # swift depends on PyYAML; stalldoc itself does not
+        except ImportError as exc:
+            raise ValueError("PyYAML is not installed") from exc
+        return yaml.safe_load(fh) or {}
+
+
+def expand_config_file(argv: Sequence[str]) -> tuple[list[str], dict[str, str], str]:
+    """swift's config-file form, ``swift rlhf config.yaml [--more flags]``: the file's keys become
+    flags (lists as several values, dicts as JSON) and its ``ENV`` block environment variables.
+    Returns (argv, environment from the file, why the file could not be read)."""
+    argv = list(argv)
+    if not argv or not argv[0].endswith((".json", ".yaml", ".yml")):
+        return argv, {}, ""
+    try:
+        config = dict(_load_config_file(argv[0]))
+    except (OSError, ValueError, TypeError) as exc:
+        return argv[1:], {}, f"cannot read {argv[0]}: {exc}"
+    env = {str(k): str(v) for k, v in (config.pop("ENV", None) or {}).items()}
+    flags: list[str] = []
+    for key, value in config.items():
+        flags.append(f"--{key}")
+        if isinstance(value, list):
+            flags += [str(v) for v in value]
+        else:
+            flags.append(json.dumps(value) if isinstance(value, dict) else str(value))
+    return flags + argv[1:], env, ""
 
 
 def parse_flags(argv: Sequence[str]) -> dict[str, tuple[str, ...]]:
@@ -162,7 +196,12 @@ def parse_command(argv: Sequence[str], env: Mapping[str, str]) -> LaunchConfig:
     nproc, nnodes = _int(env.get("NPROC_PER_NODE")), _int(env.get("NNODES"))
     if name == "swift":
         sub = argv[1] if len(argv) > 1 else None
-        return LaunchConfig("swift", "swift", sub, parse_flags(argv[2:]), kept, nproc, nnodes)
+        args, file_env, error = expand_config_file(argv[2:])
+        for key, value in file_env.items():  # swift: the environment wins over the file's ENV
+            if key in ENV_KEYS and key not in env:
+                kept[key] = value
+        nproc, nnodes = _int(kept.get("NPROC_PER_NODE")), _int(kept.get("NNODES"))
+        return LaunchConfig("swift", "swift", sub, parse_flags(args), kept, nproc, nnodes, error)
     rest = argv[1:]
     if name.startswith("python"):
         while rest and rest[0] in ("-u", "-O", "-B"):

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from stalldoc.launch.config import parse_command, parse_flags
@@ -42,3 +44,25 @@ def test_not_swift_and_bad_numbers_stay_quiet():
     assert config.nproc_per_node is None and config.number("lr") is None and not config.is_grpo
     assert config.world_size is None
     assert parse_command([], {}).launcher == "other"
+
+
+def test_swift_config_file_form(tmp_path):
+    config_file = tmp_path / "grpo.json"
+    config_file.write_text(json.dumps({
+        "rlhf_type": "grpo", "num_generations": 4, "reward_funcs": ["accuracy", "format"],
+        "use_vllm": True, "ENV": {"NPROC_PER_NODE": "4", "NNODES": "2"}}))
+    config = parse_command(["swift", "rlhf", str(config_file), "--num_generations", "8"],
+                           {"NNODES": "1"})
+    assert config.is_grpo and config.args["reward_funcs"] == ("accuracy", "format")
+    assert config.number("num_generations") == 8          # the command line comes after the file
+    assert config.flag("use_vllm")
+    assert (config.nproc_per_node, config.nnodes) == (4, 1)  # the environment wins over ENV
+
+
+def test_swift_yaml_config_and_unreadable_file(tmp_path):
+    yaml_file = tmp_path / "grpo.yaml"
+    yaml_file.write_text("rlhf_type: grpo\nper_device_train_batch_size: 3\n")
+    config = parse_command(["swift", "rlhf", str(yaml_file)], {})
+    assert config.is_grpo and config.number("per_device_train_batch_size") == 3
+    missing = parse_command(["swift", "rlhf", str(tmp_path / "nope.yaml")], {})
+    assert missing.error.startswith("cannot read") and not missing.is_grpo
