@@ -10,7 +10,7 @@ from typing import Any
 from stalldoc.errors import StalldocError
 from stalldoc.launch.config import parse_command
 from stalldoc.launch.plan import grpo_plan
-from stalldoc.launch.resources import Resources, dataset_size
+from stalldoc.launch.resources import Resources, dataset_size, model_info
 from stalldoc.model import Finding, GpuSample, Severity, Window
 from stalldoc.probes.nvml import NvmlProbe
 from stalldoc.rules import run_rules
@@ -49,7 +49,8 @@ def run_check(argv: list[str], gpus: int | None, gpu_memory: int | None,
     seen = _node_gpus()
     counted, note = (size, "given with --dataset-size") if size is not None else dataset_size(config)
     resources = Resources(len(seen) or gpus,
-                          (seen[0].memory_total if seen else None) or gpu_memory, counted, note)
+                          (seen[0].memory_total if seen else None) or gpu_memory, counted, note,
+                          model_info(config))
     window = Window(time.time(), (), gpus={g.index: (g,) for g in seen}, config=config,
                     resources=resources)
     plan = grpo_plan(config, counted)

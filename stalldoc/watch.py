@@ -31,7 +31,7 @@ from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
 from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.launch.inject import agent_environment
 from stalldoc.launch.job import Job, become_subreaper, resolve_command
-from stalldoc.launch.resources import Resources, dataset_size
+from stalldoc.launch.resources import Resources, dataset_size, model_info
 from stalldoc.live import RankLine, Terminal, format_status
 from stalldoc.model import (Finding, GpuSample, HostMemory, HostSample, LogLine, RankExit,
                             RankProcess, RankStacks, StallEpisode, Window)
@@ -346,7 +346,7 @@ class Watcher:
             gpus = self.sampler.nvml.sample(time.time()) if self.sampler.gpus_on else []
             rows, note = dataset_size(self.config)
             resources = Resources(len(gpus) or None, gpus[0].memory_total if gpus else None,
-                                  rows, note)
+                                  rows, note, model_info(self.config))
             window = Window(time.time(), (), gpus={g.index: (g,) for g in gpus},
                             config=self.config, resources=resources)
             findings = run_rules(window, "launch")
