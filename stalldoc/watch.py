@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
+import re
 import secrets
 import signal
 import socket
@@ -47,6 +48,9 @@ from stalldoc.sampling import Sampler
 from stalldoc.store.db import RunStore
 
 HOST_HISTORY = 120
+# swift's own progress lines: a logged step (every rank took part), vLLM sleep / wake-up, cleanup
+PROGRESS_LINE = re.compile(r"global_step/max_steps|It took [\d.]+ seconds to (fall asleep|wake up)"
+                           r"|Memory cleanup attempt")
 EXIT_SETTLE_SECONDS = 2.0   # wait this long after a death for the launcher's report of it
 STACK_BURST = 2   # stacks per busy-rank probe: a loop over a few lines rarely matches twice
 INTERNAL_ERRORS = "stalldoc-errors.log"
@@ -255,6 +259,8 @@ class Watcher:
             batch.append(line)
             self.log_tail.append(line.text)
             self.unread_lines.append(line)
+            if PROGRESS_LINE.search(line.text):
+                self.tracker.job_progressed(line.t)
             parsed = parse_launcher_line(line.text)
             if parsed:
                 pid, returncode = parsed

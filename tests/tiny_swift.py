@@ -56,10 +56,11 @@ def write_dataset(path: Path, count: int) -> Path:
     return path
 
 
-def swift_argv(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
+def swift_argv(model: Path, data: Path, out: Path, *extra: str,
+               rewards: tuple[str, ...] = ("accuracy", "format")) -> list[str]:
     swift = str(Path(sys.executable).parent / "swift")
     return [swift, "rlhf", "--rlhf_type", "grpo", "--model", str(model), "--model_type", "qwen2",
-            "--template", "qwen", "--dataset", str(data), "--reward_funcs", "accuracy", "format",
+            "--template", "qwen", "--dataset", str(data), "--reward_funcs", *rewards,
             "--tuner_type", "full", "--torch_dtype", "float32", "--max_completion_length", "16",
             "--use_vllm", "false", "--report_to", "none", "--logging_steps", "1",
             "--save_strategy", "no", "--dataloader_num_workers", "0", "--dataset_num_proc", "1",

@@ -171,6 +171,10 @@ class Agent:
         self.marker_seq += 1
         self.state.marker(self.marker_seq, now)
 
+    def progress(self) -> None:
+        """A sign of life from a hooked library call: the marker moves, no phase changes."""
+        self._bump(time.time())
+
     def phase_enter(self, name: str) -> None:
         now = time.time()
         self.phases.append((name, now))
@@ -247,6 +251,7 @@ def start_from_env() -> Agent | None:
         return None
     _AGENT = agent
     os.register_at_fork(after_in_child=_after_fork_in_child)
-    from stalldoc.agent import collectives, post_import
+    from stalldoc.agent import collectives, hooks, post_import
     post_import.when_imported("torch.distributed", collectives.install)
+    hooks.install_all(agent)
     return agent

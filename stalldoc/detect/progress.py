@@ -77,6 +77,13 @@ class ProgressTracker:
         state.signature = signature
         state.last_stack_at = now
 
+    def job_progressed(self, now: float) -> None:
+        """The job itself reported progress (a logged training step that every rank took part
+        in): every live rank counts as progressing."""
+        for rank, state in self.ranks.items():
+            if rank not in self.dead:
+                state.last_progress = now
+
     def forget(self, rank: int) -> None:
         """A new process holds this rank: start its history afresh."""
         self.ranks.pop(rank, None)

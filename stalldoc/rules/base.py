@@ -43,6 +43,12 @@ def phase_of(window: Window, rank: int) -> str:
     return agent.phase if agent else ""
 
 
+def phase_stack_of(window: Window, rank: int) -> list[str]:
+    """The rank's phases, outermost first ([] when unknown)."""
+    agent = window.agents.get(rank)
+    return list(agent.phase_stack) if agent else []
+
+
 def stuck_for(window: Window, rank: int) -> float | None:
     """Seconds since the rank last made progress."""
     last = window.last_progress.get(rank)
@@ -55,7 +61,8 @@ def rank_evidence(window: Window, rank: int) -> dict[str, Any]:
     main = stacks.main if stacks else None
     frame = user_frame(main) if main else None
     return {"frames": frame_strings(main), "frame": str(frame) if frame else "",
-            "phase": phase_of(window, rank), "seconds_without_progress": stuck_for(window, rank),
+            "phase": phase_of(window, rank), "phase_stack": phase_stack_of(window, rank),
+            "seconds_without_progress": stuck_for(window, rank),
             "stack_method": stacks.method if stacks else "none"}
 
 

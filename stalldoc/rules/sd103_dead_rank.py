@@ -5,7 +5,7 @@ import signal
 from typing import Iterator
 
 from stalldoc.model import Finding, RankExit, Severity, Window
-from stalldoc.rules.base import Rule, phase_of
+from stalldoc.rules.base import Rule, phase_of, phase_stack_of
 
 _OOM_HINT = ("SIGKILL with no one asking for it is usually the kernel OOM killer: check "
              "`dmesg | grep -i 'killed process'` and the host memory below; lower the host "
@@ -77,7 +77,8 @@ class DeadRank(Rule):
     def _evidence(self, window: Window, dead: RankExit, collateral: list[RankExit]) -> dict:
         samples = window.host.get(dead.rank, ())
         agent = window.agents.get(dead.rank)
-        evidence = {"frames": [], "phase": phase_of(window, dead.rank), "pid": dead.pid,
+        evidence = {"frames": [], "phase": phase_of(window, dead.rank),
+                    "phase_stack": phase_stack_of(window, dead.rank), "pid": dead.pid,
                     "exit_code": dead.exit_code, "signal": dead.signal,
                     "exit_source": dead.source, "exception": agent.error if agent else "",
                     "collateral_ranks": [e.rank for e in collateral]}
