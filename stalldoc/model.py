@@ -161,6 +161,7 @@ class StallEpisode:
     threshold: float
     ranks: tuple[int, ...]
     ended_at: float | None = None
+    phases: Mapping[int, str] = field(default_factory=dict)   # rank -> phase stack when detected
 
 
 @dataclass(frozen=True)

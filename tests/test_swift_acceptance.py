@@ -85,6 +85,7 @@ def test_reward_that_never_returns_on_one_rank(tmp_path, tiny):
     report = result.report()
     [stall] = report["stalls"]
     assert stall["detected_at"] - stall["started_at"] <= STALL_TIMEOUT + 15
+    assert stall["phases"]["1"].endswith("reward") and stall["phases"]["0"].endswith("reward")
     [outside] = [f for f in report["findings"] if f["code"] == "SD101"]
     assert outside["ranks"] == [1]
     assert outside["evidence"]["frame"].startswith("wait_for_reward_service (")

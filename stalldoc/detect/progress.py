@@ -27,6 +27,7 @@ class _Rank:
     signature: tuple | None = None
     last_stack_at: float = 0.0
     phase: str = ""
+    phase_stack: str = ""
 
 
 @dataclass
@@ -60,6 +61,7 @@ class ProgressTracker:
             state.counters = counters
             state.last_progress = now
         state.phase = agent.phase
+        state.phase_stack = "/".join(agent.phase_stack)
         self.durations.update(rank, agent.phases_completed, agent.phases)
 
     def due_for_stack(self, now: float) -> list[int]:
@@ -119,5 +121,7 @@ class ProgressTracker:
         if now - newest <= threshold:
             return None, None
         self.episodes += 1
-        self.episode = StallEpisode(self.episodes, newest, now, threshold, tuple(sorted(live)))
+        phases = {rank: s.phase_stack for rank, s in sorted(live.items())}
+        self.episode = StallEpisode(self.episodes, newest, now, threshold, tuple(sorted(live)),
+                                    phases=phases)
         return self.episode, None

@@ -53,7 +53,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
     try:
         return {"run": _run(conn),
                 "ranks": _decoded(conn, "SELECT * FROM ranks ORDER BY rank, first_seen", "cmdline"),
-                "stalls": _decoded(conn, "SELECT * FROM stalls ORDER BY id", "ranks"),
+                "stalls": _decoded(conn, "SELECT * FROM stalls ORDER BY id", "ranks", "phases"),
                 "findings": _decoded(conn, "SELECT * FROM findings ORDER BY id", "ranks",
                                      "evidence"),
                 "stacks": _decoded(conn, "SELECT * FROM stacks ORDER BY t, rank", "threads"),

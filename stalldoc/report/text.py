@@ -76,6 +76,9 @@ def render_report(doc: dict[str, Any]) -> str:
         lines.append(f"  #{s['id']} no progress since {_when(s['started_at'])}, detected "
                      f"{_when(s['detected_at'])} (threshold {s['threshold']:.0f} s), ended "
                      f"{_when(s['ended_at'])}; ranks {s['ranks']}")
+        phases = ", ".join(f"rank {r} {p}" for r, p in s.get("phases", {}).items() if p)
+        if phases:
+            lines.append(f"     in phases: {phases}")
     if not doc["stalls"]:
         lines.append("  none")
     lines += ["", "Findings:"]

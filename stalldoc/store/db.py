@@ -47,7 +47,8 @@ CREATE INDEX gpu_samples_t ON gpu_samples (gpu, t);
 CREATE TABLE probe_runs (t REAL NOT NULL, probe TEXT NOT NULL, ok INTEGER NOT NULL,
                          seconds REAL NOT NULL, error TEXT NOT NULL);
 CREATE TABLE stalls (id INTEGER PRIMARY KEY, started_at REAL NOT NULL, detected_at REAL NOT NULL,
-                     ended_at REAL, threshold REAL NOT NULL, ranks TEXT NOT NULL);
+                     ended_at REAL, threshold REAL NOT NULL, ranks TEXT NOT NULL,
+                     phases TEXT NOT NULL DEFAULT '{}');
 CREATE TABLE stacks (stall_id INTEGER, rank INTEGER NOT NULL, pid INTEGER NOT NULL, t REAL NOT NULL,
                      method TEXT NOT NULL, error TEXT NOT NULL, threads TEXT NOT NULL);
 CREATE TABLE findings (id INTEGER PRIMARY KEY, t REAL NOT NULL, stall_id INTEGER, code TEXT NOT NULL,
@@ -156,9 +157,10 @@ class RunStore:
         self.log_lines += min(room, len(lines))
 
     def save_stall(self, episode: StallEpisode) -> None:
-        self.conn.execute("INSERT OR REPLACE INTO stalls VALUES (?, ?, ?, ?, ?, ?)",
+        self.conn.execute("INSERT OR REPLACE INTO stalls VALUES (?, ?, ?, ?, ?, ?, ?)",
                           (episode.id, episode.started_at, episode.detected_at, episode.ended_at,
-                           episode.threshold, json.dumps(list(episode.ranks))))
+                           episode.threshold, json.dumps(list(episode.ranks)),
+                           json.dumps({str(r): p for r, p in episode.phases.items()})))
         self.conn.commit()
 
     def add_stacks(self, stall_id: int | None, stacks: Iterable[RankStacks]) -> None:
