@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
 import threading
 import types
@@ -104,6 +105,31 @@ def _install(hook: Hook, module: types.ModuleType) -> str:
     return f"installed {hook.module}:{hook.qualname} -> {hook.phase or 'progress'}"
 
 
+ENGINE_FIELDS = ("gpu_memory_utilization", "max_model_len", "tensor_parallel_size",
+                 "enable_sleep_mode", "max_num_seqs", "enable_prefix_caching")
+ENGINE_ARGS = ("vllm.engine.arg_utils", "EngineArgs.create_engine_config")
+
+
+def recorded_engine_args(fn: Callable[..., Any], directory: str) -> Callable[..., Any]:
+    """``EngineArgs.create_engine_config`` wrapped to write the settings vLLM really gets to
+    ``vllm-<pid>.json`` (appended, one line per engine)."""
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        agent = runtime._AGENT
+        if agent is not None and agent.enabled:
+            agent.guard(_write_engine_args, self, directory)
+        return fn(self, *args, **kwargs)
+
+    wrapper.__stalldoc_hook__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _write_engine_args(engine_args: Any, directory: str) -> None:
+    values = {name: getattr(engine_args, name, None) for name in ENGINE_FIELDS}
+    with open(os.path.join(directory, f"vllm-{os.getpid()}.json"), "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(values, default=str) + "\n")
+
+
 def install_all(agent: runtime.Agent) -> None:
     """Register every hook to be installed when its module is imported."""
     path = os.path.join(agent.directory, f"hooks-{agent.pid}.txt")
@@ -120,3 +146,18 @@ def install_all(agent: runtime.Agent) -> None:
 
     for hook in HOOKS:
         post_import.when_imported(hook.module, on_import(hook))
+
+    def engine_args(module: types.ModuleType) -> None:
+        cls = getattr(module, "EngineArgs", None)
+        fn = getattr(cls, "create_engine_config", None) if cls is not None else None
+        outcome = f"missing {ENGINE_ARGS[0]}:{ENGINE_ARGS[1]}"
+        if fn is not None and not getattr(fn, "__stalldoc_hook__", False):
+            cls.create_engine_config = recorded_engine_args(fn, agent.directory)
+            outcome = f"installed {ENGINE_ARGS[0]}:{ENGINE_ARGS[1]} -> engine settings"
+        try:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(outcome + "\n")
+        except OSError:
+            pass
+
+    post_import.when_imported(ENGINE_ARGS[0], lambda m: agent.guard(engine_args, m))
