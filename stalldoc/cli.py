@@ -15,8 +15,8 @@ EXIT_CODES_HELP = """\b
 Exit codes of watch:
   the job's own   the command's exit status (128+N when killed by signal N)
   124             --on-stall kill ended the job after storing the diagnosis
-  125             stalldoc could not start watching (bad run directory, or --strict and
-                  the launch checks found a problem); job not launched
+  125             stalldoc could not start watching (bad run directory, metrics port in
+                  use, or --strict and the launch checks found a problem); job not launched
   126 / 127       the command is not executable / not found
   2               usage error
 """
@@ -48,10 +48,14 @@ def main() -> None:
 @click.option("--no-gpu", is_flag=True, help="Do not read GPU telemetry through NVML.")
 @click.option("--strict", is_flag=True,
               help="Do not launch when the launch checks find an error or a warning (exit 125).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port (0: any free port).")
+@click.option("--metrics-addr", default="127.0.0.1", show_default=True,
+              help="Address for --metrics-port; another than loopback only when asked.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def watch(run_dir: Path | None, stall_timeout: float, interval: float, on_stall: str,
           kill_grace: float, no_agent: bool, no_gpu: bool, strict: bool,
-          command: tuple[str, ...]) -> None:
+          metrics_port: int | None, metrics_addr: str, command: tuple[str, ...]) -> None:
     """Run COMMAND (after --), watch every rank, diagnose stalls.
 
     Example: stalldoc watch --stall-timeout 120 -- torchrun --nproc_per_node 8 train.py
@@ -59,7 +63,8 @@ def watch(run_dir: Path | None, stall_timeout: float, interval: float, on_stall:
     from stalldoc.watch import WatchOptions, Watcher
 
     options = WatchOptions(tuple(command), run_dir, stall_timeout, interval, on_stall,
-                           not no_agent, kill_grace, not no_gpu, strict)
+                           not no_agent, kill_grace, not no_gpu, strict, metrics_port,
+                           metrics_addr)
     try:
         code = Watcher(options).run()
     except StalldocError as error:

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import traceback
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -34,6 +34,7 @@ from stalldoc.launch.inject import agent_environment
 from stalldoc.launch.job import Job, become_subreaper, resolve_command
 from stalldoc.launch.resources import Resources, dataset_size, model_info
 from stalldoc.live import RankLine, Terminal, format_status
+from stalldoc.metrics import Exporter, MetricsState, job_name
 from stalldoc.model import (Finding, GpuSample, HostMemory, HostSample, LogLine, RankExit,
                             RankProcess, RankStacks, StallEpisode, Window)
 from stalldoc.probes.connections import external_peers
@@ -44,7 +45,7 @@ from stalldoc.report.text import render_findings
 from stalldoc.rules import STICKY, run_rules
 from stalldoc.rules.engine import FindingBook
 from stalldoc.rules.base import join_ranks
-from stalldoc.sampling import Sampler
+from stalldoc.sampling import Sampler, Tick
 from stalldoc.store.db import RunStore
 
 HOST_HISTORY = 120
@@ -67,6 +68,8 @@ class WatchOptions:
     kill_grace: float = 10.0
     gpus: bool = True
     strict: bool = False
+    metrics_port: int | None = None
+    metrics_addr: str = "127.0.0.1"
 
 
 def make_run_dir(requested: Path | None) -> Path:
@@ -115,6 +118,9 @@ class Watcher:
         self.deaths = DeathWatch()
         self.parents: dict[int, int] = {}
         self.config: LaunchConfig | None = None
+        self.finding_counts: Counter[tuple[str, str]] = Counter()
+        self.gpu_peaks: dict[int, int] = {}
+        self.exporter: Exporter | None = None
 
     # ----- life cycle -------------------------------------------------------------------------
     def run(self) -> int:
@@ -130,15 +136,22 @@ class Watcher:
             self.store.close()
             raise StalldocError("launch checks found problems and --strict is set; job not "
                                 "launched")
+        if self.opts.metrics_port is not None:
+            self.exporter = Exporter(self.opts.metrics_port, self.opts.metrics_addr,
+                                     MetricsState(self.run_dir.name, socket.gethostname(),
+                                                  job_name(self.config)))
         self.job = Job(list(self.opts.argv), env, self.lines.put, self.terminal.job_output)
         self.store.start_run(self.run_dir.name, list(self.opts.argv), socket.gethostname(),
                              self.job.started_at, self.opts.stall_timeout, self.opts.agent)
         self.say(f"watching pid {self.job.pid}; run directory {self.run_dir}")
+        if self.exporter is not None:
+            self.say(f"metrics on http://{self.opts.metrics_addr}:{self.exporter.port}/metrics")
         for probe, why in self.sampler.unavailable.items():
             self.store.probe_unavailable(probe, why)
             self.say(f"{probe} probe off: {why}")
         if launch_findings:
             self.store.add_findings(self.job.started_at, None, launch_findings, "launch")
+            self._count(launch_findings)
         self._install_signals()
         try:
             self._loop()
@@ -150,6 +163,8 @@ class Watcher:
         self.store.close()
         self.deaths.close()
         self.sampler.close()
+        if self.exporter is not None:
+            self.exporter.close()
         self.say(f"job exited {code}; report: stalldoc report {self.run_dir}")
         return EXIT_STALL_KILLED if self.killed_for_stall else code
 
@@ -221,6 +236,7 @@ class Watcher:
         self._check_stall(now, agents)
         self._tick_rules(now, agents)
         self.store.add_tick(sample)
+        self._publish(now, sample)
         self._status(now)
 
     def _discover(self, now: float) -> None:
@@ -374,6 +390,7 @@ class Watcher:
                                        self.store.add_findings(now, None, findings, "tick")):
                 tracked.row_id = row_id
             self.say("finding:\n" + render_findings(findings))
+            self._count(findings)
         for tracked in changes.updated:
             self.store.update_finding(tracked.row_id or 0, now, tracked.finding,
                                       tracked.occurrences)
@@ -385,9 +402,30 @@ class Watcher:
         if not findings:
             return
         self.store.add_findings(time.time(), stall_id, findings)
+        self._count(findings)
         self.say("diagnosis:\n" + render_findings(findings))
 
+    def _count(self, findings: Iterable[Finding]) -> None:
+        for finding in findings:
+            self.finding_counts[(finding.code, finding.severity.value)] += 1
+
     # ----- storage and status -----------------------------------------------------------------
+    def _publish(self, now: float, sample: Tick) -> None:
+        """The latest tick for the Prometheus exporter."""
+        for gpu in sample.gpus:
+            if gpu.memory_used is not None:
+                self.gpu_peaks[gpu.index] = max(self.gpu_peaks.get(gpu.index, 0), gpu.memory_used)
+        if self.exporter is None:
+            return
+        live = self.tracker.live()
+        self.exporter.publish(MetricsState(
+            self.run_dir.name, socket.gethostname(), job_name(self.config),
+            {r: round(now - s.last_progress, 3) for r, s in live.items()},
+            {r: s.phase for r, s in live.items()},
+            {(r, g.name): g.started for r, a in sample.agents.items() for g in a.groups},
+            {r: h.rss_bytes for r, h in sample.host.items()}, self.tracker.episode is not None,
+            dict(self.finding_counts), sample.gpus, dict(self.gpu_peaks), sample.probes))
+
     def _status(self, now: float) -> None:
         tracker = self.tracker
         ranks = [RankLine(rank, now - state.last_progress, state.phase, rank in tracker.dead)

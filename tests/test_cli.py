@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -184,3 +185,15 @@ def test_launch_checks_are_printed_stored_and_never_block(tmp_path):
     assert "before launch:" in before and "[SD403 error] async_generate with vllm_mode" in before
     launch = [f for f in result.report()["findings"] if f["trigger"] == "launch"]
     assert sorted(f["code"] for f in launch) == ["SD403", "SD405"]
+
+
+def test_metrics_port_in_use_is_an_error_before_launch(tmp_path):
+    marker = tmp_path / "ran"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = watch(tmp_path, [sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+                       "--metrics-port", str(port))
+    assert result.code == 125 and not marker.exists()
+    assert f"stalldoc: cannot serve metrics on 127.0.0.1:{port}" in result.stderr

@@ -1,0 +1,132 @@
+"""A real Prometheus on 127.0.0.1 scraping a live `stalldoc watch` of a hanging gloo job: every
+dashboard panel's query returns data, stalldoc_stall_active goes 0 -> 1, and SIGTERM ends the job
+tree and the endpoint. Two scripted GPUs (pynvml functions only) feed the GPU panels."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import SCENARIOS, free_port, torchrun
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "grafana"))
+import generate  # noqa: E402
+
+REQUIRED = os.environ.get("STALLDOC_REQUIRE_PROMETHEUS") == "1"
+pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None and not REQUIRED,
+                                reason="needs Debian's prometheus package")
+HERE = Path(__file__).resolve().parent
+
+
+def query(port: int, expr: str) -> list:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        return json.loads(reply.read())["data"]["result"]
+
+
+def query_range(port: int, expr: str, start: float, end: float) -> list:
+    url = f"http://127.0.0.1:{port}/api/v1/query_range?" + urllib.parse.urlencode(
+        {"query": expr, "start": start, "end": end, "step": "1"})
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        return json.loads(reply.read())["data"]["result"]
+
+
+def wait_for(check, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_prometheus(tmp_path: Path, target: int) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(f"global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: stalldoc\n"
+                      f"    static_configs:\n      - targets: ['127.0.0.1:{target}']\n")
+    proc = subprocess.Popen(["prometheus", f"--config.file={config}",
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, port
+
+
+def test_prometheus_scrapes_a_live_watch(tmp_path):
+    metrics = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "STUCK_RANK": "1", "STUCK_STEP": "8",
+           "PYTHONPATH": os.pathsep.join([str(HERE / "nvml_sitecustomize"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    watch = subprocess.Popen([sys.executable, "-m", "stalldoc", "watch", "--run-dir",
+                              str(tmp_path / "run"), "--stall-timeout", "4", "--interval", "0.5",
+                              "--kill-grace", "3", "--metrics-port", str(metrics), "--",
+                              *torchrun(2, "collective_wait.py")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    prometheus, port = start_prometheus(tmp_path, metrics)
+    started = time.time()
+    try:
+        # THEN stalldoc_stall_active is scraped as 0, then turns 1 once the stall is detected
+        wait_for(lambda: query(port, "stalldoc_stall_active == 1"), 90, "a stall")
+        time.sleep(1.5)
+        history = query_range(port, "stalldoc_stall_active", started, time.time())
+        values = [float(v) for _, v in history[0]["values"]]
+        assert values[0] == 0.0 and values[-1] == 1.0 and values.index(1.0) > 0
+        # AND every dashboard panel's query returns data (rates need two scrapes in the window)
+        time.sleep(3)
+        for uid, _, title, _, expr, _ in generate.PANELS:
+            expr = expr.replace("$instance", ".*")
+            assert wait_for(lambda: query(port, expr), 20, f"{uid} / {title}: {expr}"), title
+        [info] = query(port, "stalldoc_run_info")
+        assert info["metric"]["job_name"] == "collective_wait.py" and info["metric"]["run_id"] == "run"
+        job = [p.pid for p in psutil.Process(watch.pid).children(recursive=True)]
+        assert job
+    finally:
+        prometheus.terminate()
+        prometheus.wait(timeout=30)
+    # AND SIGTERM ends the job tree and the endpoint
+    watch.send_signal(signal.SIGTERM)
+    watch.wait(timeout=60)
+    assert not [pid for pid in job if psutil.pid_exists(pid)
+                and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", metrics), timeout=2).close()
+
+
+def test_dashboards_are_generated_from_code_and_committed():
+    for uid in generate.TITLES:
+        committed = (HERE.parent / "grafana" / "dashboards" / f"{uid}.json").read_text()
+        assert committed == generate.render(uid), f"run python grafana/generate.py ({uid})"
+    queries = {p[4] for p in generate.PANELS}
+    for name in ("stalldoc_rank_seconds_since_progress", "stalldoc_rank_phase",
+                 "stalldoc_stall_active", "stalldoc_findings_total",
+                 "stalldoc_gpu_memory_used_bytes", "stalldoc_gpu_pcie_bytes_per_second",
+                 "stalldoc_probe_success"):
+        assert any(name in q for q in queries), name
+
+
+def test_alert_rules_check_and_unit_tests_pass():
+    if shutil.which("promtool") is None:
+        pytest.skip("needs promtool (Debian's prometheus package)")
+    alerts = HERE.parent / "grafana" / "alerts"
+    for args in (["check", "rules", "stalldoc.rules.yml"], ["test", "rules",
+                                                            "stalldoc.rules.test.yml"]):
+        out = subprocess.run(["promtool", *args], cwd=alerts, capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+    out = subprocess.run(["promtool", "check", "config", "prometheus.example.yml"],
+                         cwd=alerts.parent, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
