@@ -78,33 +78,43 @@ def test_prometheus_scrapes_a_live_watch(tmp_path):
                               *torchrun(2, "collective_wait.py")],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     prometheus, port = start_prometheus(tmp_path, metrics)
-    started = time.time()
     try:
-        # THEN stalldoc_stall_active is scraped as 0, then turns 1 once the stall is detected
-        wait_for(lambda: query(port, "stalldoc_stall_active == 1"), 90, "a stall")
-        time.sleep(1.5)
-        history = query_range(port, "stalldoc_stall_active", started, time.time())
-        values = [float(v) for _, v in history[0]["values"]]
-        assert values[0] == 0.0 and values[-1] == 1.0 and values.index(1.0) > 0
-        # AND every dashboard panel's query returns data (rates need two scrapes in the window)
-        time.sleep(3)
-        for uid, _, title, _, expr, _ in generate.PANELS:
-            expr = expr.replace("$instance", ".*")
-            assert wait_for(lambda: query(port, expr), 20, f"{uid} / {title}: {expr}"), title
-        [info] = query(port, "stalldoc_run_info")
-        assert info["metric"]["job_name"] == "collective_wait.py" and info["metric"]["run_id"] == "run"
-        job = [p.pid for p in psutil.Process(watch.pid).children(recursive=True)]
-        assert job
+        job = check_scraped(port, watch, time.time())
+        # AND SIGTERM ends the job tree and the endpoint
+        watch.send_signal(signal.SIGTERM)
+        watch.wait(timeout=60)
+        assert not [pid for pid in job if psutil.pid_exists(pid)
+                    and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", metrics), timeout=2).close()
     finally:
         prometheus.terminate()
         prometheus.wait(timeout=30)
-    # AND SIGTERM ends the job tree and the endpoint
-    watch.send_signal(signal.SIGTERM)
-    watch.wait(timeout=60)
-    assert not [pid for pid in job if psutil.pid_exists(pid)
-                and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
-    with pytest.raises(OSError):
-        socket.create_connection(("127.0.0.1", metrics), timeout=2).close()
+        if watch.poll() is None:  # a failure above: never leave the watcher and its job behind
+            for child in psutil.Process(watch.pid).children(recursive=True):
+                child.kill()
+            watch.kill()
+            watch.wait()
+
+
+def check_scraped(port: int, watch: subprocess.Popen, started: float) -> list[int]:
+    """What Prometheus holds of the live watch; returns the job's pids."""
+    # stalldoc_stall_active is scraped as 0, then turns 1 once the stall is detected
+    wait_for(lambda: query(port, "stalldoc_stall_active == 1"), 90, "a stall")
+    time.sleep(1.5)
+    history = query_range(port, "stalldoc_stall_active", started, time.time())
+    values = [float(v) for _, v in history[0]["values"]]
+    assert values[0] == 0.0 and values[-1] == 1.0 and values.index(1.0) > 0
+    # every dashboard panel's query returns data (rates need two scrapes in the window)
+    time.sleep(3)
+    for uid, _, title, _, expr, _ in generate.PANELS:
+        expr = expr.replace("$instance", ".*")
+        assert wait_for(lambda: query(port, expr), 20, f"{uid} / {title}: {expr}"), title
+    [info] = query(port, "stalldoc_run_info")
+    assert (info["metric"]["job_name"], info["metric"]["run_id"]) == ("collective_wait.py", "run")
+    job = [p.pid for p in psutil.Process(watch.pid).children(recursive=True)]
+    assert job
+    return job
 
 
 def test_dashboards_are_generated_from_code_and_committed():
