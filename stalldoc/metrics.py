@@ -37,6 +37,7 @@ class MetricsState:
     gpus: tuple[GpuSample, ...] = ()
     gpu_peaks: Mapping[int, int] = field(default_factory=dict)
     probes: tuple[ProbeRun, ...] = ()
+    open_findings: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 def job_name(config: LaunchConfig | None) -> str:
@@ -111,6 +112,12 @@ class StateCollector(Collector):
         for (code, severity), count in sorted(s.findings.items()):
             findings.add_metric([code, severity], count)
         yield findings
+        still = GaugeMetricFamily("stalldoc_findings_open", "Findings that hold now (tick findings "
+                                  "not resolved, findings of the stall going on)",
+                                  labels=["code", "severity"])
+        for (code, severity), count in sorted(s.open_findings.items()):
+            still.add_metric([code, severity], count)
+        yield still
         ok = GaugeMetricFamily("stalldoc_probe_success", "1 when the probe's last run worked",
                                labels=["probe"])
         took = GaugeMetricFamily("stalldoc_probe_duration_seconds", "The probe's last run took",

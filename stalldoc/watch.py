@@ -119,6 +119,7 @@ class Watcher:
         self.parents: dict[int, int] = {}
         self.config: LaunchConfig | None = None
         self.finding_counts: Counter[tuple[str, str]] = Counter()
+        self.stall_findings: list[Finding] = []   # of the stall going on
         self.gpu_peaks: dict[int, int] = {}
         self.exporter: Exporter | None = None
 
@@ -316,6 +317,7 @@ class Watcher:
         if ended is not None:
             self.store.save_stall(ended)
             self.store.resolve_stall_findings(ended.id, now)
+            self.stall_findings = []
             self.say(f"progress resumed after stall #{ended.id}")
         if started is None:
             return
@@ -403,6 +405,8 @@ class Watcher:
             return
         self.store.add_findings(time.time(), stall_id, findings)
         self._count(findings)
+        if stall_id is not None:
+            self.stall_findings += findings
         self.say("diagnosis:\n" + render_findings(findings))
 
     def _count(self, findings: Iterable[Finding]) -> None:
@@ -424,7 +428,9 @@ class Watcher:
             {r: s.phase for r, s in live.items()},
             {(r, g.name): g.started for r, a in sample.agents.items() for g in a.groups},
             {r: h.rss_bytes for r, h in sample.host.items()}, self.tracker.episode is not None,
-            dict(self.finding_counts), sample.gpus, dict(self.gpu_peaks), sample.probes))
+            dict(self.finding_counts), sample.gpus, dict(self.gpu_peaks), sample.probes,
+            Counter((f.code, f.severity.value) for f in
+                    [t.finding for t in self.book.open.values()] + self.stall_findings)))
 
     def _status(self, now: float) -> None:
         tracker = self.tracker
