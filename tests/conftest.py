@@ -45,6 +45,16 @@ def launcher(name: str, nproc: int, scenario: str) -> list[str]:
     raise ValueError(name)
 
 
+def run_with_agent(run_dir: Path, code: str) -> Any:
+    """Run ``code`` (which prints its pid last) in a process with the agent; its final state."""
+    from stalldoc.agent.statefile import read_state
+    from stalldoc.launch.inject import agent_environment
+    env = agent_environment(run_dir, dict(os.environ), os.getpid())
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    return read_state(str(run_dir / "agents" / f"agent-{out.stdout.split()[-1]}.state"))
+
+
 @dataclass
 class Result:
     code: int

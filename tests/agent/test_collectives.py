@@ -6,7 +6,6 @@ import subprocess
 import sys
 import textwrap
 
-from stalldoc.agent.statefile import read_state
 from stalldoc.launch.inject import agent_environment
 
 JOB = textwrap.dedent("""
@@ -24,11 +23,8 @@ JOB = textwrap.dedent("""
 
 
 def test_collectives_land_in_the_ring_once_each(tmp_path):
-    from conftest import free_port
-    env = agent_environment(tmp_path, dict(os.environ), os.getpid())
-    out = subprocess.run([sys.executable, "-c", JOB % free_port()], env=env, capture_output=True,
-                         text=True, check=True)
-    state = read_state(str(tmp_path / "agents" / f"agent-{out.stdout.split()[-1]}.state"))
+    from conftest import free_port, run_with_agent
+    state = run_with_agent(tmp_path, JOB % free_port())
     world = next(g for g in state.groups if g.name == "world")
     assert [(r.op, r.numel, r.dtype, r.completed) for r in world.ring] == [
         ("all_reduce", 10, "bfloat16", True), ("all_gather_object", 1, "object", True),

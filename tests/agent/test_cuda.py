@@ -5,7 +5,6 @@ nothing above them; the real check runs on a GPU machine (tests marked ``gpu``).
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 from types import SimpleNamespace
@@ -15,7 +14,6 @@ import pytest
 from stalldoc.agent import cuda as cuda_telemetry
 from stalldoc.agent import runtime
 from stalldoc.agent.statefile import read_state, state_path
-from stalldoc.launch.inject import agent_environment
 
 JOB = textwrap.dedent("""
     import os, time, torch, torch.distributed as dist
@@ -31,11 +29,8 @@ JOB = textwrap.dedent("""
 
 
 def test_inert_in_a_torch_process_without_cuda(tmp_path):
-    from conftest import free_port
-    env = agent_environment(tmp_path, dict(os.environ), os.getpid())
-    out = subprocess.run([sys.executable, "-c", JOB % free_port()], env=env, capture_output=True,
-                         text=True, check=True)
-    state = read_state(str(tmp_path / "agents" / f"agent-{out.stdout.split()[-1]}.state"))
+    from conftest import free_port, run_with_agent
+    state = run_with_agent(tmp_path, JOB % free_port())
     assert state.cuda is None
     assert state.collective_seq == 3 and state.phases_completed == 3
     assert not (tmp_path / "agent-errors.log").exists()
