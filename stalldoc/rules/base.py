@@ -28,9 +28,11 @@ class Rule(ABC):
         """Yield a finding for each occurrence of this cause in the window."""
 
     def finding(self, ranks: tuple[int, ...] | list[int], summary: str,
-                evidence: dict[str, Any], fix: str | None = None) -> Finding:
-        return Finding(self.code, self.name, self.severity, tuple(sorted(ranks)), summary,
-                       evidence, fix or self.fix)
+                evidence: dict[str, Any], fix: str | None = None,
+                severity: Severity | None = None) -> Finding:
+        """A finding of this rule (its own severity unless this occurrence is graver or milder)."""
+        return Finding(self.code, self.name, severity or self.severity, tuple(sorted(ranks)),
+                       summary, evidence, fix or self.fix)
 
     @classmethod
     def doc(cls) -> str:

@@ -52,9 +52,9 @@ class MaxModelLenConfig(Rule):
         evidence = {"vllm_max_model_len": int(model_len), "max_length": prompt and int(prompt),
                     "max_completion_length": int(completion)}
         if completion >= model_len:
-            yield Finding(self.code, self.name, Severity.ERROR, (), (
+            yield self.finding((), (
                 f"max_completion_length {completion:.0f} >= vllm_max_model_len {model_len:.0f}: "
-                "no room for any prompt"), evidence, self.fix)
+                "no room for any prompt"), evidence, severity=Severity.ERROR)
         elif prompt is not None and prompt + completion > model_len:
             yield self.finding((), (
                 f"max_length {prompt:.0f} + max_completion_length {completion:.0f} = "

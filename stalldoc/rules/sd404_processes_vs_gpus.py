@@ -53,6 +53,5 @@ class ProcessesVsGpus(Rule):
             yield self.finding((), f"n_gpu: {gpus}, local_world_size: {nproc}: {gpus} GPUs are "
                                    f"not a multiple of {nproc} processes", evidence)
         else:
-            yield Finding(self.code, self.name, Severity.WARNING, (),
-                          f"{nproc} processes per node for {gpus} GPUs: {gpus - nproc} GPUs idle",
-                          evidence, self.fix)
+            yield self.finding((), f"{nproc} processes per node for {gpus} GPUs: "
+                                   f"{gpus - nproc} GPUs idle", evidence, severity=Severity.WARNING)

@@ -74,8 +74,9 @@ class VllmMemoryBudget(Rule):
             yield self.finding((), f"{head}: {gib(budget - weights)} left, less than one "
                                    f"{length}-token sequence's KV cache ({gib(per_seq)})", ev)
         elif fit is not None and fit < self._batched(config):
-            yield self._warning(f"{head}: KV cache for {fit} sequences of {length} tokens, fewer "
-                                f"than the {self._batched(config)} vLLM will batch", ev)
+            yield self.finding((), f"{head}: KV cache for {fit} sequences of {length} tokens, "
+                                   f"fewer than the {self._batched(config)} vLLM will batch", ev,
+                               severity=Severity.WARNING)
         yield from self._colocated(window, weights, budget, memory, ev)
 
     @staticmethod
@@ -101,9 +102,7 @@ class VllmMemoryBudget(Rule):
         ranks = plan.world_size if plan and ds and ds.stage == 3 else 1
         training = window.resources.model.params * TRAINING_BYTES_PER_PARAM // ranks
         if training + budget > memory:
-            yield self._warning(f"colocated: training needs ~{gib(training)} per GPU and vLLM "
-                                f"takes {gib(budget)} of {gib(memory)}; no offload_model or "
-                                "sleep_level", {**ev, "training_per_gpu": training})
-
-    def _warning(self, summary: str, evidence: dict) -> Finding:
-        return Finding(self.code, self.name, Severity.WARNING, (), summary, evidence, self.fix)
+            yield self.finding((), f"colocated: training needs ~{gib(training)} per GPU and vLLM "
+                                   f"takes {gib(budget)} of {gib(memory)}; no offload_model or "
+                                   "sleep_level", {**ev, "training_per_gpu": training},
+                               severity=Severity.WARNING)
