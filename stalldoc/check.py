@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from stalldoc.errors import StalldocError
-from stalldoc.launch.config import parse_command
+from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.launch.plan import grpo_plan
 from stalldoc.launch.resources import Resources, dataset_size, model_info
 from stalldoc.model import Finding, GpuSample, Severity, Window
@@ -41,20 +41,28 @@ def _node_gpus() -> list[GpuSample]:
         probe.stop()
 
 
+def launch_window(config: LaunchConfig, seen: list[GpuSample], gpus: int | None = None,
+                  gpu_memory: int | None = None, size: int | None = None) -> Window:
+    """What the launch rules look at: the command, the GPUs NVML sees (else the user's word),
+    the dataset's rows (the user's word, else the local file) and the local model's size."""
+    counted, note = (size, "given with --dataset-size") if size is not None else dataset_size(config)
+    resources = Resources(len(seen) or gpus,
+                          (seen[0].memory_total if seen else None) or gpu_memory, counted, note,
+                          model_info(config))
+    return Window(time.time(), (), gpus={g.index: (g,) for g in seen}, config=config,
+                  resources=resources)
+
+
 def run_check(argv: list[str], gpus: int | None, gpu_memory: int | None,
               size: int | None) -> tuple[list[Finding], dict[str, Any] | None, Resources]:
     config = parse_command(argv, dict(os.environ))
     if config.error:
         raise BadInput(config.error)
-    seen = _node_gpus()
-    counted, note = (size, "given with --dataset-size") if size is not None else dataset_size(config)
-    resources = Resources(len(seen) or gpus,
-                          (seen[0].memory_total if seen else None) or gpu_memory, counted, note,
-                          model_info(config))
-    window = Window(time.time(), (), gpus={g.index: (g,) for g in seen}, config=config,
-                    resources=resources)
-    plan = grpo_plan(config, counted)
-    return run_rules(window, "launch"), dataclasses.asdict(plan) if plan else None, resources
+    window = launch_window(config, _node_gpus(), gpus, gpu_memory, size)
+    assert window.resources is not None
+    plan = grpo_plan(config, window.resources.dataset_size)
+    return (run_rules(window, "launch"), dataclasses.asdict(plan) if plan else None,
+            window.resources)
 
 
 def finding_dict(finding: Finding) -> dict[str, Any]:

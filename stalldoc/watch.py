@@ -26,13 +26,12 @@ import psutil
 
 from stalldoc.agent.statefile import CudaState
 from stalldoc.analysis.stacks import signature
-from stalldoc.check import failed
+from stalldoc.check import failed, launch_window
 from stalldoc.detect.progress import ProgressTracker
 from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
 from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.launch.inject import agent_environment
 from stalldoc.launch.job import Job, become_subreaper, resolve_command
-from stalldoc.launch.resources import Resources, dataset_size, model_info
 from stalldoc.live import RankLine, Terminal, format_status
 from stalldoc.metrics import Exporter, MetricsState, job_name
 from stalldoc.model import (Finding, GpuSample, HostMemory, HostSample, LogLine, RankExit,
@@ -368,12 +367,7 @@ class Watcher:
         """What the command line says before anything runs; printed, never blocking."""
         try:
             gpus = self.sampler.nvml.sample(time.time()) if self.sampler.gpus_on else []
-            rows, note = dataset_size(self.config)
-            resources = Resources(len(gpus) or None, gpus[0].memory_total if gpus else None,
-                                  rows, note, model_info(self.config))
-            window = Window(time.time(), (), gpus={g.index: (g,) for g in gpus},
-                            config=self.config, resources=resources)
-            findings = run_rules(window, "launch")
+            findings = run_rules(launch_window(self.config, gpus), "launch")
         except Exception:  # noqa: BLE001 - a rule's failure must not stop the launch
             self._internal_error("launch checks skipped")
             return []

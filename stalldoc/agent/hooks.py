@@ -130,18 +130,22 @@ def _write_engine_args(engine_args: Any, directory: str) -> None:
         fh.write(json.dumps(values, default=str) + "\n")
 
 
+def _record(path: str, outcome: str) -> None:
+    """One line per hook outcome in ``hooks-<pid>.txt``; a failed write is not the job's problem."""
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(outcome + "\n")
+    except OSError:
+        pass
+
+
 def install_all(agent: runtime.Agent) -> None:
     """Register every hook to be installed when its module is imported."""
     path = os.path.join(agent.directory, f"hooks-{agent.pid}.txt")
 
     def on_import(hook: Hook) -> Callable[[types.ModuleType], None]:
         def callback(module: types.ModuleType) -> None:
-            outcome = agent.guard(_install, hook, module) or f"failed {hook.qualname}"
-            try:
-                with open(path, "a", encoding="utf-8") as fh:
-                    fh.write(outcome + "\n")
-            except OSError:
-                pass
+            _record(path, agent.guard(_install, hook, module) or f"failed {hook.qualname}")
         return callback
 
     for hook in HOOKS:
@@ -154,10 +158,6 @@ def install_all(agent: runtime.Agent) -> None:
         if fn is not None and not getattr(fn, "__stalldoc_hook__", False):
             cls.create_engine_config = recorded_engine_args(fn, agent.directory)
             outcome = f"installed {ENGINE_ARGS[0]}:{ENGINE_ARGS[1]} -> engine settings"
-        try:
-            with open(path, "a", encoding="utf-8") as fh:
-                fh.write(outcome + "\n")
-        except OSError:
-            pass
+        _record(path, outcome)
 
     post_import.when_imported(ENGINE_ARGS[0], lambda m: agent.guard(engine_args, m))
