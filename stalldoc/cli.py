@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -27,6 +28,13 @@ def fail(error: StalldocError) -> None:
     sys.exit(error.exit_code)
 
 
+def _finite(_ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Reject NaN and infinity, which every range check lets through."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number", param=param)
+    return value
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="stalldoc")
 def main() -> None:
@@ -36,10 +44,16 @@ def main() -> None:
 @main.command(context_settings={"ignore_unknown_options": True}, epilog=EXIT_CODES_HELP)
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None,
               help="Where to store the run (default ./stalldoc-runs/<UTC time>-<id>).")
-@click.option("--stall-timeout", type=click.FloatRange(min=0.5), default=60.0, show_default=True,
-              help="Seconds without progress before a stall (the floor: slow phases raise it).")
+@click.option("--stall-timeout", type=click.FloatRange(min=0.5), default=45.0, show_default=True,
+              callback=_finite,
+              help="Seconds in which no rank shows any work before a stall (the floor: phases "
+                   "seen to take long raise it).")
+@click.option("--busy-timeout", type=click.FloatRange(min=1), default=None, callback=_finite,
+              help="Seconds a rank may burn CPU in one unchanging stack with nothing else "
+                   "moving before a possible-livelock warning (SD109) [default: 600, at least "
+                   "2x --stall-timeout].")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
-              help="Seconds between probe ticks.")
+              callback=_finite, help="Seconds between probe ticks.")
 @click.option("--on-stall", type=click.Choice(["observe", "kill"]), default="observe",
               show_default=True, help="kill: end the job once the diagnosis is stored (exit 124).")
 @click.option("--kill-grace", type=click.FloatRange(min=0), default=10.0, show_default=True,
@@ -53,8 +67,8 @@ def main() -> None:
 @click.option("--metrics-addr", default="127.0.0.1", show_default=True,
               help="Address for --metrics-port; another than loopback only when asked.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def watch(run_dir: Path | None, stall_timeout: float, interval: float, on_stall: str,
-          kill_grace: float, no_agent: bool, no_gpu: bool, strict: bool,
+def watch(run_dir: Path | None, stall_timeout: float, busy_timeout: float | None, interval: float,
+          on_stall: str, kill_grace: float, no_agent: bool, no_gpu: bool, strict: bool,
           metrics_port: int | None, metrics_addr: str, command: tuple[str, ...]) -> None:
     """Run COMMAND (after --), watch every rank, diagnose stalls.
 
@@ -62,9 +76,10 @@ def watch(run_dir: Path | None, stall_timeout: float, interval: float, on_stall:
     """
     from stalldoc.watch import WatchOptions, Watcher
 
+    busy = busy_timeout if busy_timeout is not None else max(600.0, 2 * stall_timeout)
     options = WatchOptions(tuple(command), run_dir, stall_timeout, interval, on_stall,
                            not no_agent, kill_grace, not no_gpu, strict, metrics_port,
-                           metrics_addr)
+                           metrics_addr, busy)
     try:
         code = Watcher(options).run()
     except StalldocError as error:

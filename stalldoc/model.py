@@ -41,6 +41,10 @@ class HostSample:
     status: str            # running / sleeping / disk-sleep / stopped / zombie / ...
     host_available_bytes: int
     cpu_percent: float | None = None   # since the previous tick; 100 = one core
+    children: int = 0                  # live descendants that are not ranks themselves
+    children_cpu_percent: float | None = None   # those descendants' CPU since the previous tick
+    io_bps: float | None = None        # bytes read + written per second (rchar + wchar, the
+                                       # rank and its descendants) since the previous tick
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,53 @@ class RankExit:
 
 
 @dataclass(frozen=True)
+class RankWork:
+    """One rank's evidence of work at one tick, and the verdict drawn from it.
+
+    ``verdict`` is "work" (the rank is doing something: it is slow, not stuck), "idle" (nothing
+    seen, or CPU spent spinning inside a wait) or "pending" (busy on the CPU or GPU, its stack not
+    classified yet: never counted as stuck)."""
+
+    t: float
+    verdict: str
+    reason: str                      # "collectives moved", "reading 4.0 MB/s", "waiting: queue"...
+    progressed: bool                 # markers, collectives, CUDA markers or progress lines moved
+    cpu_percent: float | None
+    children: int
+    children_cpu_percent: float | None
+    io_bps: float | None
+    gpu_util: int | None
+    stack_kind: str                  # "working", "waiting: <why>", "" (not sampled)
+    frame: str = ""                  # the user frame of the last classified stack
+    since_progress: float = 0.0      # seconds since markers / collectives / lines last moved
+    busy_unchanged: float = 0.0      # seconds busy in one working stack with nothing else moving
+
+    @property
+    def working(self) -> bool:
+        return self.verdict == "work"
+
+    def describe(self) -> str:
+        """'cpu 98%, io 4.0 MB/s, 2 children at 190%, gpu 0%, stack working' for evidence."""
+        parts = [f"cpu {_pct(self.cpu_percent)}", f"io {_rate(self.io_bps)}"]
+        if self.children:
+            parts.append(f"{self.children} children at {_pct(self.children_cpu_percent)}")
+        if self.gpu_util is not None:
+            parts.append(f"gpu {self.gpu_util}%")
+        parts.append(f"stack {self.stack_kind or 'not sampled'}")
+        return ", ".join(parts)
+
+
+def _pct(value: float | None) -> str:
+    return "?" if value is None else f"{value:.0f}%"
+
+
+def _rate(bps: float | None) -> str:
+    if bps is None:
+        return "?"
+    return f"{bps / 1e6:.1f} MB/s" if bps >= 1e5 else f"{bps / 1e3:.0f} kB/s"
+
+
+@dataclass(frozen=True)
 class StallEpisode:
     """No rank made progress from ``started_at``; seen as a stall at ``detected_at``."""
 
@@ -162,6 +213,7 @@ class StallEpisode:
     ranks: tuple[int, ...]
     ended_at: float | None = None
     phases: Mapping[int, str] = field(default_factory=dict)   # rank -> phase stack when detected
+    work: Mapping[int, RankWork] = field(default_factory=dict)  # rank -> what was seen at detection
 
 
 @dataclass(frozen=True)
@@ -204,3 +256,6 @@ class Window:
     cuda: Mapping[int, tuple[tuple[float, CudaState], ...]] = field(default_factory=dict)  # recent
     config: LaunchConfig | None = None       # what the command line and environment say
     resources: Resources | None = None       # GPUs, their memory, dataset size (launch rules)
+    work: Mapping[int, RankWork] = field(default_factory=dict)   # each live rank's latest verdict
+    busy_timeout: float = 600.0              # busy in one stack this long: a possible livelock
+    floor: float = 45.0                      # the stall timeout: slow counts from there

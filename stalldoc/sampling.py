@@ -69,7 +69,7 @@ class Sampler:
     def sample(self, now: float, live: list[RankProcess], known: list[RankProcess],
                parents: Mapping[int, int]) -> Tick:
         runs: list[ProbeRun] = []
-        host = self._timed(runs, "host", lambda: self.host.sample(now, live), [])
+        host = self._timed(runs, "host", lambda: self.host.sample(now, live, parents), [])
         node = self._timed(runs, "node", lambda: self.host.node(now), None)
         gpus: list[GpuSample] = (self._timed(runs, "nvml", lambda: self.nvml.sample(now), [])
                                  if self.gpus_on else [])

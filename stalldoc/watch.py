@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import queue
-import re
 import secrets
 import signal
 import socket
@@ -16,7 +14,7 @@ import sys
 import threading
 import time
 import traceback
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -24,22 +22,22 @@ from typing import Iterable
 
 import psutil
 
-from stalldoc.agent.statefile import CudaState
-from stalldoc.analysis.stacks import signature
+from stalldoc.agent.statefile import STATUS_EXCEPTION
 from stalldoc.check import failed, launch_window
 from stalldoc.detect.progress import ProgressTracker
 from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
+from stalldoc.history import Histories, gpu_util_by_rank
 from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.launch.inject import agent_environment
 from stalldoc.launch.job import Job, become_subreaper, resolve_command
 from stalldoc.live import RankLine, Terminal, format_status
+from stalldoc.log_feed import LogFeed
 from stalldoc.metrics import Exporter, MetricsState, job_name
-from stalldoc.model import (Finding, GpuSample, HostMemory, HostSample, LogLine, RankExit,
-                            RankProcess, RankStacks, StallEpisode, Window)
+from stalldoc.model import Finding, RankExit, RankProcess, RankStacks, StallEpisode, Window
 from stalldoc.probes.connections import external_peers
-from stalldoc.probes.exits import DeathWatch, from_wait_status, parse_launcher_line
+from stalldoc.probes.exits import DeathWatch, from_wait_status
 from stalldoc.probes.process_tree import find_ranks
-from stalldoc.probes.pyspy import StackProbe
+from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
 from stalldoc.report.text import render_findings
 from stalldoc.rules import STICKY, run_rules
 from stalldoc.rules.engine import FindingBook
@@ -47,12 +45,9 @@ from stalldoc.rules.base import join_ranks
 from stalldoc.sampling import Sampler, Tick
 from stalldoc.store.db import RunStore
 
-HOST_HISTORY = 120
-# swift's own progress lines: a logged step (every rank took part), vLLM sleep / wake-up, cleanup
-PROGRESS_LINE = re.compile(r"global_step/max_steps|It took [\d.]+ seconds to (fall asleep|wake up)"
-                           r"|Memory cleanup attempt")
 EXIT_SETTLE_SECONDS = 2.0   # wait this long after a death for the launcher's report of it
-STACK_BURST = 2   # stacks per busy-rank probe: a loop over a few lines rarely matches twice
+DEFAULT_STALL_TIMEOUT = 45.0
+DEFAULT_BUSY_TIMEOUT = 600.0
 INTERNAL_ERRORS = "stalldoc-errors.log"
 
 
@@ -60,7 +55,7 @@ INTERNAL_ERRORS = "stalldoc-errors.log"
 class WatchOptions:
     argv: tuple[str, ...]
     run_dir: Path | None = None
-    stall_timeout: float = 60.0
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
     interval: float = 1.0
     on_stall: str = "observe"
     agent: bool = True
@@ -69,6 +64,7 @@ class WatchOptions:
     strict: bool = False
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT
 
 
 def make_run_dir(requested: Path | None) -> Path:
@@ -97,18 +93,13 @@ class Watcher:
         self.sampler = Sampler(self.agent_dir, options.gpus)
         self.agents_probe = self.sampler.agents
         self.stack_probe = StackProbe(self.agent_dir)
-        self.tracker = ProgressTracker(options.stall_timeout)
+        self.background = BackgroundStacks(self.stack_probe)
+        self.tracker = ProgressTracker(options.stall_timeout, options.busy_timeout)
         self.ranks: dict[int, RankProcess] = {}
-        self.host: dict[int, deque[HostSample]] = {}
         self.exits: dict[int, RankExit] = {}
         self.pending_exits: list[RankExit] = []
-        self.launcher_codes: dict[int, int] = {}
-        self.lines: queue.SimpleQueue[LogLine] = queue.SimpleQueue()
-        self.log_tail: deque[str] = deque(maxlen=200)
-        self.unread_lines: list[LogLine] = []          # not yet seen by the tick rules
-        self.gpu_history: dict[int, deque[GpuSample]] = {}
-        self.node_history: deque[HostMemory] = deque(maxlen=HOST_HISTORY)
-        self.cuda_history: dict[int, deque[tuple[float, CudaState]]] = {}
+        self.logs = LogFeed()
+        self.history = Histories()
         self.book = FindingBook()
         self.killed_for_stall = False
         self.ending = False   # we are ending the job: its ranks' deaths are ours, not findings
@@ -140,7 +131,7 @@ class Watcher:
             self.exporter = Exporter(self.opts.metrics_port, self.opts.metrics_addr,
                                      MetricsState(self.run_dir.name, socket.gethostname(),
                                                   job_name(self.config)))
-        self.job = Job(list(self.opts.argv), env, self.lines.put, self.terminal.job_output)
+        self.job = Job(list(self.opts.argv), env, self.logs.put, self.terminal.job_output)
         self.store.start_run(self.run_dir.name, list(self.opts.argv), socket.gethostname(),
                              self.job.started_at, self.opts.stall_timeout, self.opts.agent)
         self.say(f"watching pid {self.job.pid}; run directory {self.run_dir}")
@@ -158,11 +149,12 @@ class Watcher:
         except Exception:  # noqa: BLE001 - never harm the job
             self._internal_error()
         code = self.job.wait()
-        self._finish()
+        self._finish(code)
         self.store.end_run(time.time(), code)
         self.store.close()
         self.deaths.close()
         self.sampler.close()
+        self.background.close()
         if self.exporter is not None:
             self.exporter.close()
         self.say(f"job exited {code}; report: stalldoc report {self.run_dir}")
@@ -189,12 +181,12 @@ class Watcher:
             self.tick(time.time())
             self.terminate.wait(self.opts.interval)
 
-    def _finish(self) -> None:
+    def _finish(self, code: int) -> None:
         """After the job's own process ended: last samples, exits, and no orphans left."""
         try:
             time.sleep(0.3)  # let the death watch see the last ranks go
             self._drain_logs()
-            self._collect_exits(time.time(), final=True)
+            self._collect_exits(time.time(), final=True, job_code=code)
             leftovers = [p for p in self.job.descendants() if p.pid != self.job.pid]
             if leftovers:
                 self.say(f"ending {len(leftovers)} process(es) the job left behind")
@@ -218,20 +210,15 @@ class Watcher:
         self._discover(now)
         live = [r for r in self.ranks.values() if r.rank not in self.exits]
         sample = self.sampler.sample(now, live, list(self.ranks.values()), self.parents)
-        host, agents = sample.host, sample.agents
-        for row in host.values():
-            self.host.setdefault(row.rank, deque(maxlen=HOST_HISTORY)).append(row)
-        for gpu in sample.gpus:
-            self.gpu_history.setdefault(gpu.index, deque(maxlen=HOST_HISTORY)).append(gpu)
-        if sample.node is not None:
-            self.node_history.append(sample.node)
-        for rank, agent in agents.items():
-            if agent.cuda is not None:
-                self.cuda_history.setdefault(rank, deque(maxlen=HOST_HISTORY)).append(
-                    (now, agent.cuda))
-        self.tracker.observe(now, agents, host, self.opts.interval)
-        self._sample_busy_stacks(now)
+        agents = sample.agents
+        self.history.add(sample)
+        for stacks in self.background.done():
+            self.tracker.stack_seen(stacks.rank, stacks, stacks.t)
         self._drain_logs()
+        self.tracker.observe(now, agents, sample.host, gpu_util_by_rank(sample))
+        for rank in self.tracker.stacks_due(now):
+            if rank in self.ranks:
+                self.background.request(self.ranks[rank])
         self._collect_exits(now, final=False)
         self._check_stall(now, agents)
         self._tick_rules(now, agents)
@@ -257,58 +244,56 @@ class Watcher:
             self.deaths.watch(rank)
             self.say(f"rank {rank.rank}: pid {rank.pid}")
 
-    def _sample_busy_stacks(self, now: float) -> None:
-        for rank in self.tracker.due_for_stack(now):
-            process = self.ranks.get(rank)
-            for _ in range(STACK_BURST if process is not None else 0):
-                stacks = self.stack_probe.capture(process, stopped=False)
-                self.tracker.stack_seen(rank, signature(stacks), time.time())
-                time.sleep(0.05)
-
     def _drain_logs(self) -> None:
-        batch = []
-        while True:
-            try:
-                line = self.lines.get_nowait()
-            except queue.Empty:
-                break
-            batch.append(line)
-            self.log_tail.append(line.text)
-            self.unread_lines.append(line)
-            if PROGRESS_LINE.search(line.text):
-                self.tracker.job_progressed(line.t)
-            parsed = parse_launcher_line(line.text)
-            if parsed:
-                pid, returncode = parsed
-                self.launcher_codes[pid] = returncode
-        self.store.add_logs(batch)
+        drained = self.logs.drain()
+        if drained.progress_at is not None:
+            self.tracker.job_progressed(drained.progress_at)
+        self.store.add_logs(drained.lines)
 
     # ----- exits ------------------------------------------------------------------------------
-    def _collect_exits(self, now: float, final: bool) -> None:
+    def _collect_exits(self, now: float, final: bool, job_code: int | None = None) -> None:
+        """Record ranks that ended, with the best exit status known, and judge them.
+
+        A status nobody saw (the launcher reaped the rank first) is taken from the launcher's
+        report in the log, from the agent (an uncaught exception exits 1), or, once the launcher
+        itself exited 0, is 0. Until then, unknown statuses alone raise no finding."""
         for exit in self.deaths.drain():
             self.tracker.mark_dead(exit.rank)
             self.pending_exits.append(exit)
-        if not self.pending_exits:
+        settled = final or (self.pending_exits
+                            and now - self.pending_exits[0].t >= EXIT_SETTLE_SECONDS)
+        new = self.pending_exits if settled else []
+        self.pending_exits = [] if settled else self.pending_exits
+        for exit in new:
+            self._record_exit(self._with_known_status(exit))
+        if final and job_code == 0:
+            for exit in [e for e in self.exits.values() if e.exit_code is None]:
+                self._record_exit(dataclasses.replace(exit, exit_code=0, source="launcher"))
+        judged = [e for e in self.exits.values() if e.exit_code != 0]
+        if self.ending or not (new or final) or not judged:
             return
-        if not final and now - self.pending_exits[0].t < EXIT_SETTLE_SECONDS:
-            return
-        for exit in self.pending_exits:
-            exit = self._with_launcher_code(exit)
-            self.exits[exit.rank] = exit
-            self.store.rank_exit(exit)
-        self.pending_exits = []
-        if self.ending:
-            return
+        if not final and all(e.exit_code is None for e in judged):
+            return   # wait for the launcher's word
         findings = run_rules(self._window(time.time(), {}, None), "exit")
         self._report(findings, None)
 
-    def _with_launcher_code(self, exit: RankExit) -> RankExit:
-        returncode = self.launcher_codes.get(exit.pid)
-        if exit.exit_code is not None or returncode is None:
+    def _record_exit(self, exit: RankExit) -> None:
+        self.exits[exit.rank] = exit
+        self.store.rank_exit(exit)
+
+    def _with_known_status(self, exit: RankExit) -> RankExit:
+        if exit.exit_code is not None:
             return exit
-        status = (-returncode) if returncode < 0 else (returncode << 8)
-        code, sig = from_wait_status(status)
-        return RankExit(exit.rank, exit.pid, exit.t, code, sig, "launcher-log")
+        returncode = self.logs.launcher_codes.get(exit.pid)
+        if returncode is not None:
+            status = (-returncode) if returncode < 0 else (returncode << 8)
+            code, sig = from_wait_status(status)
+            return RankExit(exit.rank, exit.pid, exit.t, code, sig, "launcher-log")
+        agent = self.agents_probe.sample([self.ranks[exit.rank]]).get(exit.rank) \
+            if exit.rank in self.ranks else None
+        if agent is not None and agent.pid == exit.pid and agent.status == STATUS_EXCEPTION:
+            return dataclasses.replace(exit, exit_code=1, source="agent")
+        return exit
 
     # ----- stalls -----------------------------------------------------------------------------
     def _check_stall(self, now: float, agents: dict) -> None:
@@ -321,8 +306,10 @@ class Watcher:
         if started is None:
             return
         self.store.save_stall(started)
-        self.say(f"STALL #{started.id}: no progress for {now - started.started_at:.0f} s "
-            f"(threshold {started.threshold:.0f} s); taking stacks of {len(started.ranks)} rank(s)")
+        seen = "; ".join(f"rank {r}: {w.describe()}" for r, w in sorted(started.work.items()))
+        self.say(f"STALL #{started.id}: no rank showed work for {now - started.started_at:.0f} s "
+                 f"(threshold {started.threshold:.0f} s); {seen}; taking stacks of "
+                 f"{len(started.ranks)} rank(s)")
         self._diagnose(started, agents)
         if self.opts.on_stall == "kill":
             self.say("--on-stall kill: ending the job")
@@ -332,8 +319,7 @@ class Watcher:
 
     def _diagnose(self, episode: StallEpisode, agents: dict) -> None:
         live = [self.ranks[r] for r in episode.ranks if r in self.ranks]
-        stopped = {s[-1].pid for s in self.host.values() if s and s[-1].status == "stopped"}
-        stacks = self.stack_probe.capture_all(live, stopped)
+        stacks = self.stack_probe.capture_all(live, self.history.stopped_pids())
         self._explain_fallbacks(stacks.values())
         now = time.time()
         agents = self.agents_probe.sample(list(self.ranks.values())) or agents
@@ -356,12 +342,12 @@ class Watcher:
                 stacks: dict | None = None) -> Window:
         if not agents:
             agents = self.agents_probe.sample(list(self.ranks.values()))
-        return Window(now, tuple(self.ranks.values()), agents,
-                      {r: tuple(s) for r, s in self.host.items()}, stacks or {},
+        host, gpus, node, cuda = self.history.frozen()
+        return Window(now, tuple(self.ranks.values()), agents, host, stacks or {},
                       tuple(self.exits.values()), episode, self.tracker.last_progress(),
-                      tuple(self.log_tail), {g: tuple(h) for g, h in self.gpu_history.items()},
-                      tuple(self.node_history), tuple(self.unread_lines), {},
-                      {r: tuple(h) for r, h in self.cuda_history.items()}, self.config)
+                      tuple(self.logs.tail), gpus, node, tuple(self.logs.unread), {}, cuda,
+                      self.config, work=self.tracker.work(), busy_timeout=self.opts.busy_timeout,
+                      floor=self.opts.stall_timeout)
 
     def _launch_rules(self) -> list[Finding]:
         """What the command line says before anything runs; printed, never blocking."""
@@ -378,7 +364,7 @@ class Watcher:
     def _tick_rules(self, now: float, agents: dict) -> None:
         """The cheap rules, every tick: open, update and resolve their findings."""
         window = self._window(now, agents, self.tracker.episode)
-        self.unread_lines = []
+        self.logs.take_unread()
         changes = self.book.update(now, run_rules(window, "tick"), STICKY)
         if changes.opened:
             findings = [t.finding for t in changes.opened]

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from conftest import watch
+from support import watch
 
 GRPO = ["swift", "rlhf", "--rlhf_type", "grpo", "--model", "Qwen/Qwen2.5-7B-Instruct"]
 

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import SCENARIOS, pid_alive, torchrun, watch
+from support import SCENARIOS, pid_alive, torchrun, watch
 
 STALLDOC = [sys.executable, "-m", "stalldoc"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SCENARIOS, watch
+from support import SCENARIOS, watch
 
 
 def _gpu_present() -> bool:

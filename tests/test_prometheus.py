@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import free_port, torchrun
+from support import free_port, torchrun
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "grafana"))
 import generate  # noqa: E402

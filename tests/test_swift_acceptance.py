@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import tiny_swift
-from conftest import SCENARIOS, Result
+from support import SCENARIOS, Result
 from stalldoc.agent.statefile import read_state
 
 pytestmark = [pytest.mark.skipif(importlib.util.find_spec("swift") is None,

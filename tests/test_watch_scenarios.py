@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import SCENARIOS, launcher, torchrun, watch
+from support import SCENARIOS, launcher, torchrun, watch
 
 pytestmark = pytest.mark.timeout(180) if hasattr(pytest.mark, "timeout") else []
 

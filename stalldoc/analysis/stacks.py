@@ -5,35 +5,21 @@ from __future__ import annotations
 import linecache
 import os
 import re
-import sysconfig
 from collections import defaultdict
 from typing import Mapping
 
+from stalldoc.detect.stack_kind import COLLECTIVE_FILES, NETWORK_FILES, is_library
 from stalldoc.model import Frame, RankStacks, ThreadStack
 
-_LIBRARY_DIRS = tuple({os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"],
-                                                     sysconfig.get_paths()["purelib"],
-                                                     sysconfig.get_paths()["platlib"])})
-_LIBRARY_MARKERS = ("site-packages", "dist-packages", f"{os.sep}lib{os.sep}python3")
-_OWN = os.sep + os.path.join("stalldoc", "agent") + os.sep
+__all__ = ["is_library", "user_frame", "frame_strings", "in_collective", "waits_on_network",
+           "waits_on_lock", "signature", "group_by_main_stack"]
+
 # Waits for a lock or for another thread to end; Event / Condition waits are waits for a signal.
 _LOCK_FUNCTIONS = {"acquire", "_wait_for_tstate_lock", "join", "Thread.join",
                    "Thread._wait_for_tstate_lock", "Semaphore.acquire", "RLock.acquire"}
 _LOCK_LINE = re.compile(r"\.acquire\(|^\s*(async\s+)?with\b.*(lock|mutex|cond|sem)", re.I)
-_COLLECTIVE_FILES = (f"torch{os.sep}distributed{os.sep}",)
-# Where a thread that waits for a server sits: the socket layer, an HTTP / RPC client library.
-_NETWORK_FILES = (f"{os.sep}socket.py", f"{os.sep}ssl.py", f"http{os.sep}client.py",
-                  f"urllib{os.sep}request.py", f"{os.sep}requests{os.sep}",
-                  f"{os.sep}urllib3{os.sep}", f"{os.sep}httpx{os.sep}", f"{os.sep}httpcore{os.sep}",
-                  f"{os.sep}aiohttp{os.sep}", f"{os.sep}grpc{os.sep}", f"{os.sep}openai{os.sep}")
-
-
-def is_library(filename: str) -> bool:
-    """Frames from the standard library, installed packages or stalldoc itself."""
-    if _OWN in filename or filename.startswith("<frozen"):
-        return True
-    real = os.path.realpath(filename)
-    return real.startswith(_LIBRARY_DIRS) or any(m in filename for m in _LIBRARY_MARKERS)
+_COLLECTIVE_FILES = COLLECTIVE_FILES
+_NETWORK_FILES = NETWORK_FILES
 
 
 def user_frame(thread: ThreadStack) -> Frame | None:

@@ -1,10 +1,9 @@
-"""The progress model: when did each rank last move forward, and is the job stalled?
+"""The progress model: is each rank working, and is the job stalled?
 
-A rank progresses when its agent's marker or collective counters advance, or when it is busy:
-CPU time rising while its stack keeps changing (the watcher samples stacks of busy ranks that
-have no marker progress, and reports them with ``stack_seen``). The job is stalled when no live
-rank progressed for longer than the threshold; the threshold adapts upward for phases that have
-been seen to take long.
+Each tick, every rank's evidence of work (``detect.work``) gives a verdict. The job is stalled
+when no live rank showed work for longer than the threshold (the floor, raised for phases seen to
+take long). A working rank without progress is slow, not stuck. Busy ranks get their stack
+classified (``stacks_due`` / ``stack_seen``): CPU spent spinning in a wait is not work.
 """
 from __future__ import annotations
 
@@ -12,79 +11,121 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from stalldoc.agent.statefile import AgentSnapshot
+from stalldoc.detect.stack_kind import StackKind, classify
 from stalldoc.detect.thresholds import PhaseDurations
-from stalldoc.model import HostSample, StallEpisode
+from stalldoc.detect.work import PENDING, WORK, Signals, verdict
+from stalldoc.model import HostSample, RankStacks, RankWork, StallEpisode
 
-BUSY_CPU_FRACTION = 0.2   # CPU seconds per wall second above which a rank counts as busy
+
+def resample_every(floor: float) -> float:
+    """How often a busy rank's stack is classified again: a quarter of the floor, 2-15 s."""
+    return min(15.0, max(2.0, floor / 4))
 
 
 @dataclass
 class _Rank:
+    seen_at: float
     last_progress: float
-    counters: tuple[int, int, int] = (0, 0, 0)
-    cpu: float | None = None
-    busy: bool = False
-    signature: tuple | None = None
-    last_stack_at: float = 0.0
+    last_work: float                  # work or pending: no stall can start before it
+    last_confirmed: float             # work only: ends a stall
+    counters: tuple[int, ...] = ()
     phase: str = ""
     phase_stack: str = ""
+    stack: StackKind | None = None
+    stack_at: float = 0.0
+    last_busy_at: float = 0.0
+    busy_since: float | None = None    # this busy spell (short pauses included) began
+    unchanged_since: float | None = None   # busy in one working stack, nothing else moving
+    unchanged_shape: tuple = ()
+    work: RankWork | None = None
 
 
 @dataclass
 class ProgressTracker:
     floor: float
+    busy_timeout: float = 600.0
     ranks: dict[int, _Rank] = field(default_factory=dict)
     durations: PhaseDurations = field(default_factory=PhaseDurations)
     episode: StallEpisode | None = None
     episodes: int = 0
     dead: set[int] = field(default_factory=set)
 
+    # ----- feeding ----------------------------------------------------------------------------
     def observe(self, now: float, agents: Mapping[int, AgentSnapshot],
-                host: Mapping[int, HostSample], interval: float) -> None:
-        """Fold one tick of samples into every rank's state."""
+                host: Mapping[int, HostSample], gpu_util: Mapping[int, int | None] | None = None,
+                ) -> None:
+        """Fold one tick of samples into every rank's state and verdict."""
         for rank in set(agents) | set(host):
-            state = self.ranks.setdefault(rank, _Rank(now))
-            agent = agents.get(rank)
-            if agent is not None:
-                self._observe_agent(rank, state, agent, now)
-            sample = host.get(rank)
-            if sample is not None:
-                cpu = sample.cpu_seconds
-                state.busy = (state.cpu is not None and sample.status != "stopped"
-                              and cpu - state.cpu >= BUSY_CPU_FRACTION * interval)
-                state.cpu = cpu
+            state = self.ranks.setdefault(rank, _Rank(now, now, now, now))
+            moved = self._observe_agent(state, agents.get(rank))
+            if moved:
+                state.last_progress = now
+            signals = Signals(moved, host.get(rank), (gpu_util or {}).get(rank))
+            self._judge(now, state, signals)
 
-    def _observe_agent(self, rank: int, state: _Rank, agent: AgentSnapshot, now: float) -> None:
-        started = sum(g.started for g in agent.groups)
-        counters = (agent.marker_seq, started, agent.collective_seq)
-        if counters != state.counters:
-            state.counters = counters
-            state.last_progress = now
+    def _observe_agent(self, state: _Rank, agent: AgentSnapshot | None) -> bool:
+        """Whether the agent's counters moved since the last tick."""
+        if agent is None:
+            return False
+        self.durations.update(agent.rank, agent.phases_completed, agent.phases)
         state.phase = agent.phase
         state.phase_stack = "/".join(agent.phase_stack)
-        self.durations.update(rank, agent.phases_completed, agent.phases)
+        cuda = agent.cuda.gpu_marker if agent.cuda is not None else 0
+        counters = (agent.marker_seq, sum(g.started for g in agent.groups),
+                    agent.collective_seq, cuda)
+        moved = bool(state.counters) and counters != state.counters
+        state.counters = counters
+        return moved
 
-    def due_for_stack(self, now: float) -> list[int]:
-        """Busy ranks without marker progress for a while whose stack should be sampled now."""
-        start, every = self.floor / 3, self.floor / 6
-        return [rank for rank, s in self.ranks.items()
-                if rank not in self.dead and s.busy and now - s.last_progress >= start
-                and now - s.last_stack_at >= every]
+    def _judge(self, now: float, state: _Rank, signals: Signals) -> None:
+        if signals.busy:
+            state.last_busy_at = now
+            state.busy_since = now if state.busy_since is None else state.busy_since
+        elif now - state.last_busy_at > resample_every(self.floor):
+            state.busy_since = None   # a new busy spell may run other code: classify it afresh
+        result, basis, reason = verdict(signals, self._busy_stack(state))
+        if result in (WORK, PENDING):
+            state.last_work = now
+        if result == WORK:
+            state.last_confirmed = now
+        self._track_unchanged(now, state, signals, basis)
+        host, stack = signals.host, state.stack
+        state.work = RankWork(
+            now, result, reason, signals.progressed, host.cpu_percent if host else None,
+            host.children if host else 0, host.children_cpu_percent if host else None,
+            host.io_bps if host else None, signals.gpu_util, stack.kind if stack else "",
+            str(stack.frame) if stack and stack.frame else "", round(now - state.last_progress, 1),
+            round(now - state.unchanged_since, 1) if state.unchanged_since is not None else 0.0)
 
-    def stack_seen(self, rank: int, signature: tuple, now: float) -> None:
-        """A busy rank whose stack changed since the last sample has progressed."""
-        state = self.ranks[rank]
-        if state.signature is not None and signature != state.signature:
-            state.last_progress = now
-        state.signature = signature
-        state.last_stack_at = now
+    @staticmethod
+    def _busy_stack(state: _Rank) -> StackKind | None:
+        """The stack classified during this busy spell (an older one may be other code)."""
+        if state.busy_since is None or state.stack_at < state.busy_since:
+            return None
+        return state.stack
+
+    def _track_unchanged(self, now: float, state: _Rank, signals: Signals, basis: str) -> None:
+        """Busy in one working stack with no progress, I/O, children or GPU: the livelock clock."""
+        stack = state.stack
+        only_cpu = (basis == "stack" and not signals.gpu_util and stack is not None
+                    and (signals.host is None or not signals.host.children))
+        if not only_cpu or stack is None or stack.shape != state.unchanged_shape:
+            state.unchanged_since = now if only_cpu else None
+            state.unchanged_shape = stack.shape if only_cpu and stack is not None else ()
+
+    def stack_seen(self, rank: int, stacks: RankStacks, now: float) -> None:
+        """A stack sample of a busy rank: classify it (working or waiting, and on what)."""
+        state = self.ranks.get(rank)
+        kind = classify(stacks)
+        if state is None or not kind.kind:
+            return
+        state.stack, state.stack_at = kind, now
 
     def job_progressed(self, now: float) -> None:
         """The job itself reported progress (a logged training step that every rank took part
         in): every live rank counts as progressing."""
-        for rank, state in self.ranks.items():
-            if rank not in self.dead:
-                state.last_progress = now
+        for rank, state in self.live().items():
+            state.last_progress = state.last_work = state.last_confirmed = now
 
     def forget(self, rank: int) -> None:
         """A new process holds this rank: start its history afresh."""
@@ -94,34 +135,63 @@ class ProgressTracker:
     def mark_dead(self, rank: int) -> None:
         self.dead.add(rank)
 
+    # ----- reading ----------------------------------------------------------------------------
+    def stacks_due(self, now: float) -> list[int]:
+        """Ranks whose stack should be sampled now: busy ones not classified in this busy spell
+        or not for a while (is the CPU work or a spinning wait?), and ranks working without
+        progress for half the floor (where are they slow?)."""
+        every = resample_every(self.floor)
+        due = []
+        for rank, s in self.live().items():
+            if s.work is None or s.work.t != now:
+                continue
+            stale = now - s.stack_at >= every
+            busy = s.last_busy_at == now and (self._busy_stack(s) is None or stale)
+            slow = s.work.working and s.work.since_progress >= self.floor / 2 and stale
+            if busy or slow:
+                due.append(rank)
+        return due
+
     def live(self) -> dict[int, _Rank]:
         return {r: s for r, s in self.ranks.items() if r not in self.dead}
 
+    def work(self) -> dict[int, RankWork]:
+        """Each live rank's latest verdict and the evidence behind it."""
+        return {r: s.work for r, s in sorted(self.live().items()) if s.work is not None}
+
     def threshold(self) -> float:
         """The floor, raised for the slowest phase any live rank is in now."""
-        phases = [s.phase for s in self.live().values() if s.phase]
-        return max([self.floor] + [self.durations.threshold(p, self.floor) for p in phases])
+        return max([self.floor] + [self.durations.threshold(s.phase, self.floor)
+                                   for s in self.live().values()])
 
     def last_progress(self) -> dict[int, float]:
         return {r: s.last_progress for r, s in self.ranks.items()}
 
+    # ----- the decision -----------------------------------------------------------------------
     def check(self, now: float) -> tuple[StallEpisode | None, StallEpisode | None]:
         """(a stall that starts now, a stall that ended now): at most one is not None."""
         live = self.live()
         if not live:
             return None, None
-        newest = max(s.last_progress for s in live.values())
         if self.episode is not None:
-            if newest > self.episode.started_at:
-                ended = StallEpisode(**{**self.episode.__dict__, "ended_at": now})
-                self.episode = None
-                return None, ended
-            return None, None
+            return None, self._ended(now, live)
+        newest = max(s.last_work for s in live.values())
         threshold = self.threshold()
         if now - newest <= threshold:
             return None, None
         self.episodes += 1
-        phases = {rank: s.phase_stack for rank, s in sorted(live.items())}
-        self.episode = StallEpisode(self.episodes, newest, now, threshold, tuple(sorted(live)),
-                                    phases=phases)
+        ranks = sorted(live)
+        self.episode = StallEpisode(
+            self.episodes, newest, now, threshold, tuple(ranks),
+            phases={r: live[r].phase_stack for r in ranks},
+            work={r: live[r].work for r in ranks if live[r].work is not None})
         return self.episode, None
+
+    def _ended(self, now: float, live: Mapping[int, _Rank]) -> StallEpisode | None:
+        episode = self.episode
+        assert episode is not None
+        if max(s.last_confirmed for s in live.values()) <= episode.started_at:
+            return None
+        self.episode = None
+        self.durations.resumed(episode.phases.values(), now - episode.started_at)
+        return StallEpisode(**{**episode.__dict__, "ended_at": now})

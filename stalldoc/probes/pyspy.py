@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from stalldoc.errors import PtraceDenied
@@ -69,12 +69,16 @@ class StackProbe:
         self.agent_dir = agent_dir
         self.ptrace_denied = ""  # py-spy's words, once it was denied: the fallback is used after
 
-    def capture(self, rank: RankProcess, stopped: bool) -> RankStacks:
+    def capture(self, rank: RankProcess, stopped: bool, nonblocking: bool = False) -> RankStacks:
+        """One rank's stacks; ``nonblocking`` reads them without pausing the rank (a stopped
+        rank is always read so: pausing it would block)."""
         now = time.time()
-        method = "py-spy-nonblocking" if stopped else "py-spy"
+        nonblocking = nonblocking or stopped
+        method = "py-spy-nonblocking" if nonblocking else "py-spy"
         try:
             if not self.ptrace_denied:
-                return RankStacks(rank.rank, rank.pid, now, method, dump_pyspy(rank.pid, stopped))
+                return RankStacks(rank.rank, rank.pid, now, method,
+                                  dump_pyspy(rank.pid, nonblocking))
         except PtraceDenied as exc:
             self.ptrace_denied = str(exc)
         except (RuntimeError, ProbeUnavailable, subprocess.TimeoutExpired, ValueError) as exc:
@@ -96,3 +100,31 @@ class StackProbe:
         with ThreadPoolExecutor(max_workers=min(32, len(ranks))) as pool:
             results = pool.map(lambda r: self.capture(r, r.pid in stopped), ranks)
             return {stacks.rank: stacks for stacks in results}
+
+
+class BackgroundStacks:
+    """Stack samples of busy ranks taken off the tick: ``request`` starts one (at most one per
+    rank at a time), ``done`` hands back those finished since the last call. The samples do not
+    pause the rank (py-spy --nonblocking)."""
+
+    def __init__(self, probe: StackProbe, workers: int = 4) -> None:
+        self.probe = probe
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="stalldoc-stacks")
+        self._running: dict[int, Future[RankStacks]] = {}
+
+    def request(self, rank: RankProcess) -> None:
+        if rank.rank in self._running:
+            return
+        self._running[rank.rank] = self._pool.submit(self.probe.capture, rank, False, True)
+
+    def done(self) -> list[RankStacks]:
+        out = []
+        for rank, future in list(self._running.items()):
+            if future.done():
+                del self._running[rank]
+                if future.exception() is None:
+                    out.append(future.result())
+        return out
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -20,7 +20,8 @@ def _run(conn: sqlite3.Connection) -> dict[str, Any]:
     run = dict(row) if row else {}
     run["command"] = json.loads(run.get("command") or "[]")
     run["agent"] = bool(run.get("agent"))
-    run["schema_version"] = SCHEMA_VERSION
+    meta = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    run["schema_version"] = int(meta[0]) if meta else SCHEMA_VERSION
     return run
 
 
@@ -44,7 +45,7 @@ def _decoded(conn: sqlite3.Connection, sql: str, *json_fields: str) -> list[dict
     rows = _rows(conn, sql)
     for row in rows:
         for name in json_fields:
-            row[name] = json.loads(row[name])
+            row[name] = json.loads(row.get(name) or "{}")   # absent in older schemas
     return rows
 
 
@@ -53,7 +54,8 @@ def build_report(run_dir: Path) -> dict[str, Any]:
     try:
         return {"run": _run(conn),
                 "ranks": _decoded(conn, "SELECT * FROM ranks ORDER BY rank, first_seen", "cmdline"),
-                "stalls": _decoded(conn, "SELECT * FROM stalls ORDER BY id", "ranks", "phases"),
+                "stalls": _decoded(conn, "SELECT * FROM stalls ORDER BY id", "ranks", "phases",
+                                   "work"),
                 "findings": _decoded(conn, "SELECT * FROM findings ORDER BY id", "ranks",
                                      "evidence"),
                 "stacks": _decoded(conn, "SELECT * FROM stacks ORDER BY t, rank", "threads"),

@@ -79,6 +79,8 @@ def render_report(doc: dict[str, Any]) -> str:
         phases = ", ".join(f"rank {r} {p}" for r, p in s.get("phases", {}).items() if p)
         if phases:
             lines.append(f"     in phases: {phases}")
+        lines += [f"     rank {r}: {w['seen']} ({w['reason']})"
+                  for r, w in s.get("work", {}).items()]
     if not doc["stalls"]:
         lines.append("  none")
     lines += ["", "Findings:"]

@@ -5,11 +5,15 @@ import signal
 from typing import Iterator
 
 from stalldoc.model import Finding, RankExit, Severity, Window
-from stalldoc.rules.base import Rule, phase_of, phase_stack_of
+from stalldoc.rules.base import Rule, join_ranks, phase_of, phase_stack_of
 
 _OOM_HINT = ("SIGKILL with no one asking for it is usually the kernel OOM killer: check "
              "`dmesg | grep -i 'killed process'` and the host memory below; lower the host "
              "memory the rank needs (CPU offload, dataloader workers, pinned memory) or add memory.")
+
+
+_UNKNOWN_FIX = ("Nothing says it failed: the launcher did not report an error for it. If the job "
+               "went wrong, read the rank's own log.")
 
 
 def _signal_name(sig: int) -> str:
@@ -26,7 +30,10 @@ class DeadRank(Rule):
         Watches every rank's process; when one ends abnormally before the job does, blames it by
         name with its exit code or signal, the phase it was in, and the exception it raised when
         the agent saw one. The first rank to die is the cause; ranks the launcher ended after it
-        are collateral and listed as such.
+        are collateral and listed as such. A rank that exits 0 is never blamed. A status nobody
+        saw (the launcher reaped the rank first) is taken from the launcher's report in the log,
+        from the agent (an uncaught exception), or is 0 once the launcher exits 0; otherwise it
+        is reported as unknown, at info level.
 
     Why is this bad?
         The survivors wait in their next collective for a peer that will never come, until the
@@ -52,12 +59,25 @@ class DeadRank(Rule):
     fix = "Read the rank's own log for its last error; see the evidence for its exit status."
 
     def check(self, window: Window) -> Iterator[Finding]:
-        bad = sorted((e for e in window.exits if e.exit_code != 0), key=lambda e: e.t)
-        if not bad:
+        bad = sorted((e for e in window.exits if e.exit_code not in (0, None)), key=lambda e: e.t)
+        if bad:
+            first = bad[0]
+            yield self.finding((first.rank,), self._summary(window, first, bad[1:]),
+                               self._evidence(window, first, bad[1:]), self._fix(first))
             return
-        first = bad[0]
-        yield self.finding((first.rank,), self._summary(window, first, bad[1:]),
-                           self._evidence(window, first, bad[1:]), self._fix(first))
+        unknown = sorted((e for e in window.exits if e.exit_code is None), key=lambda e: e.t)
+        if unknown:   # a rank that exits 0 is never critical; one nobody saw end is not either
+            yield self.finding([e.rank for e in unknown], self._unknown(window, unknown),
+                               self._evidence(window, unknown[0], unknown[1:]),
+                               _UNKNOWN_FIX, Severity.INFO)
+
+    def _unknown(self, window: Window, exits: list[RankExit]) -> str:
+        first = exits[0]
+        text = (f"{join_ranks(e.rank for e in exits)} ended and the exit status was not seen "
+                f"(the launcher reaped rank {first.rank}, pid {first.pid}, first and did not "
+                f"report it)")
+        phase = phase_of(window, first.rank)
+        return text + (f"; rank {first.rank} was in phase {phase}" if phase else "")
 
     def _summary(self, window: Window, dead: RankExit, collateral: list[RankExit]) -> str:
         how = (f"was killed by {_signal_name(dead.signal)}" if dead.signal

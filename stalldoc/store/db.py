@@ -17,7 +17,8 @@ from stalldoc.model import (Finding, GpuSample, HostSample, RankExit, RankProces
                             StallEpisode)
 from stalldoc.sampling import Tick
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = ("2", "3")   # 3 added stalls.work and the samples' work columns
 DB_NAME = "run.db"
 
 _SCHEMA = """
@@ -35,7 +36,8 @@ CREATE TABLE samples (t REAL NOT NULL, rank INTEGER NOT NULL, cpu_seconds REAL, 
                       cpu_percent REAL, gpu_memory_bytes INTEGER, cuda_allocated INTEGER,
                       cuda_reserved INTEGER, cuda_peak_allocated INTEGER,
                       cuda_alloc_retries INTEGER, cuda_ooms INTEGER, cuda_host_marker INTEGER,
-                      cuda_gpu_marker INTEGER, cuda_host_label TEXT, cuda_gpu_label TEXT);
+                      cuda_gpu_marker INTEGER, cuda_host_label TEXT, cuda_gpu_label TEXT,
+                      children INTEGER, children_cpu_percent REAL, io_bps REAL);
 CREATE INDEX samples_t ON samples (t);
 CREATE TABLE node_samples (t REAL NOT NULL, available_bytes INTEGER, total_bytes INTEGER,
                            swap_in_bps REAL, swap_out_bps REAL, load1 REAL, cores INTEGER);
@@ -48,7 +50,7 @@ CREATE TABLE probe_runs (t REAL NOT NULL, probe TEXT NOT NULL, ok INTEGER NOT NU
                          seconds REAL NOT NULL, error TEXT NOT NULL);
 CREATE TABLE stalls (id INTEGER PRIMARY KEY, started_at REAL NOT NULL, detected_at REAL NOT NULL,
                      ended_at REAL, threshold REAL NOT NULL, ranks TEXT NOT NULL,
-                     phases TEXT NOT NULL DEFAULT '{}');
+                     phases TEXT NOT NULL DEFAULT '{}', work TEXT NOT NULL DEFAULT '{}');
 CREATE TABLE stacks (stall_id INTEGER, rank INTEGER NOT NULL, pid INTEGER NOT NULL, t REAL NOT NULL,
                      method TEXT NOT NULL, error TEXT NOT NULL, threads TEXT NOT NULL);
 CREATE TABLE findings (id INTEGER PRIMARY KEY, t REAL NOT NULL, stall_id INTEGER, code TEXT NOT NULL,
@@ -129,7 +131,7 @@ class RunStore:
 
     def add_tick(self, tick: Tick) -> None:
         """Everything one tick of the probes saw, committed together."""
-        self.conn.executemany(f"INSERT INTO samples VALUES ({', '.join('?' * 21)})",
+        self.conn.executemany(f"INSERT INTO samples VALUES ({', '.join('?' * 24)})",
                               [_sample_row(tick, s) for s in tick.host.values()])
         if tick.node is not None:
             n = tick.node
@@ -157,10 +159,12 @@ class RunStore:
         self.log_lines += min(room, len(lines))
 
     def save_stall(self, episode: StallEpisode) -> None:
-        self.conn.execute("INSERT OR REPLACE INTO stalls VALUES (?, ?, ?, ?, ?, ?, ?)",
+        work = {str(r): {**asdict(w), "seen": w.describe()} for r, w in episode.work.items()}
+        self.conn.execute("INSERT OR REPLACE INTO stalls VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                           (episode.id, episode.started_at, episode.detected_at, episode.ended_at,
                            episode.threshold, json.dumps(list(episode.ranks)),
-                           json.dumps({str(r): p for r, p in episode.phases.items()})))
+                           json.dumps({str(r): p for r, p in episode.phases.items()}),
+                           json.dumps(work)))
         self.conn.commit()
 
     def add_stacks(self, stall_id: int | None, stacks: Iterable[RankStacks]) -> None:
@@ -220,7 +224,7 @@ def _sample_row(tick: Tick, s: HostSample) -> tuple[Any, ...]:
             sum(gpu_bytes) if gpu_bytes else None,
             *((cuda.allocated, cuda.reserved, cuda.peak_allocated, cuda.alloc_retries, cuda.ooms,
                cuda.host_marker, cuda.gpu_marker, cuda.host_label, cuda.gpu_label)
-              if cuda else (None,) * 9))
+              if cuda else (None,) * 9), s.children, s.children_cpu_percent, s.io_bps)
 
 
 def _gpu_row(tick: Tick, g: GpuSample) -> tuple[Any, ...]:
@@ -245,7 +249,7 @@ def open_reader(run_dir: Path) -> sqlite3.Connection:
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     except sqlite3.DatabaseError as exc:
         raise RunDirError(f"{path} is not a readable stalldoc database ({exc})") from exc
-    if row is None or row[0] != str(SCHEMA_VERSION):
+    if row is None or row[0] not in READABLE_VERSIONS:
         found = row[0] if row else "none"
         raise RunDirError(f"{path} has schema version {found}; this stalldoc reads "
                           f"{SCHEMA_VERSION}")

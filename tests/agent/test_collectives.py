@@ -23,7 +23,7 @@ JOB = textwrap.dedent("""
 
 
 def test_collectives_land_in_the_ring_once_each(tmp_path):
-    from conftest import free_port, run_with_agent
+    from support import free_port, run_with_agent
     state = run_with_agent(tmp_path, JOB % free_port())
     world = next(g for g in state.groups if g.name == "world")
     assert [(r.op, r.numel, r.dtype, r.completed) for r in world.ring] == [

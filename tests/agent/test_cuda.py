@@ -29,7 +29,7 @@ JOB = textwrap.dedent("""
 
 
 def test_inert_in_a_torch_process_without_cuda(tmp_path):
-    from conftest import free_port, run_with_agent
+    from support import free_port, run_with_agent
     state = run_with_agent(tmp_path, JOB % free_port())
     assert state.cuda is None
     assert state.collective_seq == 3 and state.phases_completed == 3

@@ -1,46 +1,142 @@
+"""The stall decision on recorded tick samples: no rank shows work for longer than the
+threshold. Numbers are of the kind measured on real ranks here (a rank blocked in a collective:
+0-1 % CPU, no I/O; a checkpoint writer to slow storage: ~3 % CPU, 4 MB/s written)."""
 from __future__ import annotations
 
 from stalldoc.agent.statefile import AgentSnapshot, PhaseRecord
 from stalldoc.detect.progress import ProgressTracker
-from stalldoc.model import HostSample
+from stalldoc.model import Frame, HostSample, RankStacks, ThreadStack
 
 
-def agent(marker: int, phase: str = "", phases: tuple = ()) -> AgentSnapshot:
-    return AgentSnapshot(1, 0, 0, 1, 0, 0.0, 0.0, marker, 0.0, None, (phase,) if phase else (),
-                         "", len(phases), phases, ())
+def agent(marker: int, phase: str = "", phases: tuple = (), rank: int = 0) -> AgentSnapshot:
+    return AgentSnapshot(1, rank, 0, 1, 0, 0.0, 0.0, marker, 0.0, None,
+                         (phase,) if phase else (), "", len(phases), phases, ())
 
 
-def host(t: float, cpu: float) -> HostSample:
-    return HostSample(t, 0, 1, cpu, 0, 1, "sleeping", 0)
+def host(t: float, rank: int = 0, cpu: float = 0.5, io: float = 0.0, children: int = 0,
+         children_cpu: float | None = None, status: str = "sleeping") -> HostSample:
+    return HostSample(t, rank, 100 + rank, t * cpu / 100, 1 << 20, 4, status, 1 << 30, cpu,
+                      children, children_cpu, io)
 
 
-def test_stall_after_threshold_and_end_on_progress():
+def stacks(rank: int, function: str, filename: str, line: int, active: bool) -> RankStacks:
+    frame = Frame(function, filename, line)
+    return RankStacks(rank, 100 + rank, 0.0, "py-spy", (ThreadStack(100 + rank, "MainThread",
+                                                                    active, active, (frame,)),))
+
+
+def run(tracker: ProgressTracker, seconds: int, **kinds: dict) -> list:
+    """Feed one tick a second for ``seconds``; ``kinds`` gives each rank's host sample fields.
+    Returns the stalls that started."""
+    started = []
+    for t in range(1, seconds + 1):
+        tracker.observe(float(t), {}, {int(r[1:]): host(float(t), int(r[1:]), **kw)
+                                       for r, kw in kinds.items()})
+        began, _ = tracker.check(float(t))
+        if began:
+            started.append(began)
+    return started
+
+
+def test_every_rank_idle_is_a_stall_with_what_was_seen():
     tracker = ProgressTracker(floor=5)
-    tracker.observe(0.0, {0: agent(1)}, {0: host(0, 0)}, 1.0)
-    assert tracker.check(5.0) == (None, None)
-    started, _ = tracker.check(5.5)
-    assert started is not None and started.started_at == 0.0 and started.ranks == (0,)
-    tracker.observe(6.0, {0: agent(2)}, {0: host(6, 0)}, 1.0)
-    _, ended = tracker.check(6.0)
-    assert ended is not None and ended.ended_at == 6.0
+    [stall] = run(tracker, 10, r0={}, r1={})
+    assert stall.started_at == 1.0 and stall.detected_at == 7.0 and stall.ranks == (0, 1)
+    assert stall.work[1].verdict == "idle" and stall.work[1].cpu_percent == 0.5
+    assert "cpu 0%, io 0 kB/s" in stall.work[1].describe()
+
+
+def test_a_rank_writing_to_slow_storage_is_slow_not_stuck():
+    # rank 0 writes a checkpoint at 4 MB/s with 3 % CPU; rank 1 waits in a barrier
+    tracker = ProgressTracker(floor=5)
+    assert run(tracker, 30, r0={"cpu": 3.0, "io": 4e6}, r1={}) == []
+    work = tracker.work()
+    assert work[0].working and work[0].reason == "reading / writing 4.0 MB/s"
+    assert not work[1].working and work[0].since_progress == 29.0
+
+
+def test_a_rank_waiting_for_its_worker_processes_is_working():
+    tracker = ProgressTracker(floor=5)
+    assert run(tracker, 20, r0={"children": 2, "children_cpu": 190.0}) == []
+    assert tracker.work()[0].reason == "2 child process(es) at 190% CPU"
+
+
+def test_busy_rank_is_pending_until_its_stack_is_classified():
+    tracker = ProgressTracker(floor=5)
+    assert run(tracker, 10, r0={"cpu": 99.0}) == []      # never classified: never stuck
+    assert tracker.stacks_due(10.0) == [0]
+    assert tracker.work()[0].verdict == "pending"
+
+
+def test_busy_in_a_working_frame_is_work_and_starts_the_livelock_clock(tmp_path):
+    tracker = ProgressTracker(floor=5)
+    source = tmp_path / "model.py"
+    source.write_text("def forward(x):\n    return x @ x\n")
+    run(tracker, 2, r0={"cpu": 99.0})
+    tracker.stack_seen(0, stacks(0, "forward", str(source), 2, active=True), 2.0)
+    assert run(tracker, 30, r0={"cpu": 99.0}) == []
+    work = tracker.work()[0]
+    assert work.working and work.stack_kind == "working" and work.frame.startswith("forward (")
+    assert work.busy_unchanged >= 27
+
+
+def test_cpu_spinning_in_a_wait_is_not_work(tmp_path):
+    # a rank spinning at 100 % CPU in `loss.item()` (a CUDA sync) while the others wait
+    source = tmp_path / "train.py"
+    source.write_text("def train_step(loss):\n    return loss.item()\n")
+    tracker = ProgressTracker(floor=5)
+    run(tracker, 1, r0={"cpu": 100.0}, r1={})
+    tracker.stack_seen(0, stacks(0, "train_step", str(source), 2, active=True), 1.0)
+    [stall] = run(tracker, 10, r0={"cpu": 100.0}, r1={})
+    assert stall.work[0].reason == "CPU busy spinning while waiting: cuda sync"
+
+
+def test_a_stall_ends_on_work_not_on_a_pending_verdict():
+    tracker = ProgressTracker(floor=5)
+    [stall] = run(tracker, 8, r0={}, r1={})
+    tracker.observe(9.0, {}, {0: host(9.0, 0, cpu=90.0), 1: host(9.0, 1)})
+    assert tracker.check(9.0) == (None, None)             # busy, not classified: still a stall
+    tracker.observe(10.0, {}, {0: host(10.0, 0, io=1e6), 1: host(10.0, 1)})
+    _, ended = tracker.check(10.0)
+    assert ended is not None and ended.id == stall.id and ended.ended_at == 10.0
+
+
+def test_markers_moving_are_progress():
+    tracker = ProgressTracker(floor=5)
+    for t in range(1, 20):
+        tracker.observe(float(t), {0: agent(t)}, {0: host(float(t))})
+        assert tracker.check(float(t)) == (None, None)
+    assert tracker.work()[0].reason == "progress markers moved"
 
 
 def test_threshold_rises_for_a_phase_seen_to_take_long():
     tracker = ProgressTracker(floor=5)
     slow = (PhaseRecord("save", 0.0, 20.0),)
-    tracker.observe(20.0, {0: agent(3, "save", slow)}, {}, 1.0)
+    tracker.observe(20.0, {0: agent(3, "save", slow)}, {})
     assert tracker.threshold() == 40.0
     assert tracker.check(50.0)[0] is None
     assert tracker.check(61.0)[0] is not None
 
 
-def test_busy_rank_with_changing_stack_progresses():
-    tracker = ProgressTracker(floor=6)
-    tracker.observe(0.0, {}, {0: host(0.0, 0.0)}, 1.0)
-    tracker.observe(3.0, {}, {0: host(3.0, 3.0)}, 1.0)
-    assert tracker.due_for_stack(3.0) == [0]
-    tracker.stack_seen(0, ("a",), 3.0)
-    tracker.stack_seen(0, ("b",), 4.0)
-    assert tracker.ranks[0].last_progress == 4.0
-    tracker.stack_seen(0, ("b",), 5.0)
-    assert tracker.ranks[0].last_progress == 4.0
+def test_a_quiet_spell_that_ended_by_itself_raises_the_threshold_of_its_phase():
+    tracker = ProgressTracker(floor=5)
+    tracker.observe(0.0, {0: agent(1, "reward")}, {0: host(0.0)})
+    assert tracker.check(6.0)[0] is not None                     # 6 s waiting on a server
+    tracker.observe(12.0, {0: agent(2, "reward")}, {0: host(12.0)})
+    assert tracker.check(12.0)[1] is not None                    # ... then it answered
+    assert tracker.threshold() == 24.0                           # 2 x the 12 s spell
+
+
+def test_a_logged_step_is_progress_for_every_live_rank():
+    tracker = ProgressTracker(floor=5.0)
+    tracker.observe(0.0, {}, {0: host(0.0, 0), 1: host(0.0, 1)})
+    tracker.mark_dead(1)
+    tracker.job_progressed(4.0)
+    assert tracker.last_progress() == {0: 4.0, 1: 0.0}
+    assert tracker.check(8.0) == (None, None)     # 4 s since the logged step, under the floor
+
+
+def test_a_stopped_rank_is_idle_even_with_cpu():
+    tracker = ProgressTracker(floor=5)
+    [stall] = run(tracker, 8, r0={"cpu": 50.0, "status": "stopped"})
+    assert stall.work[0].reason == "stopped (SIGSTOP)"

@@ -24,10 +24,46 @@ def test_live_rank_sampled_with_cpu_percent_and_zombie_left_out():
         time.sleep(0.5)
         [second] = probe.sample(time.time(), ranks)
         assert [s.rank for s in first] == [0] and first[0].cpu_percent is None
-        assert second.rank == 0 and second.rss_bytes > 0 and second.cpu_percent > 50
+        assert second.rank == 0 and second.rss_bytes > 0 and second.cpu_percent > 10  # a core, shared with the load
         node = probe.node(time.time())
         assert node.total_bytes >= node.available_bytes > 0 and node.cores == os.cpu_count()
     finally:
         busy.kill()
         busy.wait()
         dead.wait()
+
+
+CHILD_WORK = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+print(child.pid, flush=True)
+with open(sys.argv[1], "wb") as fh:
+    while True:                      # the rank itself: writes 1 MB every 0.1 s, little CPU
+        fh.write(os.urandom(1 << 20)); fh.flush(); time.sleep(0.1); fh.seek(0)
+"""
+
+
+def test_a_ranks_work_counts_its_children_and_its_bytes_but_not_other_ranks(tmp_path):
+    # GIVEN a rank that writes ~10 MB/s and has a child burning a core, and another rank idle
+    rank = subprocess.Popen([sys.executable, "-c", CHILD_WORK, str(tmp_path / "ckpt")],
+                            stdout=subprocess.PIPE, text=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        child = int(rank.stdout.readline())
+        time.sleep(0.5)     # past start-up, when an interpreter reads its modules
+        ranks = [RankProcess(0, rank.pid, 0, ()), RankProcess(1, other.pid, 1, ())]
+        # the process table as the watcher sees it: the child under rank 0, rank 1 beside it
+        parents = {rank.pid: os.getpid(), other.pid: os.getpid(), child: rank.pid}
+        probe = HostProbe()
+        probe.sample(time.time(), ranks, parents)
+        time.sleep(1.0)
+        zero, one = probe.sample(time.time(), ranks, parents)
+        # THEN rank 0 shows its child's CPU and its own bytes; rank 1 shows neither
+        assert zero.children == 1 and zero.children_cpu_percent > 10
+        assert zero.io_bps > 1e6
+        assert one.children == 0 and one.children_cpu_percent is None and one.io_bps < 1e4
+    finally:
+        for proc in (rank, other):
+            proc.kill()
+            proc.wait()
+        os.kill(child, 9)

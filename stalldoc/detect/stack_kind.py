@@ -1,0 +1,159 @@
+"""The kind of a rank's stack: working, or waiting (and on what).
+
+A thread waits when it is blocked or spinning in a call whose job is to wait for something else:
+a collective, a lock / condition / queue, a sleep, select / poll / a socket receive, a c10d store
+get, a child process or pool, a future, or a CUDA synchronisation (``.item()``, ``.cpu()``,
+``synchronize()``). CPU spent spinning in such a call is not work. A rank is *working* when any of
+its Python threads (stalldoc's own excepted) is active in another frame.
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import re
+import sysconfig
+
+from dataclasses import dataclass
+
+from stalldoc.model import Frame, RankStacks, ThreadStack
+
+WORKING = "working"
+
+
+@dataclass(frozen=True)
+class StackKind:
+    """A classified stack: ``kind`` is "working" or "waiting: <why>" ('' with no stacks at
+    all); ``shape`` the deciding thread's functions and files (no lines), to tell an unchanging
+    stack."""
+
+    kind: str
+    frame: Frame | None = None        # the deciding thread's user frame (else its innermost)
+    shape: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def working(self) -> bool:
+        return self.kind == WORKING
+COLLECTIVE_FILES = (f"torch{os.sep}distributed{os.sep}",)
+NETWORK_FILES = (f"{os.sep}socket.py", f"{os.sep}ssl.py", f"http{os.sep}client.py",
+                 f"urllib{os.sep}request.py", f"{os.sep}requests{os.sep}",
+                 f"{os.sep}urllib3{os.sep}", f"{os.sep}httpx{os.sep}", f"{os.sep}httpcore{os.sep}",
+                 f"{os.sep}aiohttp{os.sep}", f"{os.sep}grpc{os.sep}", f"{os.sep}openai{os.sep}")
+_OWN = os.sep + os.path.join("stalldoc", "agent") + os.sep
+_LIBRARY_DIRS = tuple({os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"],
+                                                     sysconfig.get_paths()["purelib"],
+                                                     sysconfig.get_paths()["platlib"])})
+_LIBRARY_MARKERS = ("site-packages", "dist-packages", f"{os.sep}lib{os.sep}python3")
+# (file pattern, function names or None for any) -> what the thread waits on; "multiprocess" is
+# the dill-based fork that HF datasets uses
+_WAIT_FRAMES: tuple[tuple[str, frozenset[str] | None, str], ...] = (
+    ("threading.py", frozenset({"wait", "acquire", "join", "_wait_for_tstate_lock", "get"}),
+     "lock"),
+    ("queue.py", frozenset({"get", "put", "join"}), "queue"),
+    (f"multiprocess(ing)?{os.sep}connection.py", None, "child process"),
+    (f"multiprocess(ing)?{os.sep}pool.py", frozenset({"get", "wait", "join", "map", "starmap",
+                                                   "imap", "next", "__next__"}), "worker pool"),
+    (f"multiprocess(ing)?{os.sep}synchronize.py", None, "lock"),
+    (f"multiprocess(ing)?{os.sep}popen_fork.py", None, "child process"),
+    (f"multiprocess(ing)?{os.sep}queues.py", frozenset({"get", "put", "join"}), "queue"),
+    ("subprocess.py", frozenset({"wait", "_wait", "_try_wait", "communicate", "_communicate",
+                                 "run", "call", "check_call", "check_output"}), "subprocess"),
+    ("selectors.py", None, "select"),
+    (f"concurrent{os.sep}futures{os.sep}_base.py", frozenset({"result", "wait", "as_completed",
+                                                             "__get_result"}), "future"),
+    (f"concurrent{os.sep}futures{os.sep}thread.py", frozenset({"_worker"}), "queue"),
+    (f"asyncio{os.sep}base_events.py", frozenset({"_run_once", "run_forever",
+                                                  "run_until_complete"}), "event loop"),
+    (f"torch{os.sep}cuda{os.sep}__init__.py", frozenset({"synchronize"}), "cuda sync"),
+    (f"torch{os.sep}cuda{os.sep}streams.py", frozenset({"synchronize", "wait_event",
+                                                        "wait_stream"}), "cuda sync"),
+    (f"torch{os.sep}utils{os.sep}data{os.sep}dataloader.py", frozenset({
+        "_try_get_data", "_get_data", "_next_data"}), "dataloader workers"),
+    ("shm_broadcast.py", None, "shm broadcast"),   # vLLM's message queue spins while it waits
+)
+_WAIT_FILES = tuple((re.compile(re.escape(os.sep) + pattern.replace(".py", r"\.py") + "$"),
+                     names, why) for pattern, names, why in _WAIT_FRAMES)
+# A user line blocked in a C call that waits: sleep, CUDA sync, a socket, a store or an event.
+_WAIT_LINE = (
+    (re.compile(r"\bsleep\("), "sleep"),
+    (re.compile(r"\.(item|cpu|tolist)\(\)|\bsynchronize\("), "cuda sync"),
+    (re.compile(r"\.(recv|recv_into|recvfrom|accept|connect)\("), "socket"),
+    (re.compile(r"\bstore\.(get|wait)\("), "c10d store"),
+    (re.compile(r"\.(wait|acquire)\("), "lock"),
+    (re.compile(r"\b(select|poll|epoll)\.?\w*\("), "select"),
+)
+
+
+def is_library(filename: str) -> bool:
+    """Frames from the standard library, installed packages or stalldoc itself."""
+    if _OWN in filename or filename.startswith("<frozen"):
+        return True
+    real = os.path.realpath(filename)
+    return real.startswith(_LIBRARY_DIRS) or any(m in filename for m in _LIBRARY_MARKERS)
+
+
+def _is_own(thread: ThreadStack) -> bool:
+    return bool(thread.frames) and any(_OWN in f.filename for f in thread.frames)
+
+
+def frame_wait(frame: Frame) -> str:
+    """What ``frame`` waits on when a thread sits in it ('' when it is not a waiting call)."""
+    if any(m in frame.filename for m in COLLECTIVE_FILES):
+        return "collective"
+    for pattern, names, why in _WAIT_FILES:
+        if (names is None or frame.function in names) and pattern.search(frame.filename):
+            return why
+    if any(m in frame.filename for m in NETWORK_FILES):
+        return "socket"
+    return ""
+
+
+def line_wait(frame: Frame) -> str:
+    """What a C call on ``frame``'s source line waits on ('' when the line is not a wait)."""
+    text = linecache.getline(frame.filename, frame.line) if frame.line > 0 else ""
+    for pattern, why in _WAIT_LINE:
+        if pattern.search(text):
+            return why
+    return ""
+
+
+def thread_wait(thread: ThreadStack, use_active: bool = True) -> str:
+    """What the thread waits on, or '' when it is working.
+
+    The thread sits where its innermost frames are: library frames are read from the innermost
+    out up to the first frame of the user's own code; the innermost frame's source line tells a
+    C call that waits (``time.sleep``, ``.item()``). A thread py-spy saw idle (blocked in the
+    kernel) waits even in a frame we do not know; stacks without that flag (faulthandler) are
+    read from their frames alone (``use_active=False``)."""
+    if not thread.frames:
+        return "no python frames"
+    for index, frame in enumerate(thread.frames):
+        why = frame_wait(frame) or (line_wait(frame) if index == 0 else "")
+        if why:
+            return why
+        if not is_library(frame.filename):
+            break
+    return "" if thread.active or not use_active else "blocked"
+
+
+def _user_frame(thread: ThreadStack) -> Frame | None:
+    """The innermost frame of the user's own code, else the innermost frame."""
+    return next((f for f in thread.frames if not is_library(f.filename)),
+                thread.frames[0] if thread.frames else None)
+
+
+def _shape(thread: ThreadStack) -> tuple[tuple[str, str], ...]:
+    return tuple((f.function, f.filename) for f in thread.frames)
+
+
+def classify(stacks: RankStacks) -> StackKind:
+    """Working when any Python thread other than stalldoc's own is working; else the main
+    thread says what the rank waits on."""
+    threads = [t for t in stacks.threads if not _is_own(t)]
+    if not threads:
+        return StackKind("waiting: no python frames" if stacks.threads else "")
+    main = stacks.main if stacks.main in threads else threads[0]
+    use_active = stacks.method != "faulthandler"
+    for thread in [main] + [t for t in threads if t is not main]:
+        if not thread_wait(thread, use_active):
+            return StackKind(WORKING, _user_frame(thread), _shape(thread))
+    return StackKind(f"waiting: {thread_wait(main, use_active)}", _user_frame(main), _shape(main))

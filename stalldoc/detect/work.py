@@ -1,0 +1,70 @@
+"""Evidence of work: what one tick's samples say about a rank, and the verdict.
+
+A rank shows work when its agent's markers or collectives move (or its CUDA markers complete, or
+the job logs a progress line), when it or its descendants read or write bytes, when its
+descendants burn CPU, or when it burns CPU (or its GPU is busy) in a stack that is working rather
+than waiting. CPU spent spinning inside a wait is not work. A busy rank whose stack has not been
+classified yet is "pending": it is never taken for stuck, but it does not end a stall either.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stalldoc.detect.stack_kind import StackKind
+from stalldoc.model import HostSample
+
+BUSY_CPU_PERCENT = 10.0        # the rank's own CPU above this is busy: its stack decides
+CHILD_CPU_PERCENT = 10.0       # its descendants' CPU above this is work
+IO_WORK_BPS = 64 * 1024        # bytes read + written per second above this is work
+GPU_BUSY_UTIL = 5              # GPU utilisation (%) above this is busy: the stack decides
+
+WORK, IDLE, PENDING = "work", "idle", "pending"
+
+
+@dataclass(frozen=True)
+class Signals:
+    """What one tick's probes saw of one rank."""
+
+    progressed: bool                 # markers / collectives / CUDA markers / progress lines
+    host: HostSample | None
+    gpu_util: int | None = None
+
+    @property
+    def busy(self) -> bool:
+        """Burning CPU, or its GPU busy: work or a spinning wait, the stack tells which."""
+        cpu = self.host.cpu_percent if self.host else None
+        return ((cpu or 0.0) >= BUSY_CPU_PERCENT
+                or (self.gpu_util or 0) >= GPU_BUSY_UTIL) and not self.stopped
+
+    @property
+    def stopped(self) -> bool:
+        return self.host is not None and self.host.status == "stopped"
+
+
+def _mb(bps: float) -> str:
+    return f"{bps / 1e6:.1f} MB/s" if bps >= 1e5 else f"{bps / 1e3:.0f} kB/s"
+
+
+def verdict(signals: Signals, stack: StackKind | None) -> tuple[str, str, str]:
+    """(work / idle / pending, what decided it, the reason in words) for one rank at one tick.
+
+    What decided it is one of: stopped, progress, io, children, quiet, unclassified, stack,
+    spinning."""
+    host = signals.host
+    if signals.stopped:
+        return IDLE, "stopped", "stopped (SIGSTOP)"
+    if signals.progressed:
+        return WORK, "progress", "progress markers moved"
+    if host is not None and (host.io_bps or 0.0) >= IO_WORK_BPS:
+        return WORK, "io", f"reading / writing {_mb(host.io_bps or 0.0)}"
+    if host is not None and (host.children_cpu_percent or 0.0) >= CHILD_CPU_PERCENT:
+        return WORK, "children", (f"{host.children} child process(es) at "
+                                  f"{host.children_cpu_percent:.0f}% CPU")
+    if not signals.busy:
+        return IDLE, "quiet", "no CPU, I/O, GPU or progress"
+    what = "GPU busy" if (signals.gpu_util or 0) >= GPU_BUSY_UTIL else "CPU busy"
+    if stack is None or not stack.kind:
+        return PENDING, "unclassified", f"{what}, stack not classified yet"
+    if stack.working:
+        return WORK, "stack", f"{what} in {stack.frame}" if stack.frame else what
+    return IDLE, "spinning", f"{what} spinning while {stack.kind}"

@@ -1,0 +1,56 @@
+"""The job's output as the watcher sees it: lines handed over by the relay, drained once a tick
+into the store, the rules' unread batch, a tail for the diagnosis, launcher exit reports and the
+job's own progress lines."""
+from __future__ import annotations
+
+import queue
+from collections import deque
+from dataclasses import dataclass, field
+
+from stalldoc.detect.progress_lines import ProgressLines
+from stalldoc.model import LogLine
+from stalldoc.probes.exits import parse_launcher_line
+
+TAIL_LINES = 200
+
+
+@dataclass(frozen=True)
+class Drained:
+    """What one drain found: the new lines, and when the newest progress line was printed."""
+
+    lines: list[LogLine]
+    progress_at: float | None
+
+
+@dataclass
+class LogFeed:
+    lines: "queue.SimpleQueue[LogLine]" = field(default_factory=queue.SimpleQueue)
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    unread: list[LogLine] = field(default_factory=list)     # not yet seen by the tick rules
+    launcher_codes: dict[int, int] = field(default_factory=dict)   # pid -> Popen returncode
+    progress: ProgressLines = field(default_factory=ProgressLines)
+
+    def put(self, line: LogLine) -> None:
+        """Called by the relay's threads: never blocks."""
+        self.lines.put(line)
+
+    def drain(self) -> Drained:
+        batch: list[LogLine] = []
+        progress_at = None
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                return Drained(batch, progress_at)
+            batch.append(line)
+            self.tail.append(line.text)
+            self.unread.append(line)
+            if self.progress.is_progress(line.text):
+                progress_at = line.t
+            parsed = parse_launcher_line(line.text)
+            if parsed:
+                self.launcher_codes[parsed[0]] = parsed[1]
+
+    def take_unread(self) -> tuple[LogLine, ...]:
+        unread, self.unread = tuple(self.unread), []
+        return unread

@@ -1,0 +1,69 @@
+"""The stack's kind, read from real py-spy dumps of real processes waiting or working."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from stalldoc.detect.stack_kind import WORKING, classify
+from stalldoc.model import RankProcess
+from stalldoc.probes.pyspy import StackProbe
+
+PROGRAMS = {
+    "sleep_poll": ("import os, time\n"
+                   "def wait_for_rollout():\n"
+                   "    while not os.path.exists('/nonexistent/flag'):\n"
+                   "        time.sleep(0.2)\n"
+                   "wait_for_rollout()\n", "waiting: sleep"),
+    "queue_get": ("import queue\n"
+                  "def next_batch(q):\n"
+                  "    return q.get()\n"
+                  "next_batch(queue.Queue())\n", "waiting: lock"),
+    "lock": ("import threading\n"
+             "lock = threading.Lock(); lock.acquire()\n"
+             "def update_cache():\n"
+             "    lock.acquire()\n"
+             "update_cache()\n", "waiting: lock"),
+    "pool_map": ("import multiprocessing as mp\n"
+                 "def tokenize(n):\n"
+                 "    return sum(i * i for i in range(n))\n"
+                 "if __name__ == '__main__':\n"
+                 "    with mp.get_context('fork').Pool(1) as pool:\n"
+                 "        pool.map(tokenize, [10**9])\n", "waiting: "),
+    "socket_recv": ("import socket\n"
+                    "a, b = socket.socketpair()\n"
+                    "def score_with_reward_model():\n"
+                    "    return a.recv(4096)\n"
+                    "score_with_reward_model()\n", "waiting: socket"),
+    "one_line_compute": ("import time\n"
+                         "def forward():\n"
+                         "    end = time.time() + 60; x = 0\n"
+                         "    while time.time() < end: x = (x * 31 + 7) % 1000003\n"
+                         "forward()\n", WORKING),
+    "c_call": ("import hashlib\n"
+               "def derive_key():\n"
+               "    return hashlib.pbkdf2_hmac('sha256', b'pw', b'salt', 10**9)\n"
+               "derive_key()\n", WORKING),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_real_stacks_are_classified(tmp_path, name):
+    code, expected = PROGRAMS[name]
+    script = tmp_path / f"{name}.py"
+    script.write_text(textwrap.dedent(code))
+    proc = subprocess.Popen([sys.executable, str(script)])
+    try:
+        time.sleep(1.0)
+        stacks = StackProbe(None).capture(RankProcess(0, proc.pid, 0, ()), stopped=False,
+                                          nonblocking=True)
+        kind = classify(stacks)
+        assert kind.kind.startswith(expected), (kind, stacks)
+        if expected == WORKING:
+            assert kind.frame is not None and kind.frame.filename == str(script)
+    finally:
+        proc.kill()
+        proc.wait()

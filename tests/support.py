@@ -1,0 +1,96 @@
+"""Test support: helpers that run the real CLI against real torchrun jobs and read back their
+reports. Imported by the tests as ``support``; conftest.py only holds fixtures."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCENARIOS = Path(__file__).resolve().parent / "scenarios"
+STALL_TIMEOUT = "3"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun(nproc: int, scenario: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+            "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+            str(SCENARIOS / scenario)]
+
+
+def launcher(name: str, nproc: int, scenario: str) -> list[str]:
+    """The command line that runs a scenario with ``nproc`` ranks under a real launcher."""
+    script, port = str(SCENARIOS / scenario), str(free_port())
+    bindir = Path(sys.executable).parent
+    if name == "torchrun":
+        return torchrun(nproc, scenario)
+    if name == "accelerate":
+        return [str(bindir / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(nproc),
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                "--main_process_port", port, script]
+    if name == "deepspeed":
+        return [str(bindir / "deepspeed"), "--num_nodes", "1", "--num_gpus", str(nproc),
+                "--master_port", port, script]
+    raise ValueError(name)
+
+
+def run_with_agent(run_dir: Path, code: str) -> Any:
+    """Run ``code`` (which prints its pid last) in a process with the agent; its final state."""
+    from stalldoc.agent.statefile import read_state
+    from stalldoc.launch.inject import agent_environment
+    env = agent_environment(run_dir, dict(os.environ), os.getpid())
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    return read_state(str(run_dir / "agents" / f"agent-{out.stdout.split()[-1]}.state"))
+
+
+@dataclass
+class Result:
+    code: int
+    stderr: str
+    run_dir: Path
+
+    def report(self) -> dict[str, Any]:
+        out = subprocess.run([sys.executable, "-m", "stalldoc", "report", str(self.run_dir),
+                              "--format", "json"], capture_output=True, text=True, check=True)
+        return json.loads(out.stdout)
+
+    def findings(self, code: str) -> list[dict[str, Any]]:
+        return [f for f in self.report()["findings"] if f["code"] == code]
+
+
+def watch(tmp_path: Path, command: list[str], *options: str, env: dict[str, str] | None = None,
+          timeout: float = 120, prefix: list[str] | None = None) -> Result:
+    run_dir = tmp_path / "run"
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    proc = subprocess.run([*(prefix or []), sys.executable, "-m", "stalldoc", "watch", "--run-dir", str(run_dir),
+                           "--stall-timeout", STALL_TIMEOUT, "--interval", "0.5",
+                           "--kill-grace", "3", *options, "--", *command],
+                          capture_output=True, text=True, env=full_env, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    return Result(proc.returncode, proc.stderr, run_dir)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+__all__ = ["SCENARIOS", "torchrun", "launcher", "watch", "pid_alive", "signal"]
