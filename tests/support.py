@@ -59,6 +59,7 @@ class Result:
     code: int
     stderr: str
     run_dir: Path
+    stdout: str = ""
 
     def report(self) -> dict[str, Any]:
         out = subprocess.run([sys.executable, "-m", "stalldoc", "report", str(self.run_dir),
@@ -78,7 +79,7 @@ def watch(tmp_path: Path, command: list[str], *options: str, env: dict[str, str]
                            "--kill-grace", "3", *options, "--", *command],
                           capture_output=True, text=True, env=full_env, timeout=timeout,
                           stdin=subprocess.DEVNULL)
-    return Result(proc.returncode, proc.stderr, run_dir)
+    return Result(proc.returncode, proc.stderr, run_dir, proc.stdout)
 
 
 def pid_alive(pid: int) -> bool:

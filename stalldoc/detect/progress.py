@@ -7,19 +7,48 @@ classified (``stacks_due`` / ``stack_seen``): CPU spent spinning in a wait is no
 """
 from __future__ import annotations
 
+import dataclasses
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Mapping
 
 from stalldoc.agent.statefile import AgentSnapshot
 from stalldoc.detect.stack_kind import StackKind, classify
 from stalldoc.detect.thresholds import PhaseDurations
-from stalldoc.detect.work import PENDING, WORK, Signals, verdict
+from stalldoc.detect.work import IDLE, PENDING, WORK, Signals, verdict
 from stalldoc.model import HostSample, RankStacks, RankWork, StallEpisode
 
 
 def resample_every(floor: float) -> float:
     """How often a busy rank's stack is classified again: a quarter of the floor, 2-15 s."""
     return min(15.0, max(2.0, floor / 4))
+
+
+IO_WINDOW = 5.0   # seconds over which a rank's I/O rate is averaged
+
+
+@dataclass
+class _Rate:
+    """A rate averaged over the last IO_WINDOW seconds of ticks: I/O comes in bursts (a write
+    is counted when its syscall returns, a 4 MB write to slow storage after a second or so)."""
+
+    ticks: deque[tuple[float, float]] = field(default_factory=deque)   # (t, bytes/s)
+
+    def add(self, now: float, rate: float) -> float:
+        self.ticks.append((now, rate))
+        while self.ticks and self.ticks[0][0] < now - IO_WINDOW:
+            self.ticks.popleft()
+        if len(self.ticks) < 2 or self.ticks[-1][0] <= self.ticks[0][0]:
+            return rate
+        ticks = list(self.ticks)
+        total = sum(rate * (t - t0) for (t0, _), (t, rate) in zip(ticks, ticks[1:]))
+        return round(total / (ticks[-1][0] - ticks[0][0]), 1)
+
+
+def hold_for(floor: float) -> float:
+    """How long a rank that showed work a moment ago is still called working (not counted as
+    work for the stall decision, which has its own threshold): 2-10 s."""
+    return min(10.0, max(2.0, floor / 4))
 
 
 @dataclass
@@ -38,6 +67,7 @@ class _Rank:
     unchanged_since: float | None = None   # busy in one working stack, nothing else moving
     unchanged_shape: tuple = ()
     work: RankWork | None = None
+    io: _Rate = field(default_factory=_Rate)
 
 
 @dataclass
@@ -60,7 +90,10 @@ class ProgressTracker:
             moved = self._observe_agent(state, agents.get(rank))
             if moved:
                 state.last_progress = now
-            signals = Signals(moved, host.get(rank), (gpu_util or {}).get(rank))
+            sample = host.get(rank)
+            if sample is not None and sample.io_bps is not None:
+                sample = dataclasses.replace(sample, io_bps=state.io.add(now, sample.io_bps))
+            signals = Signals(moved, sample, (gpu_util or {}).get(rank))
             self._judge(now, state, signals)
 
     def _observe_agent(self, state: _Rank, agent: AgentSnapshot | None) -> bool:
@@ -84,10 +117,16 @@ class ProgressTracker:
         elif now - state.last_busy_at > resample_every(self.floor):
             state.busy_since = None   # a new busy spell may run other code: classify it afresh
         result, basis, reason = verdict(signals, self._busy_stack(state))
-        if result in (WORK, PENDING):
+        if result == IDLE and basis == "quiet" and state.work is not None \
+                and now - state.last_confirmed <= hold_for(self.floor):
+            # work comes in bursts (a 4 MB write is counted when it returns): hold the verdict,
+            # without counting it as new work
+            result, basis = WORK, "held"
+            reason = f"{state.work.reason.split(' (')[0]} ({now - state.last_confirmed:.0f} s ago)"
+        elif result in (WORK, PENDING):
             state.last_work = now
-        if result == WORK:
-            state.last_confirmed = now
+            if result == WORK:
+                state.last_confirmed = now
         self._track_unchanged(now, state, signals, basis)
         host, stack = signals.host, state.stack
         state.work = RankWork(

@@ -148,9 +148,9 @@ def _shape(thread: ThreadStack) -> tuple[tuple[str, str], ...]:
 def classify(stacks: RankStacks) -> StackKind:
     """Working when any Python thread other than stalldoc's own is working; else the main
     thread says what the rank waits on."""
-    threads = [t for t in stacks.threads if not _is_own(t)]
-    if not threads:
-        return StackKind("waiting: no python frames" if stacks.threads else "")
+    threads = [t for t in stacks.threads if not _is_own(t) and t.frames]
+    if not threads:   # no Python frames at all (starting, ending, or native): cannot tell
+        return StackKind("")
     main = stacks.main if stacks.main in threads else threads[0]
     use_active = stacks.method != "faulthandler"
     for thread in [main] + [t for t in threads if t is not main]:

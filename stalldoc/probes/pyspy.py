@@ -69,9 +69,13 @@ class StackProbe:
         self.agent_dir = agent_dir
         self.ptrace_denied = ""  # py-spy's words, once it was denied: the fallback is used after
 
-    def capture(self, rank: RankProcess, stopped: bool, nonblocking: bool = False) -> RankStacks:
+    def capture(self, rank: RankProcess, stopped: bool, nonblocking: bool = False,
+                fallback: bool = True) -> RankStacks:
         """One rank's stacks; ``nonblocking`` reads them without pausing the rank (a stopped
-        rank is always read so: pausing it would block)."""
+        rank is always read so: pausing it would block). The faulthandler fallback (a signal to
+        the rank) is used only where py-spy cannot work at all (denied, not installed), never
+        for a rank py-spy could not read (it may be starting or ending: the signal would kill
+        it), and not at all with ``fallback=False``."""
         now = time.time()
         nonblocking = nonblocking or stopped
         method = "py-spy-nonblocking" if nonblocking else "py-spy"
@@ -81,13 +85,15 @@ class StackProbe:
                                   dump_pyspy(rank.pid, nonblocking))
         except PtraceDenied as exc:
             self.ptrace_denied = str(exc)
-        except (RuntimeError, ProbeUnavailable, subprocess.TimeoutExpired, ValueError) as exc:
-            return self._fallback(rank, now, f"py-spy failed: {exc}")
+        except ProbeUnavailable as exc:
+            return self._fallback(rank, now, str(exc), fallback)
+        except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
+            return RankStacks(rank.rank, rank.pid, now, "none", (), f"py-spy failed: {exc}")
         return self._fallback(rank, now, f"py-spy was denied ({self.ptrace_denied}). "
-                                         f"{PtraceDenied.HELP_TEXT}")
+                                         f"{PtraceDenied.HELP_TEXT}", fallback)
 
-    def _fallback(self, rank: RankProcess, now: float, why: str) -> RankStacks:
-        if not self.agent_dir:
+    def _fallback(self, rank: RankProcess, now: float, why: str, allowed: bool) -> RankStacks:
+        if not self.agent_dir or not allowed:
             return RankStacks(rank.rank, rank.pid, now, "none", (), why)
         threads = faulthandler_dump.request(self.agent_dir, rank.pid)
         method = "faulthandler" if threads else "none"
@@ -105,7 +111,7 @@ class StackProbe:
 class BackgroundStacks:
     """Stack samples of busy ranks taken off the tick: ``request`` starts one (at most one per
     rank at a time), ``done`` hands back those finished since the last call. The samples do not
-    pause the rank (py-spy --nonblocking)."""
+    pause the rank (py-spy --nonblocking) and never signal it (no faulthandler fallback)."""
 
     def __init__(self, probe: StackProbe, workers: int = 4) -> None:
         self.probe = probe
@@ -115,7 +121,7 @@ class BackgroundStacks:
     def request(self, rank: RankProcess) -> None:
         if rank.rank in self._running:
             return
-        self._running[rank.rank] = self._pool.submit(self.probe.capture, rank, False, True)
+        self._running[rank.rank] = self._pool.submit(self.probe.capture, rank, False, True, False)
 
     def done(self) -> list[RankStacks]:
         out = []

@@ -25,11 +25,11 @@ def stacks(rank: int, function: str, filename: str, line: int, active: bool) -> 
                                                                     active, active, (frame,)),))
 
 
-def run(tracker: ProgressTracker, seconds: int, **kinds: dict) -> list:
-    """Feed one tick a second for ``seconds``; ``kinds`` gives each rank's host sample fields.
-    Returns the stalls that started."""
+def run(tracker: ProgressTracker, seconds: int, start: int = 1, **kinds: dict) -> list:
+    """Feed one tick a second for ``seconds`` from ``start``; ``kinds`` gives each rank's host
+    sample fields. Returns the stalls that started."""
     started = []
-    for t in range(1, seconds + 1):
+    for t in range(start, start + seconds):
         tracker.observe(float(t), {}, {int(r[1:]): host(float(t), int(r[1:]), **kw)
                                        for r, kw in kinds.items()})
         began, _ = tracker.check(float(t))
@@ -74,7 +74,7 @@ def test_busy_in_a_working_frame_is_work_and_starts_the_livelock_clock(tmp_path)
     source.write_text("def forward(x):\n    return x @ x\n")
     run(tracker, 2, r0={"cpu": 99.0})
     tracker.stack_seen(0, stacks(0, "forward", str(source), 2, active=True), 2.0)
-    assert run(tracker, 30, r0={"cpu": 99.0}) == []
+    assert run(tracker, 30, start=3, r0={"cpu": 99.0}) == []
     work = tracker.work()[0]
     assert work.working and work.stack_kind == "working" and work.frame.startswith("forward (")
     assert work.busy_unchanged >= 27
@@ -87,7 +87,7 @@ def test_cpu_spinning_in_a_wait_is_not_work(tmp_path):
     tracker = ProgressTracker(floor=5)
     run(tracker, 1, r0={"cpu": 100.0}, r1={})
     tracker.stack_seen(0, stacks(0, "train_step", str(source), 2, active=True), 1.0)
-    [stall] = run(tracker, 10, r0={"cpu": 100.0}, r1={})
+    [stall] = run(tracker, 10, start=2, r0={"cpu": 100.0}, r1={})
     assert stall.work[0].reason == "CPU busy spinning while waiting: cuda sync"
 
 

@@ -1,0 +1,114 @@
+"""A working rank is slow, not stuck: real torchrun (gloo) jobs with honest long phases are
+never called stalled, and real hangs are still named with their rank and frame in time.
+
+Each healthy phase lasts longer than the stall timeout (3 s here) and looks like the slow parts
+of real jobs: compute that sits on one source line, a C extension call, one rank writing a
+checkpoint to slow storage while the others wait in a barrier, evaluation reading slow storage,
+preprocessing in worker processes (a pool, ``datasets.map(num_proc=2)``, DataLoader workers),
+loading shards from slow storage. "Slow storage" is a FIFO served at a few MB/s by a process
+outside the job, so the rank blocks in read / write with little CPU, as on a busy NFS. Every
+case runs once on an idle machine and once with both cores saturated by other processes.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from load import cpu_burner, silent_server, slow_reader, slow_writer
+from support import STALL_TIMEOUT, torchrun
+
+pytestmark = pytest.mark.timeout(240) if hasattr(pytest.mark, "timeout") else []
+
+MB = 1 << 20
+RATE = 3 * MB            # slow storage: 3 MB/s
+PHASE_MB = 24            # about 8 s of slow storage
+# kind -> (ranks, environment)
+HEALTHY = {
+    "matmul_loop": (2, {}),
+    "long_forward": (3, {}),
+    "c_extension_call": (2, {}),
+    "checkpoint_one_rank": (3, {"PHASE_MB": str(PHASE_MB)}),
+    "evaluation_one_rank": (2, {}),
+    "pool_preprocess": (2, {}),
+    "datasets_map": (2, {}),
+    "dataloader_workers": (3, {}),
+    "slow_storage_load": (2, {}),
+}
+ONE_RANK = {"checkpoint_one_rank", "evaluation_one_rank"}   # the others wait for rank 0
+
+
+@contextlib.contextmanager
+def storage(kind: str, nproc: int, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The slow storage a kind reads or writes, served by processes outside the job."""
+    path = str(tmp_path / "slow")
+    with contextlib.ExitStack() as stack:
+        if kind == "checkpoint_one_rank":
+            stack.enter_context(slow_reader(path, RATE))
+        elif kind == "evaluation_one_rank":
+            stack.enter_context(slow_writer(path, PHASE_MB * MB, RATE))
+        elif kind == "slow_storage_load":
+            for rank in range(nproc):
+                stack.enter_context(slow_writer(f"{path}.{rank}", PHASE_MB * MB, RATE))
+        yield {"SLOW_PATH": path}
+
+
+def load(loaded: bool) -> contextlib.AbstractContextManager:
+    return cpu_burner(2) if loaded else contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "loaded"])
+@pytest.mark.parametrize("kind", sorted(HEALTHY))
+def test_healthy_long_phase_is_never_a_stall(run_watch, tmp_path, kind, loaded):
+    nproc, env = HEALTHY[kind]
+    env = {**env, "PHASE": kind, "PHASE_SECONDS": "8"}
+    with storage(kind, nproc, tmp_path) as paths, load(loaded):
+        result = run_watch(torchrun(nproc, "healthy_phases.py"), "--on-stall", "kill",
+                           env={**env, **paths}, timeout=200)
+    # THEN the job ran to its end, untouched, and no stall was declared
+    assert result.code == 0, result.stderr
+    phase = re.search(rf"{kind}: done in ([\d.]+) s", result.stdout)
+    assert phase and float(phase.group(1)) > 2 * float(STALL_TIMEOUT), result.stdout
+    report = result.report()
+    assert report["stalls"] == [], report["stalls"]
+    findings = [f for f in report["findings"] if f["severity"] != "info"]
+    if kind in ONE_RANK:   # the others wait for rank 0: slow, not hung, said once and resolved
+        assert [f["code"] for f in findings] == ["SD108"], findings
+        [slow] = findings
+        assert slow["ranks"] == [0] and slow["resolved_at"] is not None
+        assert "reading / writing" in slow["summary"], slow["summary"]
+    else:
+        assert findings == [], findings
+
+
+HANGS = [  # kind, ranks, stuck rank, function
+    ("queue_get", 3, 2, "next_prefetched_batch"),
+    ("lock", 2, 0, "refresh_vocab_cache"),
+    ("sleep_poll", 4, 3, "wait_for_rollout_ready"),
+    ("socket_read", 2, 1, "request_reward_score"),
+]
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "loaded"])
+@pytest.mark.parametrize("kind,nproc,stuck,func", HANGS)
+def test_true_hang_is_named_with_rank_and_frame_in_time(run_watch, kind, nproc, stuck, func,
+                                                        loaded):
+    env = {"HANG": kind, "HANG_RANK": str(stuck), "HANG_FUNC": func}
+    with silent_server() as port, load(loaded):
+        result = run_watch(torchrun(nproc, "hang_kinds.py"), "--on-stall", "kill",
+                           env={**env, "SERVER_PORT": str(port)}, timeout=200)
+    assert result.code == 124, result.stderr
+    [finding] = result.findings("SD101")
+    assert finding["ranks"] == [stuck]
+    assert finding["evidence"]["frame"].startswith(f"{func} ("), finding["evidence"]
+    assert sorted(finding["evidence"]["waiting_ranks"]) == sorted(set(range(nproc)) - {stuck})
+    # named within the stall timeout + 5 s of the moment the rank entered the hang
+    entered = float(re.search(r"hang starts at ([\d.]+)", result.stdout).group(1))
+    [stall] = result.report()["stalls"]
+    assert stall["detected_at"] - entered <= float(STALL_TIMEOUT) + 5, (stall, entered)
+    # AND the stall says what each rank was seen doing: nothing
+    assert {int(r) for r in stall["work"]} == set(range(nproc))
+    assert all(w["verdict"] == "idle" for w in stall["work"].values()), stall["work"]
