@@ -74,14 +74,14 @@ def test_healthy_long_phase_is_never_a_stall(run_watch, tmp_path, kind, loaded):
     assert phase and float(phase.group(1)) > 2 * float(STALL_TIMEOUT), result.stdout
     report = result.report()
     assert report["stalls"] == [], report["stalls"]
-    findings = [f for f in report["findings"] if f["severity"] != "info"]
-    if kind in ONE_RANK:   # the others wait for rank 0: slow, not hung, said once and resolved
-        assert [f["code"] for f in findings] == ["SD108"], findings
-        [slow] = findings
-        assert slow["ranks"] == [0] and slow["resolved_at"] is not None
-        assert "reading / writing" in slow["summary"], slow["summary"]
-    else:
-        assert findings == [], findings
+    findings = [(f["code"], f["ranks"], f["summary"], f["resolved_at"])
+                for f in report["findings"] if f["severity"] != "info"]
+    # a rank that works on while others wait is slow, not hung: SD108, resolved when it is done
+    # (ranks doing the same phase finish at different times, most of all on a loaded machine)
+    assert all(code == "SD108" and resolved for code, _, _, resolved in findings), findings
+    if kind in ONE_RANK:   # the others wait for rank 0: said once
+        [(_, ranks, summary, _)] = findings
+        assert ranks == [0] and "reading / writing" in summary, findings
 
 
 HANGS = [  # kind, ranks, stuck rank, function

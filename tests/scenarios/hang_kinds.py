@@ -19,7 +19,15 @@ the other ranks go on into the step's ``dist.all_reduce`` and wait there. Kinds 
                 outlives it) that keeps the inherited sockets open.
 
 Environment: HANG (default queue_get), HANG_RANK (default 1), HANG_STEP (default 2),
-HANG_FUNC (name of the stuck function; default depends on HANG), SERVER_PORT (socket_read).
+HANG_FUNC (name of the stuck function; default depends on HANG), SERVER_PORT (socket_read),
+LINGER_SECONDS (rank_exits_with_child: how long the orphaned child lives; default 120).
+
+What gloo does (torch 2.13, CPU): with ``rank_exits`` the peers' all_reduce fails at once with
+"RuntimeError: ... Connection closed by peer" (the exiting process closes its sockets) and
+torchrun exits 1, naming rank 0 as the root cause. With ``rank_exits_with_child`` the child keeps
+the sockets open, so the peers block in all_reduce (idle CPU) until the process-group timeout.
+The orphaned child is reparented to init in the dead rank's session; torchrun does not signal it
+even on SIGTERM (the rank it started is gone), hence LINGER_SECONDS.
 """
 import os
 import queue
@@ -35,6 +43,7 @@ from torch import nn
 HANG = os.environ.get("HANG", "queue_get")
 HANG_RANK = int(os.environ.get("HANG_RANK", "1"))
 HANG_STEP = int(os.environ.get("HANG_STEP", "2"))
+LINGER_SECONDS = float(os.environ.get("LINGER_SECONDS", "120"))
 DEFAULT_FUNC = {"queue_get": "next_batch", "lock": "refresh_tokenizer_cache",
                 "sleep_poll": "wait_for_dataset_ready", "socket_read": "score_with_reward_model"}
 
@@ -107,7 +116,7 @@ def hang_in_socket_read(name: str) -> None:
 def fork_lingering_worker() -> None:
     """A forked child (like a data-loader worker) that outlives the rank, holding its sockets."""
     if os.fork() == 0:
-        time.sleep(3600)
+        time.sleep(LINGER_SECONDS)
         os._exit(0)
 
 
@@ -142,6 +151,7 @@ def main() -> None:
                 if HANG == "rank_exits_with_child":
                     fork_lingering_worker()
                 return
+            print(f"[rank {rank}] hang starts at {time.time():.3f}", flush=True)
             HANGS[HANG](os.environ.get("HANG_FUNC", DEFAULT_FUNC[HANG]))
         train_step(model, optimizer, step)
         time.sleep(0.1)
