@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from conftest import torchrun  # noqa: E402
+from support import torchrun  # noqa: E402
 
 
 def one(timeout: float, ranks: int) -> tuple[float, float]:

@@ -12,14 +12,18 @@ case runs once on an idle machine and once with both cores saturated by other pr
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from load import cpu_burner, silent_server, slow_reader, slow_writer
-from support import STALL_TIMEOUT, torchrun
+from support import STALL_TIMEOUT, Result, torchrun
 
 pytestmark = pytest.mark.timeout(240) if hasattr(pytest.mark, "timeout") else []
 
@@ -112,3 +116,48 @@ def test_true_hang_is_named_with_rank_and_frame_in_time(run_watch, kind, nproc, 
     # AND the stall says what each rank was seen doing: nothing
     assert {int(r) for r in stall["work"]} == set(range(nproc))
     assert all(w["verdict"] == "idle" for w in stall["work"].values()), stall["work"]
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_ranks_that_exit_zero_early_are_not_failures(run_watch, nproc):
+    # GIVEN ranks 1.. finish and exit 0 while rank 0 evaluates alone for longer than the timeout
+    result = run_watch(torchrun(nproc, "uneven_finish.py"), "--on-stall", "kill",
+                       env={"EVAL_SECONDS": "8"})
+    # THEN the job is untouched, nothing is a stall, no exit is a finding above info
+    assert result.code == 0, result.stderr
+    report = result.report()
+    assert report["stalls"] == []
+    assert [f for f in report["findings"] if f["code"] == "SD103"] == []
+    assert {r["rank"]: r["exit_code"] for r in report["ranks"]} == {r: 0 for r in range(nproc)}
+
+
+def test_spinning_rank_is_slow_then_a_possible_livelock_never_a_stall(tmp_path):
+    # GIVEN rank 1 spinning on a flag nobody will set while rank 0 waits in all_reduce
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "stalldoc", "watch", "--run-dir", str(run_dir),
+           "--stall-timeout", STALL_TIMEOUT, "--busy-timeout", "8", "--interval", "0.5",
+           "--kill-grace", "3", "--on-stall", "kill", "--", *torchrun(2, "spin_on_flag.py")]
+    watcher = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    seen = []
+    try:
+        for line in watcher.stderr:           # WHEN it is watched until SD109 is printed
+            seen.append(line)
+            if "[SD109 warning]" in line:
+                watcher.send_signal(signal.SIGTERM)
+                break
+        _, rest = watcher.communicate(timeout=60)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+    stderr = "".join(seen) + rest
+    # THEN no stall (the rank is busy in a working frame) and the job was not killed for one
+    assert "STALL" not in stderr and watcher.returncode != 124, stderr
+    report = Result(0, stderr, run_dir).report()
+    assert report["stalls"] == []
+    [slow] = [f for f in report["findings"] if f["code"] == "SD108"]
+    assert slow["ranks"] == [1] and "wait in all_reduce" in slow["summary"]
+    [spin] = [f for f in report["findings"] if f["code"] == "SD109"]
+    assert spin["ranks"] == [1] and spin["severity"] == "warning"
+    assert spin["evidence"]["frame"].startswith("wait_until_tokenizer_ready (")

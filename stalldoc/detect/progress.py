@@ -7,7 +7,6 @@ classified (``stacks_due`` / ``stack_seen``): CPU spent spinning in a wait is no
 """
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -91,9 +90,9 @@ class ProgressTracker:
             if moved:
                 state.last_progress = now
             sample = host.get(rank)
-            if sample is not None and sample.io_bps is not None:
-                sample = dataclasses.replace(sample, io_bps=state.io.add(now, sample.io_bps))
-            signals = Signals(moved, sample, (gpu_util or {}).get(rank))
+            average = (state.io.add(now, sample.io_bps)
+                       if sample is not None and sample.io_bps is not None else None)
+            signals = Signals(moved, sample, (gpu_util or {}).get(rank), average)
             self._judge(now, state, signals)
 
     def _observe_agent(self, state: _Rank, agent: AgentSnapshot | None) -> bool:
@@ -128,11 +127,13 @@ class ProgressTracker:
             if result == WORK:
                 state.last_confirmed = now
         self._track_unchanged(now, state, signals, basis)
-        host, stack = signals.host, state.stack
+        host = signals.host
+        fresh = now - state.stack_at <= 2 * resample_every(self.floor)
+        stack = state.stack if fresh else None      # an old stack says nothing of now
         state.work = RankWork(
             now, result, reason, signals.progressed, host.cpu_percent if host else None,
             host.children if host else 0, host.children_cpu_percent if host else None,
-            host.io_bps if host else None, signals.gpu_util, stack.kind if stack else "",
+            signals.io_average, signals.gpu_util, stack.kind if stack else "",
             str(stack.frame) if stack and stack.frame else "", round(now - state.last_progress, 1),
             round(now - state.unchanged_since, 1) if state.unchanged_since is not None else 0.0)
 

@@ -28,6 +28,7 @@ class Signals:
     progressed: bool                 # markers / collectives / CUDA markers / progress lines
     host: HostSample | None
     gpu_util: int | None = None
+    io_average: float | None = None  # bytes/s over the last few seconds (to say the rate)
 
     @property
     def busy(self) -> bool:
@@ -56,7 +57,8 @@ def verdict(signals: Signals, stack: StackKind | None) -> tuple[str, str, str]:
     if signals.progressed:
         return WORK, "progress", "progress markers moved"
     if host is not None and (host.io_bps or 0.0) >= IO_WORK_BPS:
-        return WORK, "io", f"reading / writing {_mb(host.io_bps or 0.0)}"
+        rate = signals.io_average if signals.io_average is not None else host.io_bps or 0.0
+        return WORK, "io", f"reading / writing {_mb(rate)}"
     if host is not None and (host.children_cpu_percent or 0.0) >= CHILD_CPU_PERCENT:
         return WORK, "children", (f"{host.children} child process(es) at "
                                   f"{host.children_cpu_percent:.0f}% CPU")

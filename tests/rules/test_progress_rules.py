@@ -1,0 +1,84 @@
+"""Good / bad windows for the rules on the evidence of work (SD108 slow-rank, SD109
+busy-without-progress) and on exits (SD103 with an unknown status).
+
+The RankWork figures are those recorded from the real runs of tests/test_stall_decision.py on
+this machine: rank 0 writing a checkpoint to slow storage (3 % CPU, 2.8 MB/s) while ranks 1-2 sit
+in barrier #7 at 0 % CPU; a rank spinning on a flag at 99 % CPU in one frame."""
+from __future__ import annotations
+
+from stalldoc.agent.statefile import AgentSnapshot, CollectiveRecord, GroupState
+from stalldoc.model import RankExit, RankProcess, RankWork, Severity, Window
+from stalldoc.rules import by_code, run_rules
+
+NOW = 1000.0
+
+
+def work(verdict: str = "idle", reason: str = "no CPU, I/O, GPU or progress", cpu: float = 0.0,
+         io: float = 0.0, since: float = 6.0, frame: str = "", busy: float = 0.0) -> RankWork:
+    return RankWork(NOW, verdict, reason, False, cpu, 0, None, io, None,
+                    "working" if frame else "", frame, since, busy)
+
+
+def in_barrier(rank: int, seq: int = 7) -> AgentSnapshot:
+    record = CollectiveRecord("world", seq, "barrier", 1, "float32", NOW - 6, None, False)
+    return AgentSnapshot(100 + rank, rank, rank, 3, 0, 0.0, NOW, 3, NOW, None, (), "", 0, (),
+                         (GroupState("world", seq, seq - 1, (record,)),))
+
+
+def window(**kw) -> Window:
+    ranks = tuple(RankProcess(r, 100 + r, r, ("python",)) for r in range(3))
+    return Window(NOW, ranks, floor=3.0, **kw)
+
+
+CHECKPOINT = {0: work("work", "reading / writing 2.8 MB/s", cpu=3.0, io=2.8e6,
+                      frame="save_checkpoint (train.py:114)"),
+              1: work(), 2: work()}
+
+
+def test_sd108_bad_one_rank_writes_a_checkpoint_while_the_others_wait_in_a_barrier():
+    [finding] = by_code("SD108")().check(window(work=CHECKPOINT, agents={1: in_barrier(1),
+                                                                          2: in_barrier(2)}))
+    assert finding.ranks == (0,) and finding.severity is Severity.WARNING
+    assert finding.summary == ("rank 0 has been in save_checkpoint (train.py:114) for 6 s without "
+                               "progress, reading / writing 2.8 MB/s; ranks 1,2 wait in barrier "
+                               "#7 (group world)")
+    assert finding.evidence["waiting_ranks"] == [1, 2]
+    assert finding.evidence["ranks"]["0"]["io_bps"] == 2.8e6
+
+
+def test_sd108_good_not_slow_before_the_floor_nor_when_nobody_waits():
+    early = {**CHECKPOINT, 0: work("work", "reading / writing 2.8 MB/s", io=2.8e6, since=2.0)}
+    assert list(by_code("SD108")().check(window(work=early))) == []
+    everyone = {r: work("work", "CPU busy in forward", cpu=99.0, frame="forward (m.py:3)")
+                for r in range(3)}
+    assert list(by_code("SD108")().check(window(work=everyone))) == []
+
+
+def test_sd109_bad_spinning_in_one_frame_past_the_busy_timeout():
+    spinning = {1: work("work", "CPU busy in wait_until_ready (x.py:9)", cpu=99.0,
+                        frame="wait_until_ready (x.py:9)", busy=640.0), 0: work(), 2: work()}
+    [finding] = by_code("SD109")().check(window(work=spinning, busy_timeout=600.0))
+    assert finding.ranks == (1,) and finding.severity is Severity.WARNING
+    assert "busy in the same stack for 640 s" in finding.summary
+    assert "rank 1 in wait_until_ready (x.py:9) (99% CPU)" in finding.summary
+
+
+def test_sd109_good_under_the_busy_timeout():
+    spinning = {1: work("work", "CPU busy", cpu=99.0, frame="f (x.py:9)", busy=590.0)}
+    assert list(by_code("SD109")().check(window(work=spinning, busy_timeout=600.0))) == []
+
+
+def test_sd103_exit_zero_is_never_a_finding_and_unknown_is_info():
+    clean = (RankExit(1, 101, NOW, 0, None, "proc"),)
+    assert [f for f in run_rules(window(exits=clean), "exit") if f.code == "SD103"] == []
+    unknown = (RankExit(1, 101, NOW, None, None, "unknown"),)
+    [finding] = [f for f in run_rules(window(exits=unknown), "exit") if f.code == "SD103"]
+    assert finding.severity is Severity.INFO and finding.ranks == (1,)
+    assert "exit status was not seen" in finding.summary
+
+
+def test_sd103_a_known_failure_outranks_unknown_statuses():
+    exits = (RankExit(1, 101, NOW, None, None, "unknown"),
+             RankExit(2, 102, NOW + 1, 137, 9, "proc"))
+    [finding] = [f for f in run_rules(window(exits=exits), "exit") if f.code == "SD103"]
+    assert finding.severity is Severity.CRITICAL and finding.ranks == (2,)
