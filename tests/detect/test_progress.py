@@ -73,8 +73,10 @@ def test_busy_in_a_working_frame_is_work_and_starts_the_livelock_clock(tmp_path)
     source = tmp_path / "model.py"
     source.write_text("def forward(x):\n    return x @ x\n")
     run(tracker, 2, r0={"cpu": 99.0})
-    tracker.stack_seen(0, stacks(0, "forward", str(source), 2, active=True), 2.0)
-    assert run(tracker, 30, start=3, r0={"cpu": 99.0}) == []
+    for t in range(2, 32):                  # sampled whenever the tracker says it is due
+        if 0 in tracker.stacks_due(float(t)):
+            tracker.stack_seen(0, stacks(0, "forward", str(source), 2, active=True), float(t))
+        assert run(tracker, 1, start=t + 1, r0={"cpu": 99.0}) == []
     work = tracker.work()[0]
     assert work.working and work.stack_kind == "working" and work.frame.startswith("forward (")
     assert work.busy_unchanged >= 27
