@@ -170,7 +170,7 @@ class RankWork:
     cpu_percent: float | None
     children: int
     children_cpu_percent: float | None
-    io_bps: float | None
+    io_bps: float | None             # this tick's (the reason gives the recent average)
     gpu_util: int | None
     stack_kind: str                  # "working", "waiting: <why>", "" (not sampled)
     frame: str = ""                  # the user frame of the last classified stack

@@ -231,7 +231,8 @@ class Watcher:
         self.parents = {p.pid: _ppid(p) for p in procs}
         # once ranks with RANK were seen, the job is distributed: no single-process fallback
         distributed = any(r.from_env for r in self.ranks.values())
-        for rank in find_ranks(procs, self.agents_probe.pids_with_state(), not distributed):
+        for rank in find_ranks(procs, self.agents_probe.pids_with_state(), not distributed,
+                               root=self.job.pid):
             known = self.ranks.get(rank.rank)
             if known is not None and known.pid == rank.pid:
                 continue

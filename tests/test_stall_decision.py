@@ -161,3 +161,18 @@ def test_spinning_rank_is_slow_then_a_possible_livelock_never_a_stall(tmp_path):
     [spin] = [f for f in report["findings"] if f["code"] == "SD109"]
     assert spin["ranks"] == [1] and spin["severity"] == "warning"
     assert spin["evidence"]["frame"].startswith("wait_until_tokenizer_ready (")
+
+
+@pytest.mark.parametrize("nproc,stuck", [(3, 1), (2, 0)])
+def test_everyone_waits_for_a_rank_that_left_early(run_watch, nproc, stuck):
+    # GIVEN a rank that ran out of data and exited 0 while its forked worker keeps its sockets
+    # open, so the others hang in all_reduce (as under NCCL) instead of failing
+    env = {"HANG": "rank_exits_with_child", "HANG_RANK": str(stuck), "LINGER_SECONDS": "40"}
+    result = run_watch(torchrun(nproc, "hang_kinds.py"), "--on-stall", "kill", env=env)
+    assert result.code == 124, result.stderr
+    # THEN the rank that left is named, with its exit, and the worker it left is not a rank
+    [finding] = result.findings("SD110")
+    assert finding["ranks"] == [stuck]
+    assert sorted(finding["evidence"]["waiting_ranks"]) == sorted(set(range(nproc)) - {stuck})
+    assert finding["evidence"]["exits"][str(stuck)]["exit_code"] == 0
+    assert sorted(r["rank"] for r in result.report()["ranks"]) == list(range(nproc))

@@ -65,6 +65,27 @@ def missing_ranks(agents: Mapping[int, AgentSnapshot], live: set[int]
     return out
 
 
+def left_early(agents: Mapping[int, AgentSnapshot], live: set[int], gone: set[int]
+               ) -> list[MissingFromCollective]:
+    """For each group whose live ranks wait in a collective: the ranks that have ended without
+    reaching it (``missing``). The world group holds every rank; another group holds the ranks
+    that used it."""
+    out = []
+    for name, members in _by_group(agents).items():
+        groups = {r: next(g for g in a.groups if g.name == name) for r, a in members.items()}
+        waiting = {r: g.ring[-1] for r, g in groups.items()
+                   if r in live and g.ring and not g.ring[-1].completed}
+        if not waiting:
+            continue
+        first = min(waiting.values(), key=lambda rec: rec.seq)
+        expected = gone if name == "world" else set(members) & gone
+        missing = tuple(sorted(r for r in expected
+                               if (groups[r].started if r in groups else 0) < first.seq))
+        if missing:
+            out.append(MissingFromCollective(name, first.seq, first.op, waiting, missing))
+    return out
+
+
 def mismatches(agents: Mapping[int, AgentSnapshot]) -> list[Mismatch]:
     """The first collective of each group where ranks' op, size or dtype differ."""
     out = []

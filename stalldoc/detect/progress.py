@@ -133,7 +133,7 @@ class ProgressTracker:
         state.work = RankWork(
             now, result, reason, signals.progressed, host.cpu_percent if host else None,
             host.children if host else 0, host.children_cpu_percent if host else None,
-            signals.io_average, signals.gpu_util, stack.kind if stack else "",
+            host.io_bps if host else None, signals.gpu_util, stack.kind if stack else "",
             str(stack.frame) if stack and stack.frame else "", round(now - state.last_progress, 1),
             round(now - state.unchanged_since, 1) if state.unchanged_since is not None else 0.0)
 

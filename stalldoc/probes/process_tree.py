@@ -52,12 +52,14 @@ def _is_python(proc: psutil.Process, agent_pids: set[int]) -> bool:
 
 
 def find_ranks(procs: Iterable[psutil.Process], agent_pids: set[int] = frozenset(),
-               single: bool = True) -> list[RankProcess]:
+               single: bool = True, root: int | None = None) -> list[RankProcess]:
     """Ranks: processes with RANK in their environment whose parent is not the same rank.
 
-    A child with its parent's RANK is that rank's worker (dataloader, dataset.map pool). With no
-    RANK anywhere, the job is a single process: the deepest Python process that is neither a
-    fork of its parent nor a multiprocessing helper is rank 0.
+    A child with its parent's RANK is that rank's worker (dataloader, dataset.map pool). A
+    process outside the job's tree other than its ``root`` (a worker orphaned by its dead rank
+    and re-parented to the watcher) is not a rank either. With no RANK anywhere, the job is a
+    single process: the deepest Python process that is neither a fork of its parent nor a
+    multiprocessing helper is rank 0.
     """
     procs = list(procs)
     by_pid = {p.pid: p for p in procs}
@@ -70,6 +72,8 @@ def find_ranks(procs: Iterable[psutil.Process], agent_pids: set[int] = frozenset
         parent = _ppid(proc)
         if parent in envs and _int(envs[parent].get("RANK")) == rank:
             continue
+        if root is not None and proc.pid != root and parent not in envs:
+            continue   # orphaned: its parent left the job
         ranks.append(RankProcess(rank, proc.pid, _int(envs[proc.pid].get("LOCAL_RANK")),
                                  _cmdline(proc)))
     if ranks or not single:

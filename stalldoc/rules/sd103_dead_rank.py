@@ -92,6 +92,13 @@ class DeadRank(Rule):
             text += f": {agent.error}"
         if collateral:
             text += f"; ranks {','.join(str(e.rank) for e in collateral)} ended after it"
+        early = sorted((e for e in window.exits if e.exit_code == 0 and e.t < dead.t),
+                       key=lambda e: e.t)
+        if early:   # a rank that left first makes the others' next collective fail
+            text += (f"; {join_ranks(e.rank for e in early)} had exited 0 "
+                     f"{dead.t - early[0].t:.0f} s before it, while the others still ran: if "
+                     f"they failed in a collective, the rank that left early is the cause "
+                     f"(uneven inputs)")
         return text
 
     def _evidence(self, window: Window, dead: RankExit, collateral: list[RankExit]) -> dict:

@@ -82,3 +82,31 @@ def test_sd103_a_known_failure_outranks_unknown_statuses():
              RankExit(2, 102, NOW + 1, 137, 9, "proc"))
     [finding] = [f for f in run_rules(window(exits=exits), "exit") if f.code == "SD103"]
     assert finding.severity is Severity.CRITICAL and finding.ranks == (2,)
+
+
+def test_sd103_names_a_rank_that_exited_zero_before_the_failure():
+    # gloo: rank 1 ran out of data and exited 0; rank 0's next all_reduce failed ("Connection
+    # closed by peer") and torchrun named rank 0 as the root cause
+    exits = (RankExit(1, 101, NOW - 3, 0, None, "proc"), RankExit(0, 100, NOW, 1, None, "proc"))
+    [finding] = [f for f in run_rules(window(exits=exits), "exit") if f.code == "SD103"]
+    assert finding.ranks == (0,)
+    assert "rank 1 had exited 0 3 s before it" in finding.summary
+
+
+def test_sd110_bad_the_others_wait_in_a_collective_a_rank_that_ended_never_reached():
+    exits = (RankExit(1, 101, NOW - 4, 0, None, "proc"),)
+    agents = {0: in_barrier(0, seq=5), 2: in_barrier(2, seq=5)}
+    gone = AgentSnapshot(101, 1, 1, 3, 1, 0.0, NOW - 4, 3, NOW - 4, 0, (), "", 0, (),
+                         (GroupState("world", 4, 4, ()),))
+    [finding] = by_code("SD110")().check(window(exits=exits, agents={**agents, 1: gone}))
+    assert finding.ranks == (1,) and finding.severity is Severity.ERROR
+    assert finding.summary == ("ranks 0,2 wait in barrier #5 (group world) that rank 1 never "
+                               "reached: rank 1 (pid 101) exited with status 0 4 s ago")
+
+
+def test_sd110_good_a_rank_that_ended_after_the_collective_the_others_wait_in():
+    exits = (RankExit(1, 101, NOW - 4, 0, None, "proc"),)
+    agents = {0: in_barrier(0, seq=5), 2: in_barrier(2, seq=5)}
+    done = AgentSnapshot(101, 1, 1, 3, 1, 0.0, NOW - 4, 3, NOW - 4, 0, (), "", 0, (),
+                         (GroupState("world", 5, 5, ()),))
+    assert list(by_code("SD110")().check(window(exits=exits, agents={**agents, 1: done}))) == []
