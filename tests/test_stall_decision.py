@@ -64,8 +64,8 @@ def load(loaded: bool) -> contextlib.AbstractContextManager:
     return cpu_burner(2) if loaded else contextlib.nullcontext()
 
 
-@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "loaded"])
 @pytest.mark.parametrize("kind", sorted(HEALTHY))
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "loaded"])   # idle ones first
 def test_healthy_long_phase_is_never_a_stall(run_watch, tmp_path, kind, loaded):
     nproc, env = HEALTHY[kind]
     env = {**env, "PHASE": kind, "PHASE_SECONDS": "8"}
@@ -78,8 +78,12 @@ def test_healthy_long_phase_is_never_a_stall(run_watch, tmp_path, kind, loaded):
     assert phase and float(phase.group(1)) > 2 * float(STALL_TIMEOUT), result.stdout
     report = result.report()
     assert report["stalls"] == [], report["stalls"]
+    # stall, exit and progress findings (SD1xx); the machine-load ones (SD302 on a loaded
+    # machine) say true things about the machine, not about the job being stuck
     findings = [(f["code"], f["ranks"], f["summary"], f["resolved_at"])
-                for f in report["findings"] if f["severity"] != "info"]
+                for f in report["findings"]
+                if f["severity"] != "info" and (f["code"].startswith("SD1")
+                                                or f["trigger"] in ("stall", "exit"))]
     # a rank that works on while others wait is slow, not hung: SD108, resolved when it is done
     # (ranks doing the same phase finish at different times, most of all on a loaded machine)
     assert all(code == "SD108" and resolved for code, _, _, resolved in findings), findings
@@ -96,8 +100,8 @@ HANGS = [  # kind, ranks, stuck rank, function
 ]
 
 
-@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "loaded"])
 @pytest.mark.parametrize("kind,nproc,stuck,func", HANGS)
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "loaded"])
 def test_true_hang_is_named_with_rank_and_frame_in_time(run_watch, kind, nproc, stuck, func,
                                                         loaded):
     env = {"HANG": kind, "HANG_RANK": str(stuck), "HANG_FUNC": func}

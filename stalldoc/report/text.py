@@ -73,7 +73,7 @@ def render_report(doc: dict[str, Any]) -> str:
              f"  exit: {run.get('exit_code')}",
              f"  ranks   : {len({r['rank'] for r in doc['ranks']})}", "", "Stalls:"]
     for s in doc["stalls"] or []:
-        lines.append(f"  #{s['id']} no progress since {_when(s['started_at'])}, detected "
+        lines.append(f"  #{s['id']} no rank showed work since {_when(s['started_at'])}, detected "
                      f"{_when(s['detected_at'])} (threshold {s['threshold']:.0f} s), ended "
                      f"{_when(s['ended_at'])}; ranks {s['ranks']}")
         phases = ", ".join(f"rank {r} {p}" for r, p in s.get("phases", {}).items() if p)

@@ -142,3 +142,35 @@ def test_a_stopped_rank_is_idle_even_with_cpu():
     tracker = ProgressTracker(floor=5)
     [stall] = run(tracker, 8, r0={"cpu": 50.0, "status": "stopped"})
     assert stall.work[0].reason == "stopped (SIGSTOP)"
+
+
+def test_gpu_busy_counts_only_in_a_working_stack(tmp_path):
+    # NCCL kernels keep a GPU at 100 % while the rank waits in a collective: not work
+    source = tmp_path / "train.py"
+    source.write_text("def step(model, x):\n    return model(x)\n")
+    tracker = ProgressTracker(floor=5)
+    tracker.observe(1.0, {}, {0: host(1.0)}, {0: 100})
+    assert tracker.work()[0].verdict == "pending"
+    waiting = RankStacks(0, 100, 1.0, "py-spy", (ThreadStack(100, "MainThread", False, False, (
+        Frame("all_reduce", "/x/site-packages/torch/distributed/distributed_c10d.py", 3252),
+        Frame("step", str(source), 2))),))
+    tracker.stack_seen(0, waiting, 1.5)
+    tracker.observe(2.0, {}, {0: host(2.0)}, {0: 100})
+    assert tracker.work()[0].reason == "GPU busy spinning while waiting: collective"
+    tracker.stack_seen(0, stacks(0, "step", str(source), 2, active=True), 2.5)
+    tracker.observe(3.0, {}, {0: host(3.0)}, {0: 97})
+    assert tracker.work()[0].working and tracker.work()[0].gpu_util == 97
+
+
+def test_cuda_markers_completing_are_progress():
+    from stalldoc.agent.statefile import CudaState
+
+    def with_gpu_marker(done: int) -> AgentSnapshot:
+        cuda = CudaState(None, None, None, None, None, 0.0, 9, done, "", "", 0.0, 0.0)
+        return AgentSnapshot(1, 0, 0, 1, 0, 0.0, 0.0, 3, 0.0, None, (), "", 0, (), (), cuda)
+
+    tracker = ProgressTracker(floor=5)
+    for t in range(1, 20):    # the host sits in one marker; the GPU works through the queue
+        tracker.observe(float(t), {0: with_gpu_marker(t)}, {0: host(float(t))})
+        assert tracker.check(float(t)) == (None, None)
+    assert tracker.work()[0].reason == "progress markers moved"
