@@ -58,6 +58,7 @@ class HostMemory:
     swap_out_bps: float | None
     load1: float
     cores: int
+    running: int | None = None    # runnable threads right now (/proc/stat procs_running)
 
 
 @dataclass(frozen=True)

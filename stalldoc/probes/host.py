@@ -150,4 +150,16 @@ class HostProbe:
             rates = ((swap.sin - self._swap[1]) / dt, (swap.sout - self._swap[2]) / dt)
         self._swap = (now, swap.sin, swap.sout)
         return HostMemory(now, memory.available, memory.total, *rates, os.getloadavg()[0],
-                          psutil.cpu_count() or 1)
+                          psutil.cpu_count() or 1, _procs_running())
+
+
+def _procs_running() -> int | None:
+    """Runnable threads right now (less this one), from /proc/stat; None where unreadable."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("procs_running"):
+                    return max(0, int(line.split()[1]) - 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

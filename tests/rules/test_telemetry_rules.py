@@ -35,9 +35,9 @@ def gpu_history(rank: int, util: int, rx_bps: float, used: int = 60 * GiB,
 
 
 def node_history(available: int, swap_bps: float = 0.0, load: float = 1.0,
-                 cores: int = 4) -> tuple[HostMemory, ...]:
-    return tuple(HostMemory(NOW - 20 + i, available, 256 * GiB, swap_bps, swap_bps, load, cores)
-                 for i in range(21))
+                 cores: int = 4, running: int | None = None) -> tuple[HostMemory, ...]:
+    return tuple(HostMemory(NOW - 20 + i, available, 256 * GiB, swap_bps, swap_bps, load, cores,
+                            running) for i in range(21))
 
 
 def host(rank: int, cpu_percent: float = 50.0, rss: int = 20 * GiB) -> tuple[HostSample, ...]:
@@ -155,6 +155,21 @@ def test_sd302_good_a_busy_neighbour_is_not_the_job():
     w = window(node=node_history(100 * GiB, load=9.0, cores=4),
                host={0: host(0, cpu_percent=30), 1: host(1, cpu_percent=20)})
     assert codes("SD302", w) == []
+
+
+def test_sd302_good_a_load_average_still_high_from_a_neighbour_that_ended():
+    # the 1-minute load average lags: a CPU burner that stopped seconds ago still counts in it,
+    # while only the job's 2 threads are runnable now
+    w = window(node=node_history(100 * GiB, load=9.0, cores=4, running=2),
+               host={0: host(0, cpu_percent=200), 1: host(1, cpu_percent=190)})
+    assert codes("SD302", w) == []
+
+
+def test_sd302_bad_runnable_threads_now():
+    w = window(node=node_history(100 * GiB, load=1.0, cores=4, running=12),
+               host={0: host(0, cpu_percent=200), 1: host(1, cpu_percent=190)})
+    [f] = codes("SD302", w)
+    assert f.evidence["running"] == 12 and "load 12.0 on 4 cores" in f.summary
 
 
 def test_a_quiet_window_has_no_tick_findings():
