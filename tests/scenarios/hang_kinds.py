@@ -40,6 +40,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from data_parallel import train_step
+
 HANG = os.environ.get("HANG", "queue_get")
 HANG_RANK = int(os.environ.get("HANG_RANK", "1"))
 HANG_STEP = int(os.environ.get("HANG_STEP", "2"))
@@ -122,20 +124,6 @@ def fork_lingering_worker() -> None:
 
 HANGS = {"queue_get": hang_in_queue_get, "lock": hang_in_lock,
          "sleep_poll": hang_in_sleep_poll, "socket_read": hang_in_socket_read}
-
-
-# ---------------------------------------------------------------- training
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-    inputs, targets = torch.randn(32, 64), torch.randn(32, 1)
-    loss = nn.functional.mse_loss(model(inputs), targets)
-    optimizer.zero_grad()
-    loss.backward()
-    for param in model.parameters():
-        dist.all_reduce(param.grad)
-        param.grad /= dist.get_world_size()
-    optimizer.step()
-    if dist.get_rank() == 0:
-        print(f"step {step} loss {loss.item():.3f}", flush=True)
 
 
 def main() -> None:

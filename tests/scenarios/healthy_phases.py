@@ -32,6 +32,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from data_parallel import train_step
+
 PHASE = os.environ.get("PHASE", "matmul_loop")
 PHASE_SECONDS = float(os.environ.get("PHASE_SECONDS", "10"))
 PHASE_MB = int(os.environ.get("PHASE_MB", "40"))
@@ -41,20 +43,6 @@ ONE_RANK_KINDS = ("checkpoint_one_rank", "evaluation_one_rank")
 
 def log(msg: str) -> None:
     print(f"[rank {dist.get_rank()}] {msg}", flush=True)
-
-
-# ---------------------------------------------------------------- training
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-    inputs, targets = torch.randn(32, 64), torch.randn(32, 1)
-    loss = nn.functional.mse_loss(model(inputs), targets)
-    optimizer.zero_grad()
-    loss.backward()
-    for param in model.parameters():
-        dist.all_reduce(param.grad)
-        param.grad /= dist.get_world_size()
-    optimizer.step()
-    if dist.get_rank() == 0:
-        print(f"step {step} loss {loss.item():.3f}", flush=True)
 
 
 # ---------------------------------------------------------------- matmul_loop
