@@ -7,41 +7,19 @@ classified (``stacks_due`` / ``stack_seen``): CPU spent spinning in a wait is no
 """
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Mapping
 
 from stalldoc.agent.statefile import AgentSnapshot
 from stalldoc.detect.stack_kind import StackKind, classify
 from stalldoc.detect.thresholds import PhaseDurations
-from stalldoc.detect.work import IDLE, PENDING, WORK, Signals, verdict
+from stalldoc.detect.work import IDLE, PENDING, WORK, RecentRate, Signals, verdict
 from stalldoc.model import HostSample, RankStacks, RankWork, StallEpisode
 
 
 def resample_every(floor: float) -> float:
     """How often a busy rank's stack is classified again: a quarter of the floor, 2-15 s."""
     return min(15.0, max(2.0, floor / 4))
-
-
-IO_WINDOW = 5.0   # seconds over which a rank's I/O rate is averaged
-
-
-@dataclass
-class _Rate:
-    """A rate averaged over the last IO_WINDOW seconds of ticks: I/O comes in bursts (a write
-    is counted when its syscall returns, a 4 MB write to slow storage after a second or so)."""
-
-    ticks: deque[tuple[float, float]] = field(default_factory=deque)   # (t, bytes/s)
-
-    def add(self, now: float, rate: float) -> float:
-        self.ticks.append((now, rate))
-        while self.ticks and self.ticks[0][0] < now - IO_WINDOW:
-            self.ticks.popleft()
-        if len(self.ticks) < 2 or self.ticks[-1][0] <= self.ticks[0][0]:
-            return rate
-        ticks = list(self.ticks)
-        total = sum(rate * (t - t0) for (t0, _), (t, rate) in zip(ticks, ticks[1:]))
-        return round(total / (ticks[-1][0] - ticks[0][0]), 1)
 
 
 def hold_for(floor: float) -> float:
@@ -66,7 +44,7 @@ class _Rank:
     unchanged_since: float | None = None   # busy in one working stack, nothing else moving
     unchanged_shape: tuple = ()
     work: RankWork | None = None
-    io: _Rate = field(default_factory=_Rate)
+    io: RecentRate = field(default_factory=RecentRate)
 
 
 @dataclass

@@ -8,7 +8,8 @@ classified yet is "pending": it is never taken for stuck, but it does not end a 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 from stalldoc.detect.stack_kind import StackKind
 from stalldoc.model import HostSample
@@ -19,6 +20,27 @@ IO_WORK_BPS = 64 * 1024        # bytes read + written per second above this is w
 GPU_BUSY_UTIL = 5              # GPU utilisation (%) above this is busy: the stack decides
 
 WORK, IDLE, PENDING = "work", "idle", "pending"
+
+
+IO_WINDOW = 5.0   # seconds over which a rank's I/O rate is averaged
+
+
+@dataclass
+class RecentRate:
+    """A rate averaged over the last IO_WINDOW seconds of ticks: I/O comes in bursts (a write
+    is counted when its syscall returns, a 4 MB write to slow storage after a second or so)."""
+
+    ticks: deque[tuple[float, float]] = field(default_factory=deque)   # (t, bytes/s)
+
+    def add(self, now: float, rate: float) -> float:
+        self.ticks.append((now, rate))
+        while self.ticks and self.ticks[0][0] < now - IO_WINDOW:
+            self.ticks.popleft()
+        if len(self.ticks) < 2 or self.ticks[-1][0] <= self.ticks[0][0]:
+            return rate
+        ticks = list(self.ticks)
+        total = sum(rate * (t - t0) for (t0, _), (t, rate) in zip(ticks, ticks[1:]))
+        return round(total / (ticks[-1][0] - ticks[0][0]), 1)
 
 
 @dataclass(frozen=True)
