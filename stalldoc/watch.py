@@ -344,8 +344,9 @@ class Watcher:
         if not agents:
             agents = self.agents_probe.sample(list(self.ranks.values()))
         host, gpus, node, cuda = self.history.frozen()
+        ended = {**self.exits, **{e.rank: e for e in self.pending_exits}}   # unsettled too
         return Window(now, tuple(self.ranks.values()), agents, host, stacks or {},
-                      tuple(self.exits.values()), episode, self.tracker.last_progress(),
+                      tuple(ended.values()), episode, self.tracker.last_progress(),
                       tuple(self.logs.tail), gpus, node, tuple(self.logs.unread), {}, cuda,
                       self.config, work=self.tracker.work(), busy_timeout=self.opts.busy_timeout,
                       floor=self.opts.stall_timeout)

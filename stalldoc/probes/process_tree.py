@@ -72,6 +72,8 @@ def find_ranks(procs: Iterable[psutil.Process], agent_pids: set[int] = frozenset
         parent = _ppid(proc)
         if parent in envs and _int(envs[parent].get("RANK")) == rank:
             continue
+        if parent in envs and not envs[parent]:
+            continue   # its parent is dying (a zombie): a worker about to be orphaned
         if root is not None and proc.pid != root and parent not in envs:
             continue   # orphaned: its parent left the job
         ranks.append(RankProcess(rank, proc.pid, _int(envs[proc.pid].get("LOCAL_RANK")),
