@@ -94,7 +94,7 @@ class Watcher:
         self.agents_probe = self.sampler.agents
         self.stack_probe = StackProbe(self.agent_dir)
         self.background = BackgroundStacks(self.stack_probe)
-        self.tracker = ProgressTracker(options.stall_timeout, options.busy_timeout)
+        self.tracker = ProgressTracker(options.stall_timeout)
         self.ranks: dict[int, RankProcess] = {}
         self.exits: dict[int, RankExit] = {}
         self.pending_exits: list[RankExit] = []

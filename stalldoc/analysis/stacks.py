@@ -18,8 +18,6 @@ __all__ = ["is_library", "user_frame", "frame_strings", "in_collective", "waits_
 _LOCK_FUNCTIONS = {"acquire", "_wait_for_tstate_lock", "join", "Thread.join",
                    "Thread._wait_for_tstate_lock", "Semaphore.acquire", "RLock.acquire"}
 _LOCK_LINE = re.compile(r"\.acquire\(|^\s*(async\s+)?with\b.*(lock|mutex|cond|sem)", re.I)
-_COLLECTIVE_FILES = COLLECTIVE_FILES
-_NETWORK_FILES = NETWORK_FILES
 
 
 def user_frame(thread: ThreadStack) -> Frame | None:
@@ -37,14 +35,14 @@ def frame_strings(thread: ThreadStack | None) -> list[str]:
 
 def in_collective(thread: ThreadStack | None) -> bool:
     """The thread is inside torch.distributed (a collective, barrier or object collective)."""
-    return bool(thread) and any(m in f.filename for f in thread.frames for m in _COLLECTIVE_FILES)
+    return bool(thread) and any(m in f.filename for f in thread.frames for m in COLLECTIVE_FILES)
 
 
 def waits_on_network(thread: ThreadStack | None) -> Frame | None:
     """The user's frame that called into a socket / HTTP / RPC client the thread is blocked in."""
     if thread is None or not thread.frames or in_collective(thread):
         return None
-    if not any(m in f.filename for f in thread.frames[:12] for m in _NETWORK_FILES):
+    if not any(m in f.filename for f in thread.frames[:12] for m in NETWORK_FILES):
         return None
     return user_frame(thread)
 

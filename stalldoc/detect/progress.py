@@ -30,7 +30,6 @@ def hold_for(floor: float) -> float:
 
 @dataclass
 class _Rank:
-    seen_at: float
     last_progress: float
     last_work: float                  # work or pending: no stall can start before it
     last_confirmed: float             # work only: ends a stall
@@ -50,7 +49,6 @@ class _Rank:
 @dataclass
 class ProgressTracker:
     floor: float
-    busy_timeout: float = 600.0
     ranks: dict[int, _Rank] = field(default_factory=dict)
     durations: PhaseDurations = field(default_factory=PhaseDurations)
     episode: StallEpisode | None = None
@@ -63,7 +61,7 @@ class ProgressTracker:
                 ) -> None:
         """Fold one tick of samples into every rank's state and verdict."""
         for rank in set(agents) | set(host):
-            state = self.ranks.setdefault(rank, _Rank(now, now, now, now))
+            state = self.ranks.setdefault(rank, _Rank(now, now, now))
             moved = self._observe_agent(state, agents.get(rank))
             if moved:
                 state.last_progress = now
