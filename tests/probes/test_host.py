@@ -52,8 +52,9 @@ def test_a_ranks_work_counts_its_children_and_its_bytes_but_not_other_ranks(tmp_
         child = int(rank.stdout.readline())
         time.sleep(0.5)     # past start-up, when an interpreter reads its modules
         ranks = [RankProcess(0, rank.pid, 0, ()), RankProcess(1, other.pid, 1, ())]
-        # the process table as the watcher sees it: the child under rank 0, rank 1 beside it
-        parents = {rank.pid: os.getpid(), other.pid: os.getpid(), child: rank.pid}
+        # the process table as the watcher sees it: the child and rank 1 both under rank 0's
+        # process (as when rank 0's process spawned the other ranks): rank 1 is not its worker
+        parents = {rank.pid: os.getpid(), other.pid: rank.pid, child: rank.pid}
         probe = HostProbe()
         probe.sample(time.time(), ranks, parents)
         time.sleep(1.0)
