@@ -29,6 +29,7 @@ class StackKind:
     kind: str
     frame: Frame | None = None        # the deciding thread's user frame (else its innermost)
     shape: tuple[tuple[str, str], ...] = ()
+    on_cpu: bool = True               # some Python thread was running (unknown: True)
 
     @property
     def working(self) -> bool:
@@ -156,4 +157,6 @@ def classify(stacks: RankStacks) -> StackKind:
     for thread in [main] + [t for t in threads if t is not main]:
         if not thread_wait(thread, use_active):
             return StackKind(WORKING, _user_frame(thread), _shape(thread))
-    return StackKind(f"waiting: {thread_wait(main, use_active)}", _user_frame(main), _shape(main))
+    on_cpu = not use_active or any(t.active for t in threads)
+    return StackKind(f"waiting: {thread_wait(main, use_active)}", _user_frame(main), _shape(main),
+                     on_cpu)

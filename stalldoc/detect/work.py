@@ -91,4 +91,8 @@ def verdict(signals: Signals, stack: StackKind | None) -> tuple[str, str, str]:
         return PENDING, "unclassified", f"{what}, stack not classified yet"
     if stack.working:
         return WORK, "stack", f"{what} in {stack.frame}" if stack.frame else what
+    if what == "CPU busy" and not stack.on_cpu:
+        # every Python thread blocked in the kernel, yet the CPU burns: native threads work
+        # (teardown, a C++ pool); it is not a Python thread spinning in its wait
+        return PENDING, "unclassified", "CPU busy in native code while its Python threads wait"
     return IDLE, "spinning", f"{what} spinning while {stack.kind}"

@@ -174,3 +174,15 @@ def test_cuda_markers_completing_are_progress():
         tracker.observe(float(t), {0: with_gpu_marker(t)}, {0: host(float(t))})
         assert tracker.check(float(t)) == (None, None)
     assert tracker.work()[0].reason == "progress markers moved"
+
+
+def test_cpu_burnt_by_native_threads_while_python_threads_block_is_not_a_stall(tmp_path):
+    # a rank finishing under heavy load: its main thread blocked joining threads (py-spy: idle)
+    # while native teardown burns 41 % CPU; seen in a full-suite run with both cores busy
+    source = tmp_path / "train.py"
+    source.write_text("def main(pool):\n    pool.join()\n")
+    tracker = ProgressTracker(floor=5)
+    run(tracker, 1, r0={"cpu": 41.0})
+    tracker.stack_seen(0, stacks(0, "main", str(source), 2, active=False), 1.0)
+    assert run(tracker, 10, start=2, r0={"cpu": 41.0}) == []
+    assert tracker.work()[0].reason == "CPU busy in native code while its Python threads wait"
