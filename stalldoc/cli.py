@@ -66,22 +66,28 @@ def main() -> None:
               help="Serve Prometheus metrics on this port (0: any free port).")
 @click.option("--metrics-addr", default="127.0.0.1", show_default=True,
               help="Address for --metrics-port; another than loopback only when asked.")
+@click.option("--end-detached", is_flag=True,
+              help="At the end, also end processes the job left behind that detached themselves "
+                   "(a session of their own, not a rank's); by default they are left running.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def watch(run_dir: Path | None, stall_timeout: float, busy_timeout: float | None, interval: float,
           on_stall: str, kill_grace: float, no_agent: bool, no_gpu: bool, strict: bool,
-          metrics_port: int | None, metrics_addr: str, command: tuple[str, ...]) -> None:
+          metrics_port: int | None, metrics_addr: str, end_detached: bool,
+          command: tuple[str, ...]) -> None:
     """Run COMMAND (after --), watch every rank, diagnose stalls.
 
     Example: stalldoc watch --stall-timeout 120 -- torchrun --nproc_per_node 8 train.py
     """
-    from stalldoc.watch import WatchOptions, Watcher
+    from stalldoc.launch.options import DEFAULT_BUSY_TIMEOUT, WatchOptions
+    from stalldoc.launch.relay import Relay
 
-    busy = busy_timeout if busy_timeout is not None else max(600.0, 2 * stall_timeout)
+    busy = busy_timeout if busy_timeout is not None else max(DEFAULT_BUSY_TIMEOUT,
+                                                               2 * stall_timeout)
     options = WatchOptions(tuple(command), run_dir, stall_timeout, interval, on_stall,
                            not no_agent, kill_grace, not no_gpu, strict, metrics_port,
-                           metrics_addr, busy)
+                           metrics_addr, busy, end_detached)
     try:
-        code = Watcher(options).run()
+        code = Relay(options).run()
     except StalldocError as error:
         fail(error)
     sys.exit(code)

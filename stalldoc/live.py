@@ -9,11 +9,13 @@ hang leaves a frozen progress bar behind. Not a terminal: no status, output pass
 """
 from __future__ import annotations
 
+import os
+import select
 import shutil
 import threading
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, TextIO
+from typing import TextIO
 
 QUIET_SECONDS = 3.0
 _ERASE = "\r\x1b[K"
@@ -51,15 +53,11 @@ class Terminal:
         self._line_open = False
         self._last_output = 0.0
 
-    def job_output(self, sink: BinaryIO, data: bytes) -> None:
-        """Pass a chunk of the job's output on, after erasing the status line."""
+    def job_output(self, fd: int, data: bytes) -> None:
+        """Pass a chunk of the job's output on to ``fd``, after erasing the status line."""
         with self._lock:
             self._erase()
-            try:
-                sink.write(data)
-                sink.flush()
-            except (OSError, ValueError):
-                pass  # our own stdout went away: keep draining so the job never blocks
+            write_all(fd, data)
             self._line_open = not data.endswith(b"\n")
             self._last_output = time.monotonic()
 
@@ -102,6 +100,19 @@ class Terminal:
             self.stderr.flush()
         except (OSError, ValueError):
             pass
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Every byte to ``fd``, waiting while it is full; a closed one is given up on (our own
+    output went away: the relay keeps draining, so the job never blocks on it)."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            select.select([], [fd], [], 1.0)
+        except OSError:
+            return
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -1,23 +1,17 @@
-"""``stalldoc watch``: run the job, sample every rank each tick, detect stalls, diagnose them.
+"""The sidecar's watcher: sample every rank of the job each tick, detect stalls, diagnose them.
 
-The job comes first: whatever goes wrong inside the watcher is written to the run directory and
-the watcher steps aside, while the job runs on and its exit code is kept.
+It runs in the sidecar process (``sidecar.py``); the relay (``launch/relay.py``) owns the job, its
+output and its exit code. Whatever goes wrong in here is written to the run directory and the
+watcher steps aside; the job never notices.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
-import secrets
-import signal
 import socket
-import sys
-import threading
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
-from types import FrameType
 from typing import Iterable
 
 import psutil
@@ -25,17 +19,18 @@ import psutil
 from stalldoc.agent.statefile import STATUS_EXCEPTION
 from stalldoc.check import failed, launch_window
 from stalldoc.detect.progress import ProgressTracker
-from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
+from stalldoc.errors import StalldocError
 from stalldoc.history import Histories, gpu_util_by_rank
 from stalldoc.launch.config import LaunchConfig, parse_command
-from stalldoc.launch.inject import agent_environment
-from stalldoc.launch.job import Job, become_subreaper, resolve_command
-from stalldoc.live import RankLine, Terminal, format_status
+from stalldoc.launch.job import JobTree
+from stalldoc.launch.options import WatchOptions
+from stalldoc.live import RankLine, format_status
 from stalldoc.log_feed import LogFeed
 from stalldoc.metrics import Exporter, MetricsState, job_name
 from stalldoc.model import Finding, RankExit, RankProcess, RankStacks, StallEpisode, Window
 from stalldoc.probes.connections import external_peers
 from stalldoc.probes.exits import DeathWatch, from_wait_status
+from stalldoc.sidecar import RelayLink
 from stalldoc.probes.process_tree import find_ranks
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
 from stalldoc.report.text import render_findings
@@ -46,50 +41,17 @@ from stalldoc.sampling import Sampler, Tick
 from stalldoc.store.db import RunStore
 
 EXIT_SETTLE_SECONDS = 2.0   # wait this long after a death for the launcher's report of it
-DEFAULT_STALL_TIMEOUT = 45.0
-DEFAULT_BUSY_TIMEOUT = 600.0
 INTERNAL_ERRORS = "stalldoc-errors.log"
 
 
-@dataclass(frozen=True)
-class WatchOptions:
-    argv: tuple[str, ...]
-    run_dir: Path | None = None
-    stall_timeout: float = DEFAULT_STALL_TIMEOUT
-    interval: float = 1.0
-    on_stall: str = "observe"
-    agent: bool = True
-    kill_grace: float = 10.0
-    gpus: bool = True
-    strict: bool = False
-    metrics_port: int | None = None
-    metrics_addr: str = "127.0.0.1"
-    busy_timeout: float = DEFAULT_BUSY_TIMEOUT
-
-
-def make_run_dir(requested: Path | None) -> Path:
-    """The run directory (mode 0700): the one asked for, or ./stalldoc-runs/<UTC time>-<id>."""
-    if requested is None:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        requested = Path("stalldoc-runs") / f"{stamp}-{secrets.token_hex(3)}"
-    try:
-        requested.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(requested, 0o700)
-        if any(requested.iterdir()):
-            raise StalldocError(f"run directory is not empty: {requested}")
-    except OSError as exc:
-        raise StalldocError(f"cannot create run directory {requested}: {exc.strerror}") from exc
-    return requested.resolve()
-
-
 class Watcher:
-    def __init__(self, options: WatchOptions) -> None:
+    def __init__(self, options: WatchOptions, link: RelayLink) -> None:
         self.opts = options
-        resolve_command(list(options.argv))  # a missing command fails before anything is created
-        self.run_dir = make_run_dir(options.run_dir)
+        self.link = link
+        assert options.run_dir is not None   # the relay made it
+        self.run_dir = options.run_dir
         self.store = RunStore(self.run_dir)
         self.agent_dir = str(self.run_dir / "agents") if options.agent else None
-        self.terminal = Terminal(sys.stderr)
         self.sampler = Sampler(self.agent_dir, options.gpus)
         self.agents_probe = self.sampler.agents
         self.stack_probe = StackProbe(self.agent_dir)
@@ -99,11 +61,10 @@ class Watcher:
         self.exits: dict[int, RankExit] = {}
         self.pending_exits: list[RankExit] = []
         self.logs = LogFeed()
+        link.on_line = self.logs.put
         self.history = Histories()
         self.book = FindingBook()
         self.killed_for_stall = False
-        self.ending = False   # we are ending the job: its ranks' deaths are ours, not findings
-        self.terminate = threading.Event()
         self.explained: set[str] = set()
         self.deaths = DeathWatch()
         self.parents: dict[int, int] = {}
@@ -112,89 +73,90 @@ class Watcher:
         self.stall_findings: list[Finding] = []   # of the stall going on
         self.gpu_peaks: dict[int, int] = {}
         self.exporter: Exporter | None = None
+        self.job = JobTree(0, os.getppid())
+        self.started_at = time.time()
+
+    @property
+    def ending(self) -> bool:
+        """The job is being ended on purpose: its ranks' deaths are ours, not findings."""
+        return self.link.ending or self.killed_for_stall
 
     # ----- life cycle -------------------------------------------------------------------------
     def run(self) -> int:
-        env = dict(os.environ)
-        if self.opts.agent:
-            env = agent_environment(self.run_dir, env, os.getpid())
-        become_subreaper()
-        self.config = parse_command(self.opts.argv, env)
-        if self.config.error:
-            self.say(f"launch checks: {self.config.error}")
-        launch_findings = self._launch_rules()
-        if self.opts.strict and failed(launch_findings, strict=True):
+        """Launch checks, then watch the job the relay started until it says the job ended."""
+        launch_findings = self._before_launch()
+        if launch_findings is None:
+            return 0
+        self.link.job_started.wait()
+        if not self.link.job_pid:
             self.store.close()
-            raise StalldocError("launch checks found problems and --strict is set; job not "
-                                "launched")
-        if self.opts.metrics_port is not None:
-            self.exporter = Exporter(self.opts.metrics_port, self.opts.metrics_addr,
-                                     MetricsState(self.run_dir.name, socket.gethostname(),
-                                                  job_name(self.config)))
-        self.job = Job(list(self.opts.argv), env, self.logs.put, self.terminal.job_output)
+            return 0
+        self.job = JobTree(self.link.job_pid, os.getppid())
+        self.started_at = self.link.job_started_at
         self.store.start_run(self.run_dir.name, list(self.opts.argv), socket.gethostname(),
-                             self.job.started_at, self.opts.stall_timeout, self.opts.agent)
-        self.say(f"watching pid {self.job.pid}; run directory {self.run_dir}")
-        if self.exporter is not None:
-            self.say(f"metrics on http://{self.opts.metrics_addr}:{self.exporter.port}/metrics")
+                             self.started_at, self.opts.stall_timeout, self.opts.agent)
+        self.say(f"watching pid {self.link.job_pid}; run directory {self.run_dir}")
         for probe, why in self.sampler.unavailable.items():
             self.store.probe_unavailable(probe, why)
             self.say(f"{probe} probe off: {why}")
         if launch_findings:
-            self.store.add_findings(self.job.started_at, None, launch_findings, "launch")
+            self.store.add_findings(self.started_at, None, launch_findings, "launch")
             self._count(launch_findings)
-        self._install_signals()
         try:
             self._loop()
         except Exception:  # noqa: BLE001 - never harm the job
             self._internal_error()
-        code = self.job.wait()
-        self._finish(code)
-        self.store.end_run(time.time(), code)
-        self.store.close()
-        self.deaths.close()
-        self.sampler.close()
-        self.background.close()
+        self._finish(self.link.job_code)
+        return 0
+
+    def _before_launch(self) -> list[Finding] | None:
+        """The launch checks and the metrics server; tell the relay whether to start the job
+        (None: it must not)."""
+        self.config = parse_command(self.opts.argv, dict(os.environ))
+        if self.config.error:
+            self.say(f"launch checks: {self.config.error}")
+        findings = self._launch_rules()
+        try:
+            if self.opts.strict and failed(findings, strict=True):
+                raise StalldocError("launch checks found problems and --strict is set; job not "
+                                    "launched")
+            if self.opts.metrics_port is not None:
+                self.exporter = Exporter(self.opts.metrics_port, self.opts.metrics_addr,
+                                         MetricsState(self.run_dir.name, socket.gethostname(),
+                                                      job_name(self.config)))
+        except StalldocError as error:
+            self.store.close()
+            self.link.send(launch=False, why=error.message)
+            return None
         if self.exporter is not None:
-            self.exporter.close()
-        self.say(f"job exited {code}; report: stalldoc report {self.run_dir}")
-        return EXIT_STALL_KILLED if self.killed_for_stall else code
-
-    def _install_signals(self) -> None:
-        def forward(signum: int, _frame: FrameType | None) -> None:
-            self.job.forward(signum)
-
-        def terminate(_signum: int, _frame: FrameType | None) -> None:
-            self.terminate.set()
-
-        signal.signal(signal.SIGINT, forward)
-        signal.signal(signal.SIGHUP, forward)
-        signal.signal(signal.SIGTERM, terminate)
+            self.say(f"metrics on http://{self.opts.metrics_addr}:{self.exporter.port}/metrics")
+        self.link.send(launch=True)
+        return findings
 
     def _loop(self) -> None:
-        while self.job.poll() is None:
-            if self.terminate.is_set():
-                self.say("SIGTERM: ending the job")
-                self.ending = True
-                self.job.terminate_tree(self.opts.kill_grace)
-                return
+        while self.link.job_code is None and not self._job_gone():
             self.tick(time.time())
-            self.terminate.wait(self.opts.interval)
+            time.sleep(self.opts.interval)
 
-    def _finish(self, code: int) -> None:
-        """After the job's own process ended: last samples, exits, and no orphans left."""
+    def _job_gone(self) -> bool:
+        """Without the relay (it was killed) nobody tells us the job ended: its tree is gone."""
+        return self.link.relay_gone and not self.job.descendants(exclude=os.getpid())
+
+    def _finish(self, code: int | None) -> None:
+        """After the job's own process ended: last samples and exits, the end of the run."""
         try:
             time.sleep(0.3)  # let the death watch see the last ranks go
             self._drain_logs()
             self._collect_exits(time.time(), final=True, job_code=code)
-            leftovers = [p for p in self.job.descendants() if p.pid != self.job.pid]
-            if leftovers:
-                self.say(f"ending {len(leftovers)} process(es) the job left behind")
-                self.ending = True
-                self.job.terminate_tree(self.opts.kill_grace)
-            self.store.commit()
+            if self.link.dropped:
+                self.store.set_meta("dropped_log_lines", str(self.link.dropped))
+            self.store.end_run(time.time(), code)
+            self.store.close()
         except Exception:  # noqa: BLE001
             self._internal_error()
+        for part in (self.deaths, self.sampler, self.background, self.exporter):
+            if part is not None:
+                part.close()
 
     def _internal_error(self, what: str = "watching stopped (job runs on)") -> None:
         text = traceback.format_exc()
@@ -227,7 +189,7 @@ class Watcher:
         self._status(now)
 
     def _discover(self, now: float) -> None:
-        procs = self.job.descendants()
+        procs = self.job.descendants(exclude=os.getpid())
         self.parents = {p.pid: _ppid(p) for p in procs}
         # once ranks with RANK were seen, the job is distributed: no single-process fallback
         distributed = any(r.from_env for r in self.ranks.values())
@@ -243,6 +205,7 @@ class Watcher:
             self.exits.pop(rank.rank, None)
             self.store.add_rank(rank, now)
             self.deaths.watch(rank)
+            self.link.send(rank_pid=rank.pid)
             self.say(f"rank {rank.rank}: pid {rank.pid}")
 
     def _drain_logs(self) -> None:
@@ -285,6 +248,10 @@ class Watcher:
     def _with_known_status(self, exit: RankExit) -> RankExit:
         if exit.exit_code is not None:
             return exit
+        reaped = self.link.reaped.get(exit.pid)
+        if reaped is not None:
+            code, sig = from_wait_status(reaped)
+            return RankExit(exit.rank, exit.pid, exit.t, code, sig, "relay")
         returncode = self.logs.launcher_codes.get(exit.pid)
         if returncode is not None:
             status = (-returncode) if returncode < 0 else (returncode << 8)
@@ -315,8 +282,7 @@ class Watcher:
         if self.opts.on_stall == "kill":
             self.say("--on-stall kill: ending the job")
             self.killed_for_stall = True
-            self.ending = True
-            self.job.terminate_tree(self.opts.kill_grace)
+            self.link.send(end_job="stall")
 
     def _diagnose(self, episode: StallEpisode, agents: dict) -> None:
         live = [self.ranks[r] for r in episode.ranks if r in self.ranks]
@@ -419,11 +385,11 @@ class Watcher:
         ranks = [RankLine(rank, now - state.last_progress, state.phase, rank in tracker.dead)
                  for rank, state in sorted(tracker.ranks.items())]
         episode = tracker.episode
-        self.terminal.status(format_status(now - self.job.started_at, ranks, tracker.threshold(),
-                                           episode.id if episode else None))
+        self.link.send(status=format_status(now - self.started_at, ranks, tracker.threshold(),
+                                            episode.id if episode else None))
 
     def say(self, message: str) -> None:
-        self.terminal.message(message)
+        self.link.send(say=message)
 
 
 def _ppid(proc: psutil.Process) -> int:

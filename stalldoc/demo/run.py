@@ -8,7 +8,8 @@ from pathlib import Path
 
 from stalldoc.errors import StalldocError, EXIT_STALL_KILLED
 from stalldoc.report.build import build_report
-from stalldoc.watch import WatchOptions, Watcher
+from stalldoc.launch.options import WatchOptions
+from stalldoc.launch.relay import Relay
 
 JOB = Path(__file__).resolve().parent / "hang_job.py"
 
@@ -28,7 +29,7 @@ def run_demo(ranks: int, stall_timeout: float, run_dir: Path | None) -> int:
     """0 when the stall was found and blamed on the hanging rank, else 1."""
     if importlib.util.find_spec("torch") is None:
         raise StalldocError("the demo needs torch: pip install -c constraints.txt 'stalldoc[demo]'")
-    watcher = Watcher(WatchOptions(demo_command(ranks), run_dir, stall_timeout, 0.5, "kill"))
+    watcher = Relay(WatchOptions(demo_command(ranks), run_dir, stall_timeout, 0.5, "kill"))
     code = watcher.run()
     doc = build_report(watcher.run_dir)
     blamed = [f for f in doc["findings"] if f["code"] == "SD101" and 1 in f["ranks"]]

@@ -1,5 +1,5 @@
-"""The watched command: started in its own process group, its output teed line by line, signals
-forwarded, the whole tree ended on request, and its exit code kept."""
+"""The watched command, as the relay sees it: spawned in its own process group (in the caller's
+session, so the terminal stays its own), its process tree, and ending that tree on request."""
 from __future__ import annotations
 
 import ctypes
@@ -8,14 +8,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-from typing import BinaryIO, Callable
 
 import psutil
 
 from stalldoc.errors import CommandNotExecutable, CommandNotFound
-from stalldoc.model import LogLine
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -40,6 +37,13 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def status_code(status: int) -> int:
+    """A raw wait status in the shell's convention."""
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
 def become_subreaper() -> None:
     """Orphaned ranks (their launcher died) are re-parented to us, so they stay in our tree."""
     if sys.platform.startswith("linux"):
@@ -47,121 +51,103 @@ def become_subreaper() -> None:
 
 
 class Job:
-    """One running command and what it printed."""
+    """One running command. The relay reaps it (``waitpid``); nothing here waits on it."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], on_line: Callable[[LogLine], None],
-                 write: Callable[[BinaryIO, bytes], None] | None = None) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], stdout: int, stderr: int) -> None:
         executable = resolve_command(argv)
         try:
-            self.proc = subprocess.Popen([executable, *argv[1:]], env=env, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, start_new_session=True)
+            proc = subprocess.Popen([executable, *argv[1:]], env=env, stdout=stdout,
+                                    stderr=stderr, process_group=0)
         except PermissionError as exc:
             raise CommandNotExecutable(argv[0]) from exc
         except OSError as exc:  # e.g. exec format error
             raise CommandNotExecutable(f"{argv[0]} ({exc.strerror})") from exc
-        self.pid = self.proc.pid
+        proc.returncode = 0   # reaped by the relay's waitpid(-1): Popen must never wait on it
+        self.pid = proc.pid
         self.started_at = time.time()
-        self.known: set[int] = {self.pid}
-        self._on_line = on_line
-        self._write = write or _write_through
-        self._pumps = [self._pump(self.proc.stdout, sys.stdout.buffer, "stdout"),
-                       self._pump(self.proc.stderr, sys.stderr.buffer, "stderr")]
+        self.tree = JobTree(self.pid, os.getpid())
 
-    def _pump(self, source: BinaryIO | None, sink: BinaryIO, stream: str) -> threading.Thread:
-        thread = threading.Thread(target=self._copy, args=(source, sink, stream), daemon=True,
-                                  name=f"stalldoc-{stream}")
-        thread.start()
-        return thread
+    def descendants(self, exclude: int | None = None) -> list[psutil.Process]:
+        return self.tree.descendants(exclude)
 
-    def _copy(self, source: BinaryIO | None, sink: BinaryIO, stream: str) -> None:
-        assert source is not None
-        pending = b""
-        while chunk := os.read(source.fileno(), 65536):
-            self._write(sink, chunk)
-            pending += chunk
-            *lines, pending = pending.replace(b"\r", b"\n").split(b"\n")
-            for raw in lines:
-                if raw:
-                    self._on_line(LogLine(time.time(), stream, raw.decode("utf-8", "replace")))
-        if pending:
-            self._on_line(LogLine(time.time(), stream, pending.decode("utf-8", "replace")))
+    def signal_group(self, signum: int) -> None:
+        """A signal to the job's process group, as a terminal or a launcher would send it."""
+        try:
+            os.killpg(self.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
 
-    def descendants(self) -> list[psutil.Process]:
-        """Every live process of the job: the command and all below it (re-parented ones too)."""
+
+class JobTree:
+    """The processes of a job: the command, all below it, and the orphans re-parented to the
+    relay (its subreaper), except a process named by the caller and its own tree."""
+
+    def __init__(self, pid: int, reaper: int) -> None:
+        self.pid = pid
+        self.reaper = reaper
+        self.known: set[int] = {pid}
+
+    def descendants(self, exclude: int | None = None) -> list[psutil.Process]:
         found: dict[int, psutil.Process] = {}
-        for pid in [self.pid, *sorted(self.known)]:
+        skip = {*_tree_pids(exclude), self.reaper} if exclude else {self.reaper}
+        for pid in [self.pid, *sorted(self.known), *(_children_pids(self.reaper) - skip)]:
             try:
                 root = psutil.Process(pid)
                 found.setdefault(pid, root)
                 for child in root.children(recursive=True):
                     found.setdefault(child.pid, child)
             except psutil.Error:
-                continue
-        self.known.update(found)
-        return list(found.values())
-
-    def poll(self) -> int | None:
-        self.reap_orphans()
-        return self.proc.poll()
-
-    def reap_orphans(self) -> None:
-        """Collect job processes re-parented to us that have exited (we are their subreaper)."""
-        me = os.getpid()
-        for pid in list(self.known - {self.pid}):
-            try:
-                if psutil.Process(pid).ppid() == me:
-                    os.waitpid(pid, os.WNOHANG)
-            except (psutil.Error, ChildProcessError):
                 self.known.discard(pid)
+        self.known.update(found)
+        self.known -= skip
+        return [p for p in found.values() if p.pid not in skip]
 
-    def forward(self, signum: int) -> None:
-        """Pass a signal on to the job's process group (launchers pass it to their ranks)."""
-        try:
-            os.killpg(self.pid, signum)
-        except ProcessLookupError:
-            pass
 
-    def terminate_tree(self, grace: float) -> None:
-        """SIGTERM every job process, then SIGKILL what is still alive after ``grace`` seconds."""
-        procs = self.descendants()
+class Ending:
+    """Ending a set of processes without blocking: SIGTERM now, SIGKILL to what is still alive
+    once ``grace`` seconds have passed (``due``)."""
+
+    def __init__(self, procs: list[psutil.Process], grace: float) -> None:
+        self.procs = procs
+        self.deadline = time.time() + grace
+        self.killed = False
         for proc in procs:
-            _send(proc, signal.SIGTERM)
-        deadline = time.time() + grace
-        others = [p for p in procs if p.pid != self.pid]
-        while time.time() < deadline:
-            # the main child is waited for by Popen only: psutil would reap it and lose its status
-            others = [p for p in others if _alive(p)]
-            if self.proc.poll() is not None and not others:
-                return
-            time.sleep(0.05)
-        for proc in self.descendants():
-            _send(proc, signal.SIGKILL)
+            send(proc, signal.SIGTERM)
 
-    def wait(self) -> int:
-        """Wait for the command to end and its output to drain; return its exit status."""
-        returncode = self.proc.wait()
-        for pump in self._pumps:
-            pump.join(timeout=5)
-        return exit_status(returncode)
+    def due(self, now: float) -> bool:
+        """SIGKILL the survivors once the grace is over; True while any is still alive."""
+        alive = [p for p in self.procs if alive_process(p)]
+        if alive and now >= self.deadline and not self.killed:
+            for proc in alive:
+                send(proc, signal.SIGKILL)
+            self.killed = True
+        return bool(alive)
 
 
-def _send(proc: psutil.Process, signum: int) -> None:
+def send(proc: psutil.Process, signum: int) -> None:
     try:
         proc.send_signal(signum)
     except psutil.Error:
         pass
 
 
-def _alive(proc: psutil.Process) -> bool:
+def alive_process(proc: psutil.Process) -> bool:
     try:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
 
-def _write_through(sink: BinaryIO, data: bytes) -> None:
+def _children_pids(pid: int) -> set[int]:
     try:
-        sink.write(data)
-        sink.flush()
-    except (OSError, ValueError):
-        pass  # our own stdout went away: keep draining so the job never blocks on a full pipe
+        return {c.pid for c in psutil.Process(pid).children()}
+    except psutil.Error:
+        return set()
+
+
+def _tree_pids(pid: int) -> set[int]:
+    try:
+        root = psutil.Process(pid)
+        return {pid, *(c.pid for c in root.children(recursive=True))}
+    except psutil.Error:
+        return {pid}

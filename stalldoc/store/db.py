@@ -115,7 +115,11 @@ class RunStore:
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"unavailable:{probe}", why))
         self.conn.commit()
 
-    def end_run(self, ended_at: float, exit_code: int) -> None:
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+        self.conn.commit()
+
+    def end_run(self, ended_at: float, exit_code: int | None) -> None:
         self.conn.execute("UPDATE run SET ended_at = ?, exit_code = ?", (ended_at, exit_code))
         self.conn.commit()
 

@@ -1,0 +1,317 @@
+"""The process the user's shell waits on: a small relay that never lets stalldoc harm the job.
+
+It starts the sidecar (probes, py-spy, rules, SQLite, metrics: everything that can fail), waits
+for its launch checks, starts the job in a process group of its own in our session, forwards
+signals, copies the job's output byte for byte in one pass, hands the lines to the sidecar
+without ever blocking, reaps every child it adopts, and returns the job's exit code whatever
+happens to the sidecar.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import selectors
+import signal
+import sys
+import time
+from types import FrameType
+from typing import Callable
+
+import psutil
+
+from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
+from stalldoc.launch.channel import LineSplitter
+from stalldoc.launch.foreground import Foreground
+from stalldoc.launch.inject import agent_environment
+from stalldoc.launch.job import Ending, Job, become_subreaper, resolve_command, status_code
+from stalldoc.launch.options import WatchOptions, make_run_dir
+from stalldoc.launch.sidecar_link import SIDECAR_LOG, SidecarLink
+from stalldoc.launch.streams import Stream, open_stream
+from stalldoc.live import Terminal
+
+LAUNCH_WAIT = 60.0     # seconds for the sidecar's launch checks; then the job starts anyway
+DRAIN_WAIT = 2.0       # seconds for the job's output to close after it exited
+FINISH_WAIT = 30.0     # seconds the sidecar gets to store the end of the run
+FORWARDED = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+             signal.SIGALRM, signal.SIGWINCH)
+READ_BYTES = 65536
+
+
+class Relay:
+    def __init__(self, options: WatchOptions) -> None:
+        self.opts = options
+        resolve_command(list(options.argv))  # a missing command fails before anything is created
+        self.run_dir = make_run_dir(options.run_dir)
+        self.terminal = Terminal(sys.stderr)
+        self.foreground = Foreground()
+        self.job: Job | None = None
+        self.code: int | None = None
+        self.exited_at = 0.0
+        self.stall_killed = False
+        self.aborted: int | None = None       # a signal that came before the job started
+        self.ending: Ending | None = None
+        self.rank_sessions: set[int] = set()
+        self.verdict: dict[str, object] | None = None
+        self.streams: dict[int, tuple[Stream, LineSplitter]] = {}
+        self.selector = selectors.DefaultSelector()
+
+    # ----- life cycle -------------------------------------------------------------------------
+    def run(self) -> int:
+        become_subreaper()
+        self._install_signals()
+        self.link = SidecarLink(self.run_dir, _options_dict(self.opts, self.run_dir))
+        self.selector.register(self.link.inbox, selectors.EVENT_READ, "inbox")
+        try:
+            self._launch()
+        except BaseException:
+            self.link.close()
+            raise
+        if self.aborted is not None:
+            self.link.close()
+            return 128 + self.aborted
+        self._serve(lambda: self.code is not None and (
+            not self.streams or time.time() - self.exited_at > DRAIN_WAIT))
+        assert self.code is not None
+        self._finish_sidecar(self.code)
+        self._end_leftovers()
+        self.terminal.close()
+        self.say(f"job exited {self.code}; report: stalldoc report {self.run_dir}")
+        return EXIT_STALL_KILLED if self.stall_killed else self.code
+
+    def _launch(self) -> None:
+        deadline = time.time() + LAUNCH_WAIT
+        self._serve(lambda: self.verdict is not None or not self.link.alive
+                    or self.aborted is not None or time.time() > deadline)
+        if self.aborted is not None:
+            return
+        if self.verdict is None:
+            self.say("the launch checks gave no answer; starting the job without them")
+        elif not self.verdict.get("launch"):
+            raise StalldocError(str(self.verdict.get("why")))
+        env = dict(os.environ)
+        if self.opts.agent:
+            env = agent_environment(self.run_dir, env, os.getpid())
+        out, err = open_stream("stdout", 1), open_stream("stderr", 2)
+        try:
+            self.job = Job(list(self.opts.argv), env, out.job_fd, err.job_fd)
+        finally:
+            out.close_job_end()
+            err.close_job_end()
+        self.foreground.give(self.job.pid)
+        for stream in (out, err):
+            self.streams[stream.read_fd] = (stream, LineSplitter())
+            self.selector.register(stream.read_fd, selectors.EVENT_READ, "stream")
+        self.link.outbox.control(f"J {self.job.pid} {self.job.started_at:.6f}")
+
+    def _finish_sidecar(self, code: int) -> None:
+        """The job ended: let the sidecar store the end (or stop waiting for it)."""
+        self.link.outbox.control(f"E {code} {self.link.outbox.dropped}")
+        if self.link.outbox.dropped:
+            self.say(f"{self.link.outbox.dropped} output line(s) were not analysed (the sidecar "
+                     f"lagged); the job's output itself is complete")
+        deadline = time.time() + FINISH_WAIT
+        self._serve(lambda: not self.link.alive or time.time() > deadline)
+        if self.link.alive:
+            self.say(f"the sidecar did not finish in {FINISH_WAIT:.0f} s; stopped it")
+            _kill(self.link.pid)
+            self._serve(lambda: not self.link.alive or time.time() > deadline + 5)
+        self.link.close()
+
+    def _end_leftovers(self) -> None:
+        """Processes the job left behind: those still attached to it are ended, those that
+        detached themselves (a session of their own that is not a rank's) are left running
+        unless --end-detached."""
+        assert self.job is not None
+        procs = self.job.descendants()
+        attached = [p for p in procs if self.opts.end_detached or self._attached(p)]
+        detached = [p for p in procs if p not in attached]
+        if detached:
+            self.say(f"left running, detached from the job (--end-detached ends them): "
+                     f"{_describe(detached)}")
+        if attached:
+            self.say(f"ending {len(attached)} process(es) the job left behind: "
+                     f"{_describe(attached)}")
+            ending = Ending(attached, self.opts.kill_grace)
+            self._serve(lambda: not ending.due(time.time()))
+
+    def _attached(self, proc: psutil.Process) -> bool:
+        try:
+            sid = os.getsid(proc.pid)
+        except OSError:
+            return False
+        return sid == os.getsid(0) or sid in self.rank_sessions
+
+    # ----- the loop ---------------------------------------------------------------------------
+    def _serve(self, done: Callable[[], bool]) -> None:
+        """Relay output, messages and signals until ``done()``."""
+        while not done():
+            outbox = self.link.outbox
+            self._watch_outbox(outbox.waiting)
+            for key, _ in self.selector.select(timeout=0.25):
+                if key.data == "stream":
+                    self._read_stream(key.fd)
+                elif key.data == "inbox":
+                    self._read_inbox()
+                elif key.data == "outbox":
+                    outbox.flush()
+                else:
+                    _drain(key.fd)
+            self._reap()
+            if self.ending is not None:
+                self.ending.due(time.time())
+
+    def _watch_outbox(self, waiting: bool) -> None:
+        registered = self.link.outbox.fd in self.selector.get_map()
+        if waiting and not registered:
+            self.selector.register(self.link.outbox.fd, selectors.EVENT_WRITE, "outbox")
+        elif registered and not waiting:
+            self.selector.unregister(self.link.outbox.fd)
+
+    def _read_stream(self, fd: int) -> None:
+        stream, splitter = self.streams[fd]
+        try:
+            data = os.read(fd, READ_BYTES)
+        except OSError:   # EIO: every end of a pseudo-terminal closed
+            data = b""
+        now = time.time()
+        if not data:
+            self.link.outbox.lines(stream.name, now, splitter.close())
+            self.selector.unregister(fd)
+            os.close(fd)
+            del self.streams[fd]
+            return
+        self.terminal.job_output(stream.target, data)
+        self.link.outbox.lines(stream.name, now, splitter.feed(data))
+
+    def _read_inbox(self) -> None:
+        for message in self.link.messages():
+            if "say" in message:
+                self.say(str(message["say"]))
+            elif "status" in message:
+                self.terminal.status(str(message["status"]))
+            elif "launch" in message:
+                self.verdict = message
+            elif "rank_pid" in message:
+                self._rank_started(int(str(message["rank_pid"])))
+            elif message.get("end_job") == "stall":
+                self.stall_killed = True
+                self._end_job()
+        if not self.link.inbox_open:
+            self.selector.unregister(self.link.inbox)
+
+    def _rank_started(self, pid: int) -> None:
+        try:
+            self.rank_sessions.add(os.getsid(pid))
+        except OSError:
+            pass
+
+    def _reap(self) -> None:
+        """Collect every child that ended: the job, the sidecar, and adopted orphans."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG | os.WUNTRACED)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if os.WIFSTOPPED(status):
+                if self.job is not None and pid == self.job.pid and self.foreground.tty is not None:
+                    self.foreground.stop_with_job()
+                continue
+            if pid == self.link.pid:
+                self._sidecar_ended(status)
+                continue
+            self.link.outbox.control(f"X {pid} {status}")
+            if self.job is not None and pid == self.job.pid:
+                self.code, self.exited_at = status_code(status), time.time()
+
+    def _sidecar_ended(self, status: int) -> None:
+        self.link.exit_status = status
+        if self.code is None:
+            how = (f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+                   if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}")
+            self.terminal.close()
+            self.say(f"the sidecar stopped ({how}; see {self.run_dir / SIDECAR_LOG}); the job "
+                     f"runs on, unwatched")
+
+    # ----- signals ----------------------------------------------------------------------------
+    def _install_signals(self) -> None:
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        self.selector.register(wake_r, selectors.EVENT_READ, "wakeup")
+        for signum in FORWARDED:
+            signal.signal(signum, self._forward)
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGTSTP, self._forward)
+        signal.signal(signal.SIGCONT, self._on_cont)
+        signal.signal(signal.SIGCHLD, _ignore)
+
+    def _forward(self, signum: int, _frame: FrameType | None) -> None:
+        if self.job is None:
+            if signum in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+                self.aborted = signum
+            return
+        if signum == signal.SIGWINCH:
+            for stream, _ in self.streams.values():
+                stream.sync_size()
+        self.job.signal_group(signum)
+
+    def _on_cont(self, signum: int, _frame: FrameType | None) -> None:
+        self.foreground.resumed()
+        if self.job is not None:
+            self.job.signal_group(signum)
+
+    def _on_term(self, signum: int, _frame: FrameType | None) -> None:
+        if self.job is None:
+            self.aborted = signum
+        elif self.ending is None:
+            self.say("SIGTERM: ending the job")
+            self._end_job()
+
+    def _end_job(self) -> None:
+        """End the whole job tree (SIGTERM, then SIGKILL after --kill-grace)."""
+        if self.job is None or self.ending is not None:
+            return
+        self.link.outbox.control("T")
+        self.ending = Ending(self.job.descendants(exclude=self.link.pid), self.opts.kill_grace)
+
+    def say(self, message: str) -> None:
+        self.terminal.message(message)
+
+
+def _options_dict(options: WatchOptions, run_dir: object) -> dict[str, object]:
+    data = dataclasses.asdict(options)
+    data["run_dir"] = str(run_dir)
+    data["argv"] = list(options.argv)
+    return data
+
+
+def _describe(procs: list[psutil.Process]) -> str:
+    names = []
+    for proc in procs[:8]:
+        try:
+            names.append(f"{proc.pid} ({proc.name()})")
+        except psutil.Error:
+            names.append(str(proc.pid))
+    return ", ".join(names) + (f" and {len(procs) - 8} more" if len(procs) > 8 else "")
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except OSError:
+        pass
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _ignore(_signum: int, _frame: FrameType | None) -> None:
+    """SIGCHLD: only wakes the loop (through the wakeup fd), which reaps."""

@@ -1,0 +1,119 @@
+"""The sidecar: everything of ``stalldoc watch`` that can fail (probes, py-spy, rules, SQLite,
+the metrics server) in a process of its own, started by the relay (``launch/relay.py``).
+
+If it crashes, hangs, runs out of memory or is killed, the job and its output go on: the relay
+never waits on it. It volunteers to be the first process the kernel's OOM killer takes.
+Run as ``python -m stalldoc.sidecar IN_FD OUT_FD`` by the relay only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from typing import Callable
+
+from stalldoc.launch.channel import encode_message, parse_relay_record
+from stalldoc.launch.options import WatchOptions
+from stalldoc.model import LogLine
+
+READ_BYTES = 1 << 20
+
+
+class RelayLink:
+    """The sidecar's end of the two pipes: a reader thread decodes the relay's records."""
+
+    def __init__(self, in_fd: int, out_fd: int) -> None:
+        self.in_fd, self.out_fd = in_fd, out_fd
+        self.options_ready = threading.Event()
+        self.job_started = threading.Event()
+        self.options: dict[str, object] = {}
+        self.job_pid = 0
+        self.job_started_at = 0.0
+        self.job_code: int | None = None
+        self.dropped = 0
+        self.ending = False
+        self.relay_gone = False
+        self.reaped: dict[int, int] = {}      # pid -> raw wait status, as the relay reaped it
+        self.on_line: Callable[[LogLine], None] | None = None
+        self._send_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, name="stalldoc-relay", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(self.in_fd, READ_BYTES)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            *lines, pending = (pending + chunk).split(b"\n")
+            for raw in lines:
+                self._record(raw)
+        self.relay_gone = True
+        self.options_ready.set()
+        self.job_started.set()
+
+    def _record(self, raw: bytes) -> None:
+        record = parse_relay_record(raw)
+        if record is None:
+            return
+        kind, fields = record.kind, record.fields
+        if kind == "L" and self.on_line is not None:
+            self.on_line(LogLine(float(fields[1]), fields[0], record.text))
+        elif kind == "O":
+            self.options = json.loads(fields[0])
+            self.options_ready.set()
+        elif kind == "J":
+            self.job_pid, self.job_started_at = int(fields[0]), float(fields[1])
+            self.job_started.set()
+        elif kind == "X":
+            self.reaped[int(fields[0])] = int(fields[1])
+        elif kind == "T":
+            self.ending = True
+        elif kind == "E":
+            self.dropped = int(fields[1])
+            self.job_code = int(fields[0])
+
+    def send(self, **message: object) -> None:
+        """A message for the relay; when the relay is gone, it goes to our log instead."""
+        data = encode_message(**message)
+        with self._send_lock:
+            try:
+                os.write(self.out_fd, data)
+                return
+            except OSError:
+                self.relay_gone = True
+        if "say" in message:
+            sys.stderr.write(f"[stalldoc] {message['say']}\n")
+            sys.stderr.flush()
+
+
+def first_to_go_on_oom() -> None:
+    """Under memory pressure the kernel kills us, never the job (raising is unprivileged)."""
+    try:
+        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as fh:
+            fh.write("1000")
+    except OSError:
+        pass
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        sys.stderr.write("stalldoc.sidecar is started by `stalldoc watch` only\n")
+        return 2
+    first_to_go_on_oom()
+    from stalldoc.watch import Watcher
+
+    link = RelayLink(int(argv[1]), int(argv[2]))
+    link.options_ready.wait()
+    if not link.options:
+        return 0
+    watcher = Watcher(WatchOptions.from_dict(link.options), link)
+    return watcher.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
