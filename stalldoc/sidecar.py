@@ -3,18 +3,21 @@ the metrics server) in a process of its own, started by the relay (``launch/rela
 
 If it crashes, hangs, runs out of memory or is killed, the job and its output go on: the relay
 never waits on it. It volunteers to be the first process the kernel's OOM killer takes.
-Run as ``python -m stalldoc.sidecar IN_FD OUT_FD`` by the relay only.
+Run as ``python -m stalldoc.sidecar IN_FD OUT_FD SRC:DST,...`` by the relay only.
 """
 from __future__ import annotations
 
 import json
 import os
+import select
 import sys
 import threading
+import time
 from typing import Callable
 
-from stalldoc.launch.channel import encode_message, parse_relay_record
+from stalldoc.launch.channel import LineSplitter, encode_message, parse_relay_record
 from stalldoc.launch.options import WatchOptions
+from stalldoc.live import write_all
 from stalldoc.model import LogLine
 
 READ_BYTES = 1 << 20
@@ -23,8 +26,9 @@ READ_BYTES = 1 << 20
 class RelayLink:
     """The sidecar's end of the two pipes: a reader thread decodes the relay's records."""
 
-    def __init__(self, in_fd: int, out_fd: int) -> None:
+    def __init__(self, in_fd: int, out_fd: int, streams: list[tuple[int, int]]) -> None:
         self.in_fd, self.out_fd = in_fd, out_fd
+        self.streams = streams      # the job's output (read ends) and where it goes
         self.options_ready = threading.Event()
         self.job_started = threading.Event()
         self.options: dict[str, object] = {}
@@ -37,8 +41,8 @@ class RelayLink:
         self.reaped: dict[int, int] = {}      # pid -> raw wait status, as the relay reaped it
         self.on_line: Callable[[LogLine], None] | None = None
         self._send_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._read, name="stalldoc-relay", daemon=True)
-        self._thread.start()
+        self.reader = threading.Thread(target=self._read, name="stalldoc-relay", daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         pending = b""
@@ -55,6 +59,34 @@ class RelayLink:
         self.relay_gone = True
         self.options_ready.set()
         self.job_started.set()
+        if self.job_pid and self.job_code is None:
+            self.take_over_output()
+
+    def take_over_output(self) -> None:
+        """The relay was killed while the job runs: copy its output on ourselves, so it never
+        writes into a pipe nobody reads (EPIPE) or a full one (blocked)."""
+        targets = {source: target for source, target in self.streams}
+        if not targets:
+            return
+        write_all(targets[self.streams[-1][0]],
+                  b"[stalldoc] the relay was killed; the sidecar relays the job's output now "
+                  b"(the job's exit code will not reach the shell)\n")
+        splitters = {source: LineSplitter() for source in targets}
+        while targets:
+            for source in select.select(list(targets), [], [], 1.0)[0]:
+                try:
+                    data = os.read(source, 65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    del targets[source]
+                    continue
+                write_all(targets[source], data)
+                stream = "stdout" if source == self.streams[0][0] else "stderr"
+                for line in splitters[source].feed(data):
+                    if self.on_line is not None:
+                        self.on_line(LogLine(time.time(), stream,
+                                             line.decode("utf-8", "replace")))
 
     def _record(self, raw: bytes) -> None:
         record = parse_relay_record(raw)
@@ -100,19 +132,26 @@ def first_to_go_on_oom() -> None:
         pass
 
 
+def _streams(arg: str) -> list[tuple[int, int]]:
+    pairs = [part.split(":") for part in arg.split(",") if part]
+    return [(int(source), int(target)) for source, target in pairs]
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
+    if len(argv) != 4:
         sys.stderr.write("stalldoc.sidecar is started by `stalldoc watch` only\n")
         return 2
     first_to_go_on_oom()
     from stalldoc.watch import Watcher
 
-    link = RelayLink(int(argv[1]), int(argv[2]))
+    link = RelayLink(int(argv[1]), int(argv[2]), _streams(argv[3]))
     link.options_ready.wait()
     if not link.options:
         return 0
     watcher = Watcher(WatchOptions.from_dict(link.options), link)
-    return watcher.run()
+    code = watcher.run()
+    link.reader.join(timeout=5)   # the output it may have taken over, to its last byte
+    return code
 
 
 if __name__ == "__main__":

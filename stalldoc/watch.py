@@ -7,6 +7,7 @@ watcher steps aside; the job never notices.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import time
@@ -28,6 +29,7 @@ from stalldoc.live import RankLine, format_status
 from stalldoc.log_feed import LogFeed
 from stalldoc.metrics import Exporter, MetricsState, job_name
 from stalldoc.model import Finding, RankExit, RankProcess, RankStacks, StallEpisode, Window
+from stalldoc.probes.agent_state import StartupCosts
 from stalldoc.probes.connections import external_peers
 from stalldoc.probes.exits import DeathWatch, from_wait_status
 from stalldoc.sidecar import RelayLink
@@ -42,6 +44,7 @@ from stalldoc.store.db import RunStore
 
 EXIT_SETTLE_SECONDS = 2.0   # wait this long after a death for the launcher's report of it
 INTERNAL_ERRORS = "stalldoc-errors.log"
+SWEEP_SECONDS = 5.0
 
 
 class Watcher:
@@ -75,6 +78,8 @@ class Watcher:
         self.exporter: Exporter | None = None
         self.job = JobTree(0, os.getppid())
         self.started_at = time.time()
+        self.startup_costs = StartupCosts()
+        self.swept_at = 0.0
 
     @property
     def ending(self) -> bool:
@@ -150,6 +155,7 @@ class Watcher:
             self._collect_exits(time.time(), final=True, job_code=code)
             if self.link.dropped:
                 self.store.set_meta("dropped_log_lines", str(self.link.dropped))
+            self._store_startup_costs()
             self.store.end_run(time.time(), code)
             self.store.close()
         except Exception:  # noqa: BLE001
@@ -157,6 +163,22 @@ class Watcher:
         for part in (self.deaths, self.sampler, self.background, self.exporter):
             if part is not None:
                 part.close()
+
+    def _store_startup_costs(self) -> None:
+        """The agent's start-up cost per Python process of the job (ranks and the rest)."""
+        self.agents_probe.sweep({r.pid for r in self.ranks.values()}, self.startup_costs)
+        for snapshot in self.agents_probe.sample(list(self.ranks.values())).values():
+            if snapshot.identity is not None:
+                self.startup_costs.add(snapshot.identity.startup_seconds)
+        summary = self.startup_costs.summary()
+        if summary is not None:
+            self.store.set_meta("agent_startup", json.dumps(summary))
+
+    def _sweep(self, now: float) -> None:
+        """Every few seconds: forget the state files of ended processes that were not ranks."""
+        if now - self.swept_at >= SWEEP_SECONDS:
+            self.swept_at = now
+            self.agents_probe.sweep({r.pid for r in self.ranks.values()}, self.startup_costs)
 
     def _internal_error(self, what: str = "watching stopped (job runs on)") -> None:
         text = traceback.format_exc()
@@ -170,6 +192,7 @@ class Watcher:
     # ----- one tick ---------------------------------------------------------------------------
     def tick(self, now: float) -> None:
         self._discover(now)
+        self._sweep(now)
         live = [r for r in self.ranks.values() if r.rank not in self.exits]
         sample = self.sampler.sample(now, live, list(self.ranks.values()), self.parents)
         agents = sample.agents

@@ -82,6 +82,44 @@ def watch(tmp_path: Path, command: list[str], *options: str, env: dict[str, str]
     return Result(proc.returncode, proc.stderr, run_dir, proc.stdout)
 
 
+def start_watch(run_dir: Path, command: list[str], *options: str,
+                env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen[str]:
+    """``stalldoc watch`` started in the background, its output piped."""
+    popen.setdefault("stdout", subprocess.PIPE)
+    popen.setdefault("stderr", subprocess.PIPE)
+    popen.setdefault("stdin", subprocess.DEVNULL)
+    return subprocess.Popen([sys.executable, "-m", "stalldoc", "watch", "--run-dir", str(run_dir),
+                             "--stall-timeout", STALL_TIMEOUT, "--interval", "0.5",
+                             "--kill-grace", "3", *options, "--", *command],
+                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+                            **popen)
+
+
+def sidecar_pid(relay_pid: int, timeout: float = 30) -> int:
+    """The pid of the sidecar a relay started."""
+    import time
+    import psutil
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for child in psutil.Process(relay_pid).children():
+            try:
+                if "stalldoc.sidecar" in " ".join(child.cmdline()):
+                    return child.pid
+            except psutil.Error:
+                continue
+        time.sleep(0.05)
+    raise AssertionError("no sidecar")
+
+
+def wait_for_line(stream: Any, text: str, seen: list[str]) -> None:
+    """Read ``stream`` line by line into ``seen`` until a line contains ``text``."""
+    for line in stream:
+        seen.append(line)
+        if text in line:
+            return
+    raise AssertionError(f"{text!r} never came: {''.join(seen)[-2000:]}")
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

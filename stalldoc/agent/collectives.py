@@ -7,6 +7,8 @@ recorded once, as the outer call.
 """
 from __future__ import annotations
 
+import functools
+
 import inspect
 import threading
 import time
@@ -132,9 +134,8 @@ def wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             except Exception as exc:  # noqa: BLE001
                 agent.fail(exc)
 
-    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
-    wrapper.__name__ = getattr(fn, "__name__", op)
-    wrapper.__doc__ = getattr(fn, "__doc__", None)
+    # __module__, __qualname__, __wrapped__...: pickled by reference and inspected as the original
+    functools.update_wrapper(wrapper, fn)
     wrapper.__stalldoc_wrapped__ = True  # type: ignore[attr-defined]
     return wrapper
 

@@ -43,8 +43,9 @@ def _env_int(name: str, default: int = -1) -> int:
 class Agent:
     """Writes this process's progress into its state file."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, started: float | None = None) -> None:
         self.directory = directory
+        self.started = time.perf_counter() if started is None else started
         self.pid = os.getpid()
         now = time.time()
         self.state = statefile.StateWriter(
@@ -69,7 +70,10 @@ class Agent:
         atexit.register(self._at_exit)
         self._chain_excepthook()
         self._allow_ptrace()
-        self._register_dump_signal()
+        dump_signal = self._register_dump_signal()
+        exe = os.stat("/proc/self/exe") if os.path.exists("/proc/self/exe") else None
+        self.state.identity(dump_signal, exe.st_dev if exe else 0, exe.st_ino if exe else 0,
+                            time.perf_counter() - self.started)
 
     def _beat(self) -> None:
         beats = 0
@@ -133,14 +137,16 @@ class Agent:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PTRACER, ctypes.c_ulong(watcher), 0, 0, 0)  # EINVAL without Yama
 
-    def _register_dump_signal(self) -> None:
-        """faulthandler stack dump on a signal: the fallback when ptrace is denied."""
+    def _register_dump_signal(self) -> int:
+        """faulthandler stack dump on a signal: the fallback when ptrace is denied. Returns the
+        signal (0: none). The watcher sends it only while this very program still handles it."""
         signum = getattr(signal, os.environ.get(ENV_DUMP_SIGNAL, DEFAULT_DUMP_SIGNAL), None)
         if signum is None or signal.getsignal(signum) not in (signal.SIG_DFL, None):
-            return
+            return 0
         path = os.path.join(self.directory, f"faulthandler-{self.pid}.txt")
         self.dump_file = open(path, "a", encoding="utf-8")
         faulthandler.register(signum, file=self.dump_file, all_threads=True, chain=False)
+        return int(signum)
 
     def detach_after_fork(self) -> None:
         """In a forked child: the file belongs to the parent, so stop writing to it."""
@@ -211,17 +217,15 @@ class Agent:
 
 def report_failure(directory: str, exc: BaseException, what: str = "stalldoc agent disabled"
                    ) -> None:
-    """Write one line about an agent failure to the run directory (stderr if that fails too)."""
+    """Write one line about an agent failure to the run directory. When that fails too (a full
+    disk) nothing is written at all: never into the job's own output."""
     line = f"pid {os.getpid()}: {what}: {exc!r}\n"
     try:
         run_dir = os.path.dirname(os.path.abspath(directory))
         with open(os.path.join(run_dir, ERROR_LOG), "a", encoding="utf-8") as fh:
             fh.write(line)
     except Exception:  # noqa: BLE001
-        try:
-            sys.stderr.write(line)
-        except Exception:  # noqa: BLE001
-            pass
+        pass
 
 
 def current() -> Agent | None:
@@ -237,14 +241,15 @@ def _after_fork_in_child() -> None:
         _AGENT = None
 
 
-def start_from_env() -> Agent | None:
-    """Start the agent if the watcher asked for it (``STALLDOC_AGENT_DIR``); never raises."""
+def start_from_env(started: float | None = None) -> Agent | None:
+    """Start the agent if the watcher asked for it (``STALLDOC_AGENT_DIR``); never raises.
+    ``started``: ``time.perf_counter()`` when the bootstrap began (for the start-up cost)."""
     global _AGENT
     directory = os.environ.get(ENV_AGENT_DIR)
     if not directory or _AGENT is not None:
         return _AGENT
     try:
-        agent = Agent(directory)
+        agent = Agent(directory, started)
         agent.start()
     except Exception as exc:  # noqa: BLE001
         report_failure(directory, exc)

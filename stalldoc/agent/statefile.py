@@ -9,6 +9,8 @@ Layout (little endian, ``SIZE`` bytes):
 
 - 0: header (``_HEADER``): magic, version, status, pid, rank, local rank, world size, start time,
   heartbeat, marker sequence, time of the last marker, exit code.
+- 128: identity (``_IDENTITY``): the signal the agent registered its faulthandler dump on (0:
+  none), the device and inode of the executable it runs in, and the agent's start-up cost.
 - 256: current phase stack, ``/``-joined utf-8 with a 2-byte length.
 - 768: last error or uncaught exception text, same encoding.
 - 1024: completed-phase ring: a count, then ``PHASE_SLOTS`` entries (name, start, end).
@@ -64,6 +66,8 @@ _RING_MASK = RING_SLOTS - 1  # RING_SLOTS is a power of two
 _U64 = struct.Struct("<Q")
 CUDA_OFFSET = 3584
 _CUDA = struct.Struct("<B7xqqqqqdQQdd40s40s")
+IDENTITY_OFFSET = 128
+_IDENTITY = struct.Struct("<I4xQQd")
 _HEARTBEAT_OFFSET = 32
 _MARKER_OFFSET = 40
 _STATUS_OFFSET = 6
@@ -133,6 +137,16 @@ class CudaState:
 
 
 @dataclass(frozen=True)
+class AgentIdentity:
+    """Which program the agent runs in, and whether it may be signalled for a stack dump."""
+
+    dump_signal: int          # 0: no faulthandler dump was registered
+    exe_dev: int
+    exe_ino: int
+    startup_seconds: float    # from the start of sitecustomize to the agent running
+
+
+@dataclass(frozen=True)
 class AgentSnapshot:
     """Everything one rank's state file says at the moment it was read."""
 
@@ -152,6 +166,7 @@ class AgentSnapshot:
     phases: tuple[PhaseRecord, ...]
     groups: tuple[GroupState, ...]
     cuda: CudaState | None = None
+    identity: AgentIdentity | None = None
 
     @property
     def phase(self) -> str:
@@ -199,13 +214,21 @@ class StateWriter:
                  now: float) -> None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.ftruncate(fd, SIZE)
+            # blocks reserved, not a sparse file: a full disk fails here (the agent stays off)
+            # instead of killing the process with SIGBUS at its first write into the map
+            os.posix_fallocate(fd, 0, SIZE)
             self.buf = mmap.mmap(fd, SIZE)
+        except OSError:
+            _unlink(path)
+            raise
         finally:
             os.close(fd)
         self.path = path
         _HEADER.pack_into(self.buf, 0, MAGIC, VERSION, STATUS_RUNNING, pid, rank, local_rank,
                           world_size, now, now, 0, now, -1)
+
+    def identity(self, dump_signal: int, exe_dev: int, exe_ino: int, startup: float) -> None:
+        _IDENTITY.pack_into(self.buf, IDENTITY_OFFSET, dump_signal, exe_dev, exe_ino, startup)
 
     def heartbeat(self, now: float) -> None:
         _F64.pack_into(self.buf, _HEARTBEAT_OFFSET, now)
@@ -329,16 +352,24 @@ def parse_state(buf: bytes) -> AgentSnapshot:
     count, phases = _read_phases(buf)
     groups = tuple(g for g in (_read_group(buf, s) for s in range(GROUP_SLOTS)) if g is not None)
     cuda = _read_cuda(buf)
+    identity = AgentIdentity(*_IDENTITY.unpack_from(buf, IDENTITY_OFFSET))
     return AgentSnapshot(pid, rank, local_rank, world, status, started, heartbeat, marker_seq,
                          marker_at, exit_code if exit_code >= 0 else None,
                          tuple(p for p in stack_text.split("/") if p), _decode_text(buf, ERROR_OFFSET),
-                         count, phases, groups, cuda)
+                         count, phases, groups, cuda, identity)
 
 
 def read_state(path: str) -> AgentSnapshot:
     """Read and decode one state file."""
     with open(path, "rb") as fh:
         return parse_state(fh.read(SIZE))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def state_path(directory: str, pid: int) -> str:

@@ -98,10 +98,14 @@ class Outbox:
                 self._queue[0] = head[written:]
 
     def close(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+        self.fd = -1   # never close a number the process may have reused
+        self.broken = True
+        self._queue.clear()
 
 
 @dataclass(frozen=True)

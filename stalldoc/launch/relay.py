@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import select
 import selectors
 import signal
 import sys
 import time
+import traceback
 from types import FrameType
 from typing import Callable
 
@@ -27,7 +29,7 @@ from stalldoc.launch.job import Ending, Job, become_subreaper, resolve_command, 
 from stalldoc.launch.options import WatchOptions, make_run_dir
 from stalldoc.launch.sidecar_link import SIDECAR_LOG, SidecarLink
 from stalldoc.launch.streams import Stream, open_stream
-from stalldoc.live import Terminal
+from stalldoc.live import Terminal, write_all
 
 LAUNCH_WAIT = 60.0     # seconds for the sidecar's launch checks; then the job starts anyway
 DRAIN_WAIT = 2.0       # seconds for the job's output to close after it exited
@@ -35,6 +37,7 @@ FINISH_WAIT = 30.0     # seconds the sidecar gets to store the end of the run
 FORWARDED = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGALRM, signal.SIGWINCH)
 READ_BYTES = 65536
+RELAY_ERRORS = "relay-errors.log"
 
 
 class Relay:
@@ -49,6 +52,7 @@ class Relay:
         self.exited_at = 0.0
         self.stall_killed = False
         self.aborted: int | None = None       # a signal that came before the job started
+        self.term_requested = False
         self.ending: Ending | None = None
         self.rank_sessions: set[int] = set()
         self.verdict: dict[str, object] | None = None
@@ -59,24 +63,71 @@ class Relay:
     def run(self) -> int:
         become_subreaper()
         self._install_signals()
-        self.link = SidecarLink(self.run_dir, _options_dict(self.opts, self.run_dir))
+        self.out, self.err = open_stream("stdout", 1), open_stream("stderr", 2)
+        self.link = SidecarLink(self.run_dir, _options_dict(self.opts, self.run_dir),
+                                [(self.out.read_fd, 1), (self.err.read_fd, 2)])
         self.selector.register(self.link.inbox, selectors.EVENT_READ, "inbox")
         try:
             self._launch()
         except BaseException:
-            self.link.close()
+            self._stop_sidecar(FINISH_WAIT / 6)
             raise
         if self.aborted is not None:
-            self.link.close()
+            self._stop_sidecar(FINISH_WAIT / 6)
             return 128 + self.aborted
+        try:
+            self._relay_job()
+        except Exception:  # noqa: BLE001 - a bug of ours must not cost the job its exit code
+            self._internal_error()
+            self._plain_relay()
+        self.say(f"job exited {self.code}; report: stalldoc report {self.run_dir}")
+        return EXIT_STALL_KILLED if self.stall_killed else int(self.code or 0)
+
+    def _relay_job(self) -> None:
         self._serve(lambda: self.code is not None and (
             not self.streams or time.time() - self.exited_at > DRAIN_WAIT))
         assert self.code is not None
         self._finish_sidecar(self.code)
         self._end_leftovers()
         self.terminal.close()
-        self.say(f"job exited {self.code}; report: stalldoc report {self.run_dir}")
-        return EXIT_STALL_KILLED if self.stall_killed else self.code
+
+    def _plain_relay(self) -> None:
+        """After an error of ours: copy output and wait for the job, nothing else."""
+        assert self.job is not None
+        streams = {fd: stream for fd, (stream, _) in self.streams.items()}
+        while self.code is None or streams:
+            if self.code is not None and time.time() - self.exited_at > DRAIN_WAIT:
+                return
+            ready = select.select(list(streams), [], [], 0.25)[0] if streams else []
+            for fd in ready:
+                data = _read(fd)
+                if data:
+                    write_all(streams[fd].target, data)
+                else:
+                    del streams[fd]
+            self._reap_plain()
+
+    def _reap_plain(self) -> None:
+        assert self.job is not None
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.job.pid and self.code is None:
+                self.code, self.exited_at = status_code(status), time.time()
+
+    def _internal_error(self) -> None:
+        text = traceback.format_exc()
+        try:
+            with open(self.run_dir / RELAY_ERRORS, "a", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError:
+            pass
+        self.say(f"internal error in the relay, only copying output now: "
+                 f"{text.strip().splitlines()[-1]}")
 
     def _launch(self) -> None:
         deadline = time.time() + LAUNCH_WAIT
@@ -91,7 +142,7 @@ class Relay:
         env = dict(os.environ)
         if self.opts.agent:
             env = agent_environment(self.run_dir, env, os.getpid())
-        out, err = open_stream("stdout", 1), open_stream("stderr", 2)
+        out, err = self.out, self.err
         try:
             self.job = Job(list(self.opts.argv), env, out.job_fd, err.job_fd)
         finally:
@@ -109,12 +160,21 @@ class Relay:
         if self.link.outbox.dropped:
             self.say(f"{self.link.outbox.dropped} output line(s) were not analysed (the sidecar "
                      f"lagged); the job's output itself is complete")
-        deadline = time.time() + FINISH_WAIT
+        self._stop_sidecar(FINISH_WAIT)
+
+    def _stop_sidecar(self, wait: float) -> None:
+        """Close its pipe, give it ``wait`` seconds to store what it has, then SIGKILL it."""
+        deadline = time.time() + wait
+        outbox = self.link.outbox
+        self._serve(lambda: not outbox.waiting or not self.link.alive or time.time() > deadline)
+        self._unregister(outbox.fd)
+        outbox.close()
         self._serve(lambda: not self.link.alive or time.time() > deadline)
         if self.link.alive:
-            self.say(f"the sidecar did not finish in {FINISH_WAIT:.0f} s; stopped it")
+            self.say(f"the sidecar did not finish in {wait:.0f} s; stopped it")
             _kill(self.link.pid)
             self._serve(lambda: not self.link.alive or time.time() > deadline + 5)
+        self._unregister(self.link.inbox)
         self.link.close()
 
     def _end_leftovers(self) -> None:
@@ -157,10 +217,19 @@ class Relay:
                 else:
                     _drain(key.fd)
             self._reap()
+            self._handle_term()
             if self.ending is not None:
                 self.ending.due(time.time())
 
+    def _unregister(self, fd: int) -> None:
+        try:
+            self.selector.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+
     def _watch_outbox(self, waiting: bool) -> None:
+        if self.link.outbox.fd < 0:
+            return
         registered = self.link.outbox.fd in self.selector.get_map()
         if waiting and not registered:
             self.selector.register(self.link.outbox.fd, selectors.EVENT_WRITE, "outbox")
@@ -169,10 +238,7 @@ class Relay:
 
     def _read_stream(self, fd: int) -> None:
         stream, splitter = self.streams[fd]
-        try:
-            data = os.read(fd, READ_BYTES)
-        except OSError:   # EIO: every end of a pseudo-terminal closed
-            data = b""
+        data = _read(fd)
         now = time.time()
         if not data:
             self.link.outbox.lines(stream.name, now, splitter.close())
@@ -197,7 +263,7 @@ class Relay:
                 self.stall_killed = True
                 self._end_job()
         if not self.link.inbox_open:
-            self.selector.unregister(self.link.inbox)
+            self._unregister(self.link.inbox)
 
     def _rank_started(self, pid: int) -> None:
         try:
@@ -264,9 +330,14 @@ class Relay:
             self.job.signal_group(signum)
 
     def _on_term(self, signum: int, _frame: FrameType | None) -> None:
+        """Only a flag: the loop ends the job (a handler may interrupt the terminal's lock)."""
         if self.job is None:
             self.aborted = signum
-        elif self.ending is None:
+        else:
+            self.term_requested = True
+
+    def _handle_term(self) -> None:
+        if self.term_requested and self.ending is None:
             self.say("SIGTERM: ending the job")
             self._end_job()
 
@@ -296,6 +367,13 @@ def _describe(procs: list[psutil.Process]) -> str:
         except psutil.Error:
             names.append(str(proc.pid))
     return ", ".join(names) + (f" and {len(procs) - 8} more" if len(procs) > 8 else "")
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, READ_BYTES)
+    except OSError:   # EIO: every end of a pseudo-terminal closed
+        return b""
 
 
 def _drain(fd: int) -> None:

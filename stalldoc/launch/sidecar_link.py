@@ -15,17 +15,25 @@ SIDECAR_LOG = "sidecar.log"
 
 
 class SidecarLink:
-    def __init__(self, run_dir: Path, options: dict[str, object]) -> None:
+    def __init__(self, run_dir: Path, options: dict[str, object],
+                 streams: list[tuple[int, int]]) -> None:
+        """``streams``: (read end of a job's output, our fd it goes to): the sidecar holds
+        copies and relays them itself should the relay be killed, so the job never gets EPIPE."""
         to_sidecar, self._to_w = os.pipe()
         self.inbox, from_sidecar = os.pipe()
-        with open(run_dir / SIDECAR_LOG, "ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "stalldoc.sidecar", str(to_sidecar), str(from_sidecar)],
-                pass_fds=(to_sidecar, from_sidecar), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=log, process_group=0, env=_sidecar_env())
+        pairs = [(source, os.dup(target)) for source, target in streams]
+        fds = [to_sidecar, from_sidecar, *(fd for pair in pairs for fd in pair)]
+        takeover = ",".join(f"{source}:{target}" for source, target in pairs)
+        try:
+            with open(run_dir / SIDECAR_LOG, "ab") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "stalldoc.sidecar", str(to_sidecar),
+                     str(from_sidecar), takeover], pass_fds=fds, stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=log, process_group=0, env=_sidecar_env())
+        finally:
+            for fd in [to_sidecar, from_sidecar, *(target for _, target in pairs)]:
+                os.close(fd)
         proc.returncode = 0   # reaped by the relay's waitpid(-1)
-        os.close(to_sidecar)
-        os.close(from_sidecar)
         os.set_blocking(self.inbox, False)
         self.pid = proc.pid
         self.outbox = Outbox(self._to_w)
@@ -57,10 +65,12 @@ class SidecarLink:
 
     def close(self) -> None:
         self.outbox.close()
-        try:
-            os.close(self.inbox)
-        except OSError:
-            pass
+        if self.inbox >= 0:
+            try:
+                os.close(self.inbox)
+            except OSError:
+                pass
+        self.inbox, self.inbox_open = -1, False
 
 
 def _decode(line: bytes) -> dict[str, object] | None:

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
+
+import psutil
 
 from stalldoc.agent.statefile import AgentSnapshot, StateFileError, read_state, state_path
 from stalldoc.model import RankProcess
@@ -37,3 +40,58 @@ class AgentStateProbe:
             except (OSError, StateFileError):
                 continue
         return out
+
+    def sweep(self, keep: set[int], costs: StartupCosts) -> int:
+        """Delete the files of agents whose process ended (or whose pid now belongs to another
+        process) and that were never ranks (``keep``): short-lived Python processes (one per
+        reward sample, say) must not grow the directory or the per-tick scan. Their start-up
+        cost goes to ``costs`` first. Returns how many were removed."""
+        if not self.directory:
+            return 0
+        removed = 0
+        for pid in self.pids_with_state() - keep:
+            path = state_path(self.directory, pid)
+            try:
+                snapshot = read_state(path)
+            except (OSError, StateFileError):
+                snapshot = None
+            if snapshot is not None and _still_running(pid, snapshot.started_at):
+                continue
+            if snapshot is not None and snapshot.identity is not None:
+                costs.add(snapshot.identity.startup_seconds)
+            for name in (path, os.path.join(self.directory, f"faulthandler-{pid}.txt")):
+                try:
+                    os.unlink(name)
+                except OSError:
+                    pass
+            removed += 1
+        return removed
+
+
+def _still_running(pid: int, agent_started: float) -> bool:
+    """The process that wrote the file is alive (not a later process that got its pid)."""
+    try:
+        created = psutil.Process(pid).create_time()
+    except psutil.Error:
+        return False
+    return created <= agent_started + 1.0
+
+
+@dataclass
+class StartupCosts:
+    """The agent's start-up cost per Python process, as seen in state files."""
+
+    seconds: list[float] = field(default_factory=list)
+    limit: int = 10000
+
+    def add(self, value: float) -> None:
+        if value > 0 and len(self.seconds) < self.limit:
+            self.seconds.append(value)
+
+    def summary(self) -> dict[str, float | int] | None:
+        if not self.seconds:
+            return None
+        ordered = sorted(self.seconds)
+        pick = lambda q: round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2)  # noqa: E731
+        return {"processes": len(ordered), "median_ms": pick(0.5), "p90_ms": pick(0.9),
+                "max_ms": round(ordered[-1] * 1000, 2)}

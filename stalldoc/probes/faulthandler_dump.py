@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import time
 
-from stalldoc.agent.runtime import DEFAULT_DUMP_SIGNAL
+from stalldoc.agent.statefile import StateFileError, read_state, state_path
 from stalldoc.model import Frame, ThreadStack
 
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
@@ -37,14 +36,35 @@ def parse(text: str, pid: int) -> tuple[ThreadStack, ...]:
     return tuple(out)
 
 
+def safe_signal(agent_dir: str, pid: int) -> int:
+    """The dump signal ``pid`` may be sent, or 0. Only when that very process registered the
+    agent's handler, still runs the program it registered it in (an exec'd process would be
+    killed by the signal) and still catches the signal."""
+    try:
+        identity = read_state(state_path(agent_dir, pid)).identity
+        exe = os.stat(f"/proc/{pid}/exe")
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            caught = next((int(line.split()[1], 16) for line in fh
+                           if line.startswith("SigCgt:")), 0)
+    except (OSError, StateFileError, ValueError):
+        return 0
+    if identity is None or not identity.dump_signal:
+        return 0
+    if (exe.st_dev, exe.st_ino) != (identity.exe_dev, identity.exe_ino):
+        return 0
+    return identity.dump_signal if caught >> (identity.dump_signal - 1) & 1 else 0
+
+
 def request(agent_dir: str, pid: int, timeout: float = 2.0) -> tuple[ThreadStack, ...]:
-    """Signal ``pid`` and wait for its dump to appear; empty when none comes."""
+    """Signal ``pid`` and wait for its dump to appear; empty when none comes or when the
+    process may not be signalled (``safe_signal``)."""
     path = os.path.join(agent_dir, f"faulthandler-{pid}.txt")
-    if not os.path.exists(path):
+    signum = safe_signal(agent_dir, pid)
+    if not signum or not os.path.exists(path):
         return ()
     start = os.path.getsize(path)
     try:
-        os.kill(pid, getattr(signal, DEFAULT_DUMP_SIGNAL))
+        os.kill(pid, signum)
     except OSError:
         return ()
     deadline = time.time() + timeout

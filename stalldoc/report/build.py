@@ -20,8 +20,10 @@ def _run(conn: sqlite3.Connection) -> dict[str, Any]:
     run = dict(row) if row else {}
     run["command"] = json.loads(run.get("command") or "[]")
     run["agent"] = bool(run.get("agent"))
-    meta = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    run["schema_version"] = int(meta[0]) if meta else SCHEMA_VERSION
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    run["schema_version"] = int(meta.get("schema_version", SCHEMA_VERSION))
+    run["agent_startup"] = json.loads(meta["agent_startup"]) if "agent_startup" in meta else None
+    run["dropped_log_lines"] = int(meta.get("dropped_log_lines", 0))
     return run
 
 

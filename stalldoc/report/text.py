@@ -65,13 +65,27 @@ def telemetry_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _overhead(run: dict[str, Any]) -> list[str]:
+    """What stalldoc cost the job: the agent's start per Python process, lines not analysed."""
+    lines = []
+    startup = run.get("agent_startup")
+    if startup:
+        lines.append(f"  agent   : start-up {startup['median_ms']} ms median, {startup['max_ms']} "
+                     f"ms max over {startup['processes']} Python process(es)")
+    if run.get("dropped_log_lines"):
+        lines.append(f"  log     : {run['dropped_log_lines']} line(s) not analysed (the sidecar "
+                     f"lagged; the job's output was complete)")
+    return lines
+
+
 def render_report(doc: dict[str, Any]) -> str:
     run = doc["run"]
     lines = [f"stalldoc run {run.get('id')} on {run.get('node')}",
              f"  command : {' '.join(run.get('command', []))}",
              f"  started : {_when(run.get('started_at'))}  ended: {_when(run.get('ended_at'))}"
              f"  exit: {run.get('exit_code')}",
-             f"  ranks   : {len({r['rank'] for r in doc['ranks']})}", "", "Stalls:"]
+             f"  ranks   : {len({r['rank'] for r in doc['ranks']})}", *_overhead(run), "",
+             "Stalls:"]
     for s in doc["stalls"] or []:
         lines.append(f"  #{s['id']} no rank showed work since {_when(s['started_at'])}, detected "
                      f"{_when(s['detected_at'])} (threshold {s['threshold']:.0f} s), ended "

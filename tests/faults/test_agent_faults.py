@@ -1,0 +1,127 @@
+"""The agent steps aside: the user's sitecustomize keeps its effects, a process that exec'd is
+never signalled, wrapped functions look and pickle like the originals, a full disk turns the
+agent off instead of killing the job, short-lived processes leave nothing behind."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from stalldoc.launch.inject import agent_environment
+from stalldoc.probes import faulthandler_dump
+from support import watch
+
+
+def test_a_user_sitecustomize_keeps_what_it_added_to_sys_path(tmp_path):
+    # GIVEN a user's sitecustomize (on PYTHONPATH) that puts a directory of modules on sys.path
+    site, extra = tmp_path / "site", tmp_path / "extra"
+    site.mkdir()
+    extra.mkdir()
+    (site / "sitecustomize.py").write_text(f"import sys\nsys.path.append({str(extra)!r})\n"
+                                           "import builtins\nbuiltins.USER_SITE_RAN = True\n")
+    (extra / "team_utils.py").write_text("VALUE = 42\n")
+    job = [sys.executable, "-c", "import team_utils, builtins, sys, stalldoc.agent.runtime as r; "
+           "print('value', team_utils.VALUE, builtins.USER_SITE_RAN, r.current() is not None)"]
+    # WHEN the job is watched (the agent's sitecustomize shadows the user's)
+    result = watch(tmp_path, job, env={"PYTHONPATH": str(site)})
+    # THEN the user's ran, its path entry is kept, and the agent runs too
+    assert result.code == 0, result.stderr
+    assert "value 42 True True" in result.stdout
+
+
+def test_a_process_that_exec_d_into_another_program_is_never_signalled(tmp_path):
+    # GIVEN two processes that started the agent: one still Python, one that exec'd into sleep
+    env = agent_environment(tmp_path, dict(os.environ), os.getpid())
+    agents = str(tmp_path / "agents")
+    python = subprocess.Popen([sys.executable, "-c", "import time; print(1, flush=True); "
+                               "time.sleep(60)"], env=env, stdout=subprocess.PIPE)
+    execd = subprocess.Popen([sys.executable, "-c", "import os, time; print(1, flush=True); "
+                              "os.execv('/bin/sleep', ['sleep', '60'])"], env=env,
+                             stdout=subprocess.PIPE)
+    try:
+        for proc in (python, execd):
+            proc.stdout.readline()
+        time.sleep(0.5)
+        # WHEN the faulthandler fallback asks both for their stacks
+        stacks = faulthandler_dump.request(agents, python.pid)
+        nothing = faulthandler_dump.request(agents, execd.pid)
+        time.sleep(0.5)
+        # THEN the Python one answers, the exec'd one is not signalled and lives on
+        assert any(f.function == "<module>" for t in stacks for f in t.frames)
+        assert nothing == () and execd.poll() is None
+    finally:
+        for proc in (python, execd):
+            proc.kill()
+            proc.wait()
+
+
+def test_wrapped_collectives_keep_their_identity_and_pickle_by_reference(tmp_path):
+    pytest.importorskip("torch")
+    code = ("import pickle, torch.distributed as d, stalldoc.agent.runtime as r\n"
+            "f = d.all_reduce\n"
+            "assert getattr(f, '__stalldoc_wrapped__', False), 'not wrapped'\n"
+            "assert pickle.loads(pickle.dumps(f)) is f\n"
+            "print(f.__module__, f.__qualname__, f.__wrapped__.__qualname__, f.__name__)")
+    result = watch(tmp_path, [sys.executable, "-c", code])
+    assert result.code == 0, result.stderr
+    assert "torch.distributed.distributed_c10d all_reduce all_reduce all_reduce" in result.stdout
+
+
+def test_short_lived_python_processes_leave_no_state_behind(tmp_path):
+    # GIVEN a job that runs 60 short Python processes (a code-execution reward per sample)
+    code = ("import subprocess, sys\n"
+            "for i in range(60): subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
+            "print('samples done', flush=True)")
+    result = watch(tmp_path, [sys.executable, "-c", code])
+    assert result.code == 0, result.stderr
+    # THEN only the job's own process keeps a state file; the others were swept, their start-up
+    # cost counted
+    left = [n for n in os.listdir(result.run_dir / "agents") if n.startswith("agent-")]
+    assert len(left) <= 1, left
+    startup = result.report()["run"]["agent_startup"]
+    assert startup["processes"] >= 60
+    assert 0 < startup["median_ms"] <= startup["max_ms"]
+
+
+def _can_mount_tmpfs() -> str:
+    if shutil.which("unshare") is None:
+        return "unshare is not installed"
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+                           capture_output=True, text=True)
+    return "" if probe.returncode == 0 else f"cannot mount a tmpfs here: {probe.stderr.strip()}"
+
+
+FILL_THEN_RUN = r"""
+set -e
+dd if=/dev/zero of="$RUN_FS/filler" bs=64k 2>/dev/null || true
+for i in 1 2 3; do "$PY" -c "import sys; print('child', sys.argv[1], 'ok')" $i; done
+"$PY" -c "import time; [print('beat', i, flush=True) or time.sleep(0.2) for i in range(5)]"
+echo all-done
+"""
+
+
+def test_a_full_disk_under_the_run_directory_turns_the_agent_off_not_the_job(tmp_path):
+    # GIVEN a run directory on a small tmpfs (a private mount namespace) that the job fills
+    why = _can_mount_tmpfs()
+    if why:
+        pytest.skip(why)
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    watch_cmd = (f'mount -t tmpfs -o size=2m tmpfs "{mount}" && '
+                 f'exec "{sys.executable}" -m stalldoc watch --run-dir "{mount}/run" '
+                 f'--interval 0.5 -- sh -c "$JOB"')
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", watch_cmd], capture_output=True,
+                          text=True, timeout=180, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "JOB": FILL_THEN_RUN, "RUN_FS": str(mount),
+                               "PY": sys.executable})
+    # WHEN Python processes start after the disk is full, THEN they all run and print, none dies
+    # of SIGBUS, and the job's exit code comes back
+    out = proc.stdout
+    assert [f"child {i} ok" in out for i in (1, 2, 3)] == [True] * 3, proc.stderr
+    assert "beat 4" in out and "all-done" in out
+    assert proc.returncode == 0, proc.stderr
+    assert "job exited 0" in proc.stderr

@@ -1,0 +1,80 @@
+"""Under a real pseudo-terminal, a watched job sees its terminal as it would without stalldoc:
+isatty on 0/1/2, /dev/tty opens, a line typed at the terminal reaches it, the window size."""
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+
+PROBE = r"""
+import os, sys, fcntl, termios, struct
+rows, cols = struct.unpack("hh", fcntl.ioctl(1, termios.TIOCGWINSZ, b"\0" * 4))
+tty = open("/dev/tty", "w")
+print("TTY", os.isatty(0), os.isatty(1), os.isatty(2), f"{rows}x{cols}", flush=True)
+tty.write("DEVTTY-OK\n"); tty.flush()
+print("GOT", input().strip(), flush=True)
+"""
+
+
+def _on_terminal(argv: list[str], timeout: float = 60) -> str:
+    """Run ``argv`` as a terminal session's foreground job (like a shell would); type 'hello'
+    once it asks, return everything the terminal showed."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("hhhh", 33, 111, 0, 0))
+
+    def become_session() -> None:
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave,
+                            preexec_fn=become_session, close_fds=True)
+    os.close(slave)
+    seen, typed = b"", False
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ready = select.select([master], [], [], 0.2)[0]
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        if not typed and b"DEVTTY-OK" in seen:
+            os.write(master, b"hello\n")
+            typed = True
+        if proc.poll() is not None and not ready:
+            break
+    proc.wait(timeout=30)
+    os.close(master)
+    return seen.decode(errors="replace")
+
+
+def _probe_lines(text: str) -> list[str]:
+    """What the probe reported, sorted: its /dev/tty line is written straight to the terminal,
+    before its stdout lines that stalldoc relays (and may follow stalldoc's status line)."""
+    return sorted(re.findall(r"TTY \S+ \S+ \S+ \S+|DEVTTY-OK|GOT \w+", text))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/ptmx"), reason="no pseudo-terminals here")
+def test_the_job_has_its_terminal_as_without_stalldoc(tmp_path):
+    job = [sys.executable, "-c", PROBE]
+    # GIVEN what the job sees on a terminal without stalldoc
+    alone = _probe_lines(_on_terminal(job))
+    assert alone == ["DEVTTY-OK", "GOT hello", "TTY True True True 33x111"], alone
+    # WHEN the same job runs under stalldoc watch on the same kind of terminal
+    watched = _on_terminal([sys.executable, "-m", "stalldoc", "watch", "--run-dir",
+                            str(tmp_path / "run"), "--", *job])
+    # THEN it sees the same: terminals on 0/1/2, the window size, /dev/tty, the typed line
+    assert _probe_lines(watched) == alone, watched
+    assert "job exited 0" in watched
