@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from stalldoc.agent.statefile import CudaState
+from stalldoc.agent.state_reader import CudaState
 from stalldoc.model import GpuSample, HostMemory, HostSample
 from stalldoc.sampling import Tick
 

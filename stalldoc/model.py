@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
-from stalldoc.agent.statefile import AgentSnapshot, CudaState
+from stalldoc.agent.state_reader import AgentSnapshot, CudaState
 from stalldoc.launch.config import LaunchConfig
 from stalldoc.launch.resources import Resources
 

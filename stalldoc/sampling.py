@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TypeVar
 
-from stalldoc.agent.statefile import AgentSnapshot
+from stalldoc.agent.state_reader import AgentSnapshot
 from stalldoc.model import GpuSample, HostMemory, HostSample, ProbeRun, RankProcess
 from stalldoc.probes.agent_state import AgentStateProbe
 from stalldoc.probes.host import HostProbe

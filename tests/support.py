@@ -46,7 +46,7 @@ def launcher(name: str, nproc: int, scenario: str) -> list[str]:
 
 def run_with_agent(run_dir: Path, code: str) -> Any:
     """Run ``code`` (which prints its pid last) in a process with the agent; its final state."""
-    from stalldoc.agent.statefile import read_state
+    from stalldoc.agent.state_reader import read_state
     from stalldoc.launch.inject import agent_environment
     env = agent_environment(run_dir, dict(os.environ), os.getpid())
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

@@ -83,7 +83,7 @@ def _rank_pids(run_dir: Path, count: int, timeout: float = 60) -> list[int]:
     deadline = time.time() + timeout
     while time.time() < deadline:
         states = list((run_dir / "agents").glob("agent-*.state")) if (run_dir / "agents").exists() else []
-        from stalldoc.agent.statefile import read_state
+        from stalldoc.agent.state_reader import read_state
         ranks = [s for s in (read_state(str(p)) for p in states) if s.rank >= 0]
         if len(ranks) >= count and all(s.collective_seq > 0 for s in ranks):
             return [s.pid for s in ranks]

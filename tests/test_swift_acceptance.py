@@ -16,7 +16,7 @@ import pytest
 
 import tiny_swift
 from support import SCENARIOS, Result
-from stalldoc.agent.statefile import read_state
+from stalldoc.agent.state_reader import read_state
 
 pytestmark = [pytest.mark.skipif(importlib.util.find_spec("swift") is None,
                                  reason="needs ms-swift (pip install -e '.[test]')"),

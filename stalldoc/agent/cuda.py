@@ -29,6 +29,9 @@ class Allocator:
     alloc_retries: int
     ooms: int
 
+    def as_tuple(self) -> tuple[int, int, int, int, int]:
+        return (self.allocated, self.reserved, self.peak_allocated, self.alloc_retries, self.ooms)
+
 
 def label(kind: str, name: Any, seq: int) -> str:
     """A marker's label: ``phase rollout`` or ``all_reduce#7``."""

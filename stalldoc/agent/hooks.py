@@ -10,23 +10,28 @@ entered twice (an override calling its base).
 """
 from __future__ import annotations
 
+import _thread
 import functools
-import inspect
-import json
 import os
-import threading
-import types
-from dataclasses import dataclass
-from typing import Any, Callable
 
 from stalldoc.agent import post_import, runtime
 
+TYPE_CHECKING = False   # not typing's: the agent does not import typing (start-up cost)
+if TYPE_CHECKING:
+    import types
+    from typing import Any, Callable
 
-@dataclass(frozen=True)
+
 class Hook:
-    module: str
-    qualname: str
-    phase: str | None      # None: progress heartbeat only
+    """A function to wrap once ``module`` is imported (a plain class: no dataclass machinery in
+    every process of the job)."""
+
+    __slots__ = ("module", "qualname", "phase")
+
+    def __init__(self, module: str, qualname: str, phase: str | None) -> None:
+        self.module = module
+        self.qualname = qualname
+        self.phase = phase      # None: progress heartbeat only
 
 
 def _swift(module: str) -> tuple[Hook, ...]:
@@ -64,7 +69,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook("vllm.v1.engine.llm_engine", "LLMEngine.wake_up", "vllm_wake_up"),
 )
 
-_MAIN = threading.main_thread()
+_MAIN = _thread.get_ident()   # imported by the agent's start, on the main thread
 
 
 def marked(fn: Callable[..., Any], phase: str | None) -> Callable[..., Any]:
@@ -74,7 +79,7 @@ def marked(fn: Callable[..., Any], phase: str | None) -> Callable[..., Any]:
         agent = runtime._AGENT
         if agent is None or not agent.enabled:
             return fn(*args, **kwargs)
-        if phase is None or threading.current_thread() is not _MAIN or (
+        if phase is None or _thread.get_ident() != _MAIN or (
                 agent.phases and agent.phases[-1][0] == phase):
             agent.guard(agent.progress)
             return fn(*args, **kwargs)
@@ -96,6 +101,8 @@ def _install(hook: Hook, module: types.ModuleType) -> str:
     fn = getattr(owner, attr, None) if owner is not None else None
     if fn is None or not callable(fn):
         return f"missing {hook.module}:{hook.qualname}"
+    import inspect
+    import types
     if isinstance(owner, type) and not isinstance(inspect.getattr_static(owner, attr),
                                                   types.FunctionType):
         return f"skipped {hook.module}:{hook.qualname} (not a plain method)"
@@ -125,6 +132,7 @@ def recorded_engine_args(fn: Callable[..., Any], directory: str) -> Callable[...
 
 
 def _write_engine_args(engine_args: Any, directory: str) -> None:
+    import json
     values = {name: getattr(engine_args, name, None) for name in ENGINE_FIELDS}
     with open(os.path.join(directory, f"vllm-{os.getpid()}.json"), "a", encoding="utf-8") as fh:
         fh.write(json.dumps(values, default=str) + "\n")

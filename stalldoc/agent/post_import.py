@@ -5,16 +5,20 @@ meta-path finder watches for the module and calls back once its body has execute
 """
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import sys
-import types
-from typing import Callable, Sequence
 
-Callback = Callable[[types.ModuleType], None]
+TYPE_CHECKING = False   # not typing's: the agent does not import typing (start-up cost)
+if TYPE_CHECKING:
+    import importlib.machinery
+    import types
+    from typing import Callable, Sequence
+
+    Callback = Callable[[types.ModuleType], None]
 
 
-class _PostImportFinder(importlib.abc.MetaPathFinder):
+class _PostImportFinder:
+    """A meta-path finder (the protocol only: importlib.abc costs milliseconds per process)."""
+
     def __init__(self) -> None:
         self.hooks: dict[str, list[Callback]] = {}
         self._busy: set[str] = set()
@@ -39,16 +43,16 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
-class _HookedLoader(importlib.abc.Loader):
-    def __init__(self, loader: importlib.abc.Loader, callbacks: list[Callback]) -> None:
+class _HookedLoader:
+    def __init__(self, loader: object, callbacks: list[Callback]) -> None:
         self._loader = loader
         self._callbacks = callbacks
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
-        return self._loader.create_module(spec)
+        return self._loader.create_module(spec)  # type: ignore[attr-defined]
 
     def exec_module(self, module: types.ModuleType) -> None:
-        self._loader.exec_module(module)
+        self._loader.exec_module(module)  # type: ignore[attr-defined]
         for callback in self._callbacks:
             callback(module)
 

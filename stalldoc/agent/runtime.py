@@ -6,20 +6,21 @@ switches itself off, and the training process runs on untouched. Standard librar
 """
 from __future__ import annotations
 
+import _signal   # not signal / threading: their import is most of the agent's start-up cost
+import _thread
 import atexit
-import ctypes
 import faulthandler
 import os
-import signal
 import sys
-import threading
 import time
-import traceback
-from dataclasses import astuple
-from typing import IO, Any
 
-from stalldoc.agent import cuda as cuda_telemetry
 from stalldoc.agent import statefile
+
+TYPE_CHECKING = False   # not typing's: the agent does not import typing (start-up cost)
+if TYPE_CHECKING:
+    from typing import IO, Any
+
+    from stalldoc.agent import cuda as cuda_telemetry
 
 ENV_AGENT_DIR = "STALLDOC_AGENT_DIR"
 ENV_WATCHER_PID = "STALLDOC_WATCHER_PID"
@@ -61,12 +62,10 @@ class Agent:
         self.cuda: cuda_telemetry.CudaMarkers | None = None
         self._allocator: tuple[tuple[int, int, int, int, int] | None, float] = (None, 0.0)
         self._cuda_off = False
-        self._stop = threading.Event()
 
     # ----- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
-        thread = threading.Thread(target=self._beat, name="stalldoc-agent", daemon=True)
-        thread.start()
+        _thread.start_new_thread(self._beat, ())   # daemonic: never delays the job's exit
         atexit.register(self._at_exit)
         self._chain_excepthook()
         self._allow_ptrace()
@@ -77,7 +76,8 @@ class Agent:
 
     def _beat(self) -> None:
         beats = 0
-        while not self._stop.wait(HEARTBEAT_SECONDS):
+        while True:
+            time.sleep(HEARTBEAT_SECONDS)
             if not self.enabled:
                 return
             now = time.time()
@@ -89,7 +89,10 @@ class Agent:
         """Attach to CUDA once the job initialised it; poll markers; read the allocator."""
         if self._cuda_off:
             return
+        if "torch" not in sys.modules:
+            return   # no CUDA without torch: its telemetry module is not even imported
         try:
+            from stalldoc.agent import cuda as cuda_telemetry
             if self.cuda is None:
                 self.cuda = cuda_telemetry.attach(sys.modules)
                 allocator = True
@@ -101,7 +104,7 @@ class Agent:
             markers.poll(now)
             if allocator:
                 figures = markers.allocator()
-                self._allocator = (astuple(figures), now) if figures else self._allocator
+                self._allocator = (figures.as_tuple(), now) if figures else self._allocator
             self.state.cuda(*self._allocator, markers.host_seq, markers.gpu_seq,
                             cuda_telemetry.label(*markers.host_label),
                             cuda_telemetry.label(*markers.gpu_label), markers.gpu_at,
@@ -120,6 +123,7 @@ class Agent:
 
         def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
             if self.enabled:
+                import traceback
                 text = "".join(traceback.format_exception_only(kind, value)).strip()
                 self.guard(self._record_exception, text)
             previous(kind, value, tb)
@@ -133,15 +137,17 @@ class Agent:
     def _allow_ptrace(self) -> None:
         """Let the watcher ptrace us under Yama ptrace_scope=1 without root."""
         watcher = _env_int(ENV_WATCHER_PID)
-        if watcher > 0 and sys.platform.startswith("linux"):
+        if watcher > 0 and _yama_scope() == "1":
+            import ctypes
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PTRACER, ctypes.c_ulong(watcher), 0, 0, 0)  # EINVAL without Yama
 
     def _register_dump_signal(self) -> int:
         """faulthandler stack dump on a signal: the fallback when ptrace is denied. Returns the
         signal (0: none). The watcher sends it only while this very program still handles it."""
-        signum = getattr(signal, os.environ.get(ENV_DUMP_SIGNAL, DEFAULT_DUMP_SIGNAL), None)
-        if signum is None or signal.getsignal(signum) not in (signal.SIG_DFL, None):
+        signum = getattr(_signal, os.environ.get(ENV_DUMP_SIGNAL, DEFAULT_DUMP_SIGNAL), None)
+        if not isinstance(signum, int) or _signal.getsignal(signum) not in (_signal.SIG_DFL,
+                                                                            None):
             return 0
         path = os.path.join(self.directory, f"faulthandler-{self.pid}.txt")
         self.dump_file = open(path, "a", encoding="utf-8")
@@ -215,6 +221,15 @@ class Agent:
         return ring
 
 
+def _yama_scope() -> str:
+    """Yama's ptrace_scope ('' without Yama): only scope 1 needs the watcher allowed."""
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope", encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
 def report_failure(directory: str, exc: BaseException, what: str = "stalldoc agent disabled"
                    ) -> None:
     """Write one line about an agent failure to the run directory. When that fails too (a full
@@ -241,6 +256,11 @@ def _after_fork_in_child() -> None:
         _AGENT = None
 
 
+def _install_collectives(module: object) -> None:
+    from stalldoc.agent import collectives   # only in processes that use torch.distributed
+    collectives.install(module)  # type: ignore[arg-type]
+
+
 def start_from_env(started: float | None = None) -> Agent | None:
     """Start the agent if the watcher asked for it (``STALLDOC_AGENT_DIR``); never raises.
     ``started``: ``time.perf_counter()`` when the bootstrap began (for the start-up cost)."""
@@ -256,7 +276,7 @@ def start_from_env(started: float | None = None) -> Agent | None:
         return None
     _AGENT = agent
     os.register_at_fork(after_in_child=_after_fork_in_child)
-    from stalldoc.agent import collectives, hooks, post_import
-    post_import.when_imported("torch.distributed", collectives.install)
+    from stalldoc.agent import hooks, post_import
+    post_import.when_imported("torch.distributed", _install_collectives)
     hooks.install_all(agent)
     return agent

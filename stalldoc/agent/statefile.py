@@ -1,5 +1,5 @@
-"""The per-rank shared-memory state file: its binary layout, the writer the agent uses, the reader
-the watcher uses.
+"""The per-rank shared-memory state file: its binary layout and the writer the agent uses (the
+watcher's reader is ``state_reader.py``, kept apart so the agent never imports dataclasses).
 
 The agent maps the file with ``mmap`` and writes into it with ``struct.pack_into``; the page cache
 makes every write visible to a reader at once, and the file can still be read after the rank froze,
@@ -30,7 +30,6 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from dataclasses import dataclass
 
 MAGIC = b"SDAG"
 VERSION = 3
@@ -73,138 +72,9 @@ _MARKER_OFFSET = 40
 _STATUS_OFFSET = 6
 
 
-@dataclass(frozen=True)
-class CollectiveRecord:
-    """One collective call as a rank saw it."""
-
-    group: str
-    seq: int
-    op: str
-    numel: int
-    dtype: str
-    entered_at: float
-    completed_at: float | None
-    is_async: bool
-
-    @property
-    def completed(self) -> bool:
-        return self.completed_at is not None
-
-
-@dataclass(frozen=True)
-class PhaseRecord:
-    """A completed phase: its name and when it started and ended."""
-
-    name: str
-    started_at: float
-    ended_at: float
-
-    @property
-    def duration(self) -> float:
-        return self.ended_at - self.started_at
-
-
-@dataclass(frozen=True)
-class GroupState:
-    """A process group's counters and the newest collectives in it (oldest first)."""
-
-    name: str
-    started: int
-    completed: int
-    ring: tuple[CollectiveRecord, ...]
-
-
-@dataclass(frozen=True)
-class CudaState:
-    """What a rank's agent knows about its CUDA work (only for ranks that initialised CUDA)."""
-
-    allocated: int | None           # allocator figures; None until the agent has read them
-    reserved: int | None
-    peak_allocated: int | None
-    alloc_retries: int | None
-    ooms: int | None
-    sampled_at: float
-    host_marker: int                # markers recorded by the host (phase and collective entries)
-    gpu_marker: int                 # markers the GPU has completed
-    host_label: str
-    gpu_label: str
-    gpu_done_at: float              # when the GPU was seen to complete gpu_marker
-    oldest_pending_at: float        # when the oldest marker the GPU has not reached was recorded
-
-    @property
-    def markers_behind(self) -> int:
-        return self.host_marker - self.gpu_marker
-
-
-@dataclass(frozen=True)
-class AgentIdentity:
-    """Which program the agent runs in, and whether it may be signalled for a stack dump."""
-
-    dump_signal: int          # 0: no faulthandler dump was registered
-    exe_dev: int
-    exe_ino: int
-    startup_seconds: float    # from the start of sitecustomize to the agent running
-
-
-@dataclass(frozen=True)
-class AgentSnapshot:
-    """Everything one rank's state file says at the moment it was read."""
-
-    pid: int
-    rank: int
-    local_rank: int
-    world_size: int
-    status: int
-    started_at: float
-    heartbeat_at: float
-    marker_seq: int
-    last_marker_at: float
-    exit_code: int | None
-    phase_stack: tuple[str, ...]
-    error: str
-    phases_completed: int
-    phases: tuple[PhaseRecord, ...]
-    groups: tuple[GroupState, ...]
-    cuda: CudaState | None = None
-    identity: AgentIdentity | None = None
-
-    @property
-    def phase(self) -> str:
-        """The innermost phase the process is in ('' outside any phase)."""
-        return self.phase_stack[-1] if self.phase_stack else ""
-
-    @property
-    def collective_seq(self) -> int:
-        """Total collectives completed over all groups: rises whenever a collective finishes."""
-        return sum(g.completed for g in self.groups)
-
-    @property
-    def pending(self) -> tuple[CollectiveRecord, ...]:
-        """Collectives entered and not completed, one per group at most (the newest)."""
-        out = []
-        for group in self.groups:
-            if group.ring and not group.ring[-1].completed:
-                out.append(group.ring[-1])
-        return tuple(out)
-
-
-class StateFileError(Exception):
-    """The file is not a state file this version can read."""
-
-
 def _encode(text: str, size: int) -> bytes:
     data = text.encode("utf-8", "replace")[: size - _TEXT_LEN.size]
     return _TEXT_LEN.pack(len(data)) + data
-
-
-def _decode_text(buf: bytes, offset: int) -> str:
-    (length,) = _TEXT_LEN.unpack_from(buf, offset)
-    start = offset + _TEXT_LEN.size
-    return buf[start : start + length].decode("utf-8", "replace")
-
-
-def _cstr(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
 class StateWriter:
@@ -300,69 +170,6 @@ class GroupRing:
 def entry_offset(slot: int, seq: int) -> int:
     """Byte offset of collective number ``seq`` (1-based) of group ``slot``."""
     return GROUP_OFFSET + slot * GROUP_SIZE + GROUP_HEADER_SIZE + ((seq - 1) % RING_SLOTS) * ENTRY.size
-
-
-def _read_group(buf: bytes, slot: int) -> GroupState | None:
-    offset = GROUP_OFFSET + slot * GROUP_SIZE
-    name = _cstr(_GROUP_HEADER.unpack_from(buf, offset)[0])
-    if not name:
-        return None
-    entries = sorted(ENTRY.unpack_from(buf, offset + GROUP_HEADER_SIZE + i * ENTRY.size)
-                     for i in range(RING_SLOTS))
-    started = entries[-1][0]
-    ring = tuple(CollectiveRecord(name, s, _cstr(op), numel, _cstr(dtype), t0,
-                                  t1 if t1 > 0.0 else None, bool(flags & FLAG_ASYNC))
-                 for s, numel, t0, t1, op, dtype, flags in entries
-                 if s > 0 and s > started - RING_SLOTS)  # empty, or torn by a concurrent write
-    in_flight = sum(1 for record in ring if not record.completed)
-    return GroupState(name, started, started - in_flight, ring)
-
-
-def _read_phases(buf: bytes) -> tuple[int, tuple[PhaseRecord, ...]]:
-    (count,) = _PHASE_COUNT.unpack_from(buf, PHASE_RING_OFFSET)
-    records = []
-    for n in range(max(1, count - PHASE_SLOTS + 1), count + 1):
-        offset = PHASE_RING_OFFSET + _PHASE_COUNT.size + ((n - 1) % PHASE_SLOTS) * _PHASE_ENTRY.size
-        name, t0, t1 = _PHASE_ENTRY.unpack_from(buf, offset)
-        records.append(PhaseRecord(_cstr(name), t0, t1))
-    return count, tuple(records)
-
-
-def _read_cuda(buf: bytes) -> CudaState | None:
-    (active, allocated, reserved, peak, retries, ooms, sampled_at, host, gpu, gpu_at, oldest,
-     host_label, gpu_label) = _CUDA.unpack_from(buf, CUDA_OFFSET)
-    if not active:
-        return None
-    figures = [None if v < 0 else v for v in (allocated, reserved, peak, retries, ooms)]
-    return CudaState(*figures, sampled_at, host, gpu, _cstr(host_label), _cstr(gpu_label),
-                     gpu_at, oldest)
-
-
-def parse_state(buf: bytes) -> AgentSnapshot:
-    """Decode a state file's bytes; raises StateFileError for a foreign or newer file."""
-    if len(buf) < SIZE:
-        raise StateFileError(f"state file is {len(buf)} bytes, expected {SIZE}")
-    (magic, version, status, pid, rank, local_rank, world, started, heartbeat, marker_seq,
-     marker_at, exit_code) = _HEADER.unpack_from(buf, 0)
-    if magic != MAGIC:
-        raise StateFileError("not a stalldoc state file (bad magic)")
-    if version != VERSION:
-        raise StateFileError(f"state file version {version}; this stalldoc reads {VERSION}")
-    stack_text = _decode_text(buf, PHASE_STACK_OFFSET)
-    count, phases = _read_phases(buf)
-    groups = tuple(g for g in (_read_group(buf, s) for s in range(GROUP_SLOTS)) if g is not None)
-    cuda = _read_cuda(buf)
-    identity = AgentIdentity(*_IDENTITY.unpack_from(buf, IDENTITY_OFFSET))
-    return AgentSnapshot(pid, rank, local_rank, world, status, started, heartbeat, marker_seq,
-                         marker_at, exit_code if exit_code >= 0 else None,
-                         tuple(p for p in stack_text.split("/") if p), _decode_text(buf, ERROR_OFFSET),
-                         count, phases, groups, cuda, identity)
-
-
-def read_state(path: str) -> AgentSnapshot:
-    """Read and decode one state file."""
-    with open(path, "rb") as fh:
-        return parse_state(fh.read(SIZE))
 
 
 def _unlink(path: str) -> None:

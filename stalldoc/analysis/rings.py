@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from stalldoc.agent.statefile import AgentSnapshot, CollectiveRecord
+from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord
 
 
 @dataclass(frozen=True)

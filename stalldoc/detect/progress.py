@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from stalldoc.agent.statefile import AgentSnapshot
+from stalldoc.agent.state_reader import AgentSnapshot
 from stalldoc.detect.stack_kind import StackKind, classify
 from stalldoc.detect.thresholds import PhaseDurations
 from stalldoc.detect.work import IDLE, PENDING, WORK, RecentRate, Signals, verdict

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from stalldoc.agent.statefile import AgentSnapshot, StateFileError, read_state, state_path
+from stalldoc.agent.statefile import state_path
+from stalldoc.agent.state_reader import AgentSnapshot, StateFileError, read_state
 from stalldoc.model import RankProcess
 
 

@@ -9,7 +9,8 @@ import os
 import re
 import time
 
-from stalldoc.agent.statefile import StateFileError, read_state, state_path
+from stalldoc.agent.statefile import state_path
+from stalldoc.agent.state_reader import StateFileError, read_state
 from stalldoc.model import Frame, ThreadStack
 
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")

@@ -13,7 +13,8 @@ import pytest
 
 from stalldoc.agent import cuda as cuda_telemetry
 from stalldoc.agent import runtime
-from stalldoc.agent.statefile import read_state, state_path
+from stalldoc.agent.statefile import state_path
+from stalldoc.agent.state_reader import read_state
 
 JOB = textwrap.dedent("""
     import os, time, torch, torch.distributed as dist

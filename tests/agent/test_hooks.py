@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from stalldoc.agent.statefile import read_state
+from stalldoc.agent.state_reader import read_state
 from stalldoc.launch.inject import agent_environment
 
 ENGINE = textwrap.dedent("""

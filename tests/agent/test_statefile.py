@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from stalldoc.agent import statefile
-from stalldoc.agent.statefile import StateFileError, StateWriter, parse_state, read_state
+from stalldoc.agent.state_reader import StateFileError, parse_state, read_state
+from stalldoc.agent.statefile import StateWriter
 
 
 def test_written_fields_read_back(tmp_path):

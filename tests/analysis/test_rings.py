@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from stalldoc.agent.statefile import AgentSnapshot, CollectiveRecord, GroupState
+from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord, GroupState
 from stalldoc.analysis.rings import mismatches, missing_ranks
 
 

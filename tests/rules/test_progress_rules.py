@@ -6,7 +6,7 @@ this machine: rank 0 writing a checkpoint to slow storage (3 % CPU, 2.8 MB/s) wh
 in barrier #7 at 0 % CPU; a rank spinning on a flag at 99 % CPU in one frame."""
 from __future__ import annotations
 
-from stalldoc.agent.statefile import AgentSnapshot, CollectiveRecord, GroupState
+from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord, GroupState
 from stalldoc.model import RankExit, RankProcess, RankWork, Severity, Window
 from stalldoc.rules import by_code, run_rules
 

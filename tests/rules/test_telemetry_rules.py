@@ -6,7 +6,7 @@ report them; the host windows likewise from psutil's quantities. Each window say
 is in its name."""
 from __future__ import annotations
 
-from stalldoc.agent.statefile import AgentSnapshot, CudaState, PhaseRecord
+from stalldoc.agent.state_reader import AgentSnapshot, CudaState, PhaseRecord
 from stalldoc.model import (GpuProcess, GpuSample, HostMemory, HostSample, RankProcess, Severity,
                             StallEpisode, Window)
 from stalldoc.rules import by_code, run_rules
