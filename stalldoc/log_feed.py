@@ -12,6 +12,7 @@ from stalldoc.model import LogLine
 from stalldoc.probes.exits import parse_launcher_line
 
 TAIL_LINES = 200
+QUEUE_LINES = 50_000   # lines waiting for the next tick; past this they are counted, not kept
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,14 @@ class LogFeed:
     unread: list[LogLine] = field(default_factory=list)     # not yet seen by the tick rules
     launcher_codes: dict[int, int] = field(default_factory=dict)   # pid -> Popen returncode
     progress: ProgressLines = field(default_factory=ProgressLines)
+    dropped: int = 0
 
     def put(self, line: LogLine) -> None:
-        """Called by the relay's threads: never blocks."""
+        """Called by the thread reading the relay: never blocks, and holds at most
+        ``QUEUE_LINES`` lines (a burst of output must not grow the sidecar without bound)."""
+        if self.lines.qsize() >= QUEUE_LINES:
+            self.dropped += 1
+            return
         self.lines.put(line)
 
     def drain(self) -> Drained:

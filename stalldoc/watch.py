@@ -153,8 +153,9 @@ class Watcher:
             time.sleep(0.3)  # let the death watch see the last ranks go
             self._drain_logs()
             self._collect_exits(time.time(), final=True, job_code=code)
-            if self.link.dropped:
-                self.store.set_meta("dropped_log_lines", str(self.link.dropped))
+            dropped = self.link.dropped + self.logs.dropped
+            if dropped:
+                self.store.set_meta("dropped_log_lines", str(dropped))
             self._store_startup_costs()
             self.store.end_run(time.time(), code)
             self.store.close()

@@ -32,18 +32,6 @@ def resolve_command(argv: list[str]) -> str:
     return found
 
 
-def exit_status(returncode: int) -> int:
-    """The shell's convention: 128+N for a process killed by signal N."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def status_code(status: int) -> int:
-    """A raw wait status in the shell's convention."""
-    if os.WIFSIGNALED(status):
-        return 128 + os.WTERMSIG(status)
-    return os.WEXITSTATUS(status)
-
-
 def become_subreaper() -> None:
     """Orphaned ranks (their launcher died) are re-parented to us, so they stay in our tree."""
     if sys.platform.startswith("linux"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import select
 import selectors
 import signal
 import sys
@@ -19,24 +18,24 @@ import traceback
 from types import FrameType
 from typing import Callable
 
-import psutil
-
 from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
 from stalldoc.launch.channel import LineSplitter
 from stalldoc.launch.foreground import Foreground
 from stalldoc.launch.inject import agent_environment
-from stalldoc.launch.job import Ending, Job, become_subreaper, resolve_command, status_code
+from stalldoc.launch.job import Ending, Job, become_subreaper, resolve_command
+from stalldoc.launch.leftovers import describe, split_leftovers
 from stalldoc.launch.options import WatchOptions, make_run_dir
+from stalldoc.launch.plain import copy_until_exit, read_chunk
 from stalldoc.launch.sidecar_link import SIDECAR_LOG, SidecarLink
 from stalldoc.launch.streams import Stream, open_stream
-from stalldoc.live import Terminal, write_all
+from stalldoc.live import Terminal
+from stalldoc.probes.exits import from_wait_status
 
 LAUNCH_WAIT = 60.0     # seconds for the sidecar's launch checks; then the job starts anyway
 DRAIN_WAIT = 2.0       # seconds for the job's output to close after it exited
 FINISH_WAIT = 30.0     # seconds the sidecar gets to store the end of the run
 FORWARDED = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGALRM, signal.SIGWINCH)
-READ_BYTES = 65536
 RELAY_ERRORS = "relay-errors.log"
 
 
@@ -79,7 +78,9 @@ class Relay:
             self._relay_job()
         except Exception:  # noqa: BLE001 - a bug of ours must not cost the job its exit code
             self._internal_error()
-            self._plain_relay()
+            assert self.job is not None
+            self.code = copy_until_exit({fd: st.target for fd, (st, _) in self.streams.items()},
+                                        self.job.pid, self.code, self.exited_at, DRAIN_WAIT)
         self.say(f"job exited {self.code}; report: stalldoc report {self.run_dir}")
         return EXIT_STALL_KILLED if self.stall_killed else int(self.code or 0)
 
@@ -90,34 +91,6 @@ class Relay:
         self._finish_sidecar(self.code)
         self._end_leftovers()
         self.terminal.close()
-
-    def _plain_relay(self) -> None:
-        """After an error of ours: copy output and wait for the job, nothing else."""
-        assert self.job is not None
-        streams = {fd: stream for fd, (stream, _) in self.streams.items()}
-        while self.code is None or streams:
-            if self.code is not None and time.time() - self.exited_at > DRAIN_WAIT:
-                return
-            ready = select.select(list(streams), [], [], 0.25)[0] if streams else []
-            for fd in ready:
-                data = _read(fd)
-                if data:
-                    write_all(streams[fd].target, data)
-                else:
-                    del streams[fd]
-            self._reap_plain()
-
-    def _reap_plain(self) -> None:
-        assert self.job is not None
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            if pid == self.job.pid and self.code is None:
-                self.code, self.exited_at = status_code(status), time.time()
 
     def _internal_error(self) -> None:
         text = traceback.format_exc()
@@ -178,28 +151,18 @@ class Relay:
         self.link.close()
 
     def _end_leftovers(self) -> None:
-        """Processes the job left behind: those still attached to it are ended, those that
-        detached themselves (a session of their own that is not a rank's) are left running
-        unless --end-detached."""
+        """What the job left behind: ended where still attached to it, else listed."""
         assert self.job is not None
-        procs = self.job.descendants()
-        attached = [p for p in procs if self.opts.end_detached or self._attached(p)]
-        detached = [p for p in procs if p not in attached]
+        attached, detached = split_leftovers(self.job.descendants(), self.rank_sessions,
+                                             self.opts.end_detached)
         if detached:
             self.say(f"left running, detached from the job (--end-detached ends them): "
-                     f"{_describe(detached)}")
+                     f"{describe(detached)}")
         if attached:
             self.say(f"ending {len(attached)} process(es) the job left behind: "
-                     f"{_describe(attached)}")
+                     f"{describe(attached)}")
             ending = Ending(attached, self.opts.kill_grace)
             self._serve(lambda: not ending.due(time.time()))
-
-    def _attached(self, proc: psutil.Process) -> bool:
-        try:
-            sid = os.getsid(proc.pid)
-        except OSError:
-            return False
-        return sid == os.getsid(0) or sid in self.rank_sessions
 
     # ----- the loop ---------------------------------------------------------------------------
     def _serve(self, done: Callable[[], bool]) -> None:
@@ -238,7 +201,7 @@ class Relay:
 
     def _read_stream(self, fd: int) -> None:
         stream, splitter = self.streams[fd]
-        data = _read(fd)
+        data = read_chunk(fd)
         now = time.time()
         if not data:
             self.link.outbox.lines(stream.name, now, splitter.close())
@@ -289,7 +252,7 @@ class Relay:
                 continue
             self.link.outbox.control(f"X {pid} {status}")
             if self.job is not None and pid == self.job.pid:
-                self.code, self.exited_at = status_code(status), time.time()
+                self.code, self.exited_at = from_wait_status(status)[0], time.time()
 
     def _sidecar_ended(self, status: int) -> None:
         self.link.exit_status = status
@@ -357,23 +320,6 @@ def _options_dict(options: WatchOptions, run_dir: object) -> dict[str, object]:
     data["run_dir"] = str(run_dir)
     data["argv"] = list(options.argv)
     return data
-
-
-def _describe(procs: list[psutil.Process]) -> str:
-    names = []
-    for proc in procs[:8]:
-        try:
-            names.append(f"{proc.pid} ({proc.name()})")
-        except psutil.Error:
-            names.append(str(proc.pid))
-    return ", ".join(names) + (f" and {len(procs) - 8} more" if len(procs) > 8 else "")
-
-
-def _read(fd: int) -> bytes:
-    try:
-        return os.read(fd, READ_BYTES)
-    except OSError:   # EIO: every end of a pseudo-terminal closed
-        return b""
 
 
 def _drain(fd: int) -> None:

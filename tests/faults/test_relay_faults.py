@@ -25,8 +25,11 @@ def test_sidecar_killed_mid_run_leaves_the_job_printing_and_its_exit_code(tmp_pa
     proc = start_watch(tmp_path / "run", PRINTER, env={"LINES": "40", "EXIT_CODE": "7"})
     seen: list[str] = []
     wait_for_line(proc.stdout, "step 5", seen)
+    # (the sidecar offers itself to the OOM killer before the job)
+    sidecar = sidecar_pid(proc.pid)
+    assert open(f"/proc/{sidecar}/oom_score_adj").read().strip() == "1000"
     # WHEN the sidecar is SIGKILLed mid-run
-    os.kill(sidecar_pid(proc.pid), signal.SIGKILL)
+    os.kill(sidecar, signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     # THEN every line came through, in order, the exit code is the job's and the relay said so once
     assert _steps("".join(seen) + out) == list(range(40))
@@ -65,6 +68,24 @@ def test_a_signal_to_stalldoc_reaches_the_job_which_runs_on(tmp_path, name):
     assert text.count(f"got {name}") == 1, text
     assert _steps(text) == list(range(30)) and "done 1" in text
     assert proc.returncode == 3, err
+
+
+def test_sigtstp_stops_the_job_and_sigcont_resumes_it(tmp_path):
+    # GIVEN a watched job printing steps
+    proc = start_watch(tmp_path / "run", PRINTER, env={"LINES": "30", "EXIT_CODE": "4"})
+    seen: list[str] = []
+    wait_for_line(proc.stdout, "step 3", seen)
+    job = [c for c in psutil.Process(proc.pid).children() if "signal_printer" in " ".join(
+        c.cmdline())][0]
+    # WHEN stalldoc gets SIGTSTP (as a terminal's Ctrl-Z would give it)
+    proc.send_signal(signal.SIGTSTP)
+    time.sleep(1.0)
+    # THEN the job is stopped; and SIGCONT lets it finish with its own exit code
+    assert job.status() == psutil.STATUS_STOPPED
+    proc.send_signal(signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert _steps("".join(seen) + out) == list(range(30))
+    assert proc.returncode == 4, err
 
 
 def test_sidecar_stopped_during_a_burst_never_blocks_the_job(tmp_path):

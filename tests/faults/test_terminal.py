@@ -25,9 +25,10 @@ print("GOT", input().strip(), flush=True)
 """
 
 
-def _on_terminal(argv: list[str], timeout: float = 60) -> str:
-    """Run ``argv`` as a terminal session's foreground job (like a shell would); type 'hello'
-    once it asks, return everything the terminal showed."""
+def _on_terminal(argv: list[str], timeout: float = 60, when: bytes = b"DEVTTY-OK",
+                 typed: bytes = b"hello\n", env: dict[str, str] | None = None) -> str:
+    """Run ``argv`` as a terminal session's foreground job (like a shell would); type ``typed``
+    once ``when`` was shown, return everything the terminal showed."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("hhhh", 33, 111, 0, 0))
 
@@ -36,9 +37,10 @@ def _on_terminal(argv: list[str], timeout: float = 60) -> str:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave,
-                            preexec_fn=become_session, close_fds=True)
+                            preexec_fn=become_session, close_fds=True,
+                            env={**os.environ, **(env or {})})
     os.close(slave)
-    seen, typed = b"", False
+    seen, done = b"", False
     deadline = time.time() + timeout
     while time.time() < deadline:
         ready = select.select([master], [], [], 0.2)[0]
@@ -50,9 +52,9 @@ def _on_terminal(argv: list[str], timeout: float = 60) -> str:
             if not chunk:
                 break
             seen += chunk
-        if not typed and b"DEVTTY-OK" in seen:
-            os.write(master, b"hello\n")
-            typed = True
+        if not done and when in seen:
+            os.write(master, typed)
+            done = True
         if proc.poll() is not None and not ready:
             break
     proc.wait(timeout=30)
@@ -78,3 +80,18 @@ def test_the_job_has_its_terminal_as_without_stalldoc(tmp_path):
     # THEN it sees the same: terminals on 0/1/2, the window size, /dev/tty, the typed line
     assert _probe_lines(watched) == alone, watched
     assert "job exited 0" in watched
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/ptmx"), reason="no pseudo-terminals here")
+def test_ctrl_c_at_the_terminal_reaches_the_job_once(tmp_path):
+    # GIVEN a watched job on a terminal that handles SIGINT and goes on
+    printer = os.path.join(os.path.dirname(__file__), "..", "scenarios", "signal_printer.py")
+    shown = _on_terminal([sys.executable, "-m", "stalldoc", "watch", "--run-dir",
+                          str(tmp_path / "run"), "--", sys.executable, printer],
+                         when=b"step 3", typed=b"\x03",
+                         env={"SIGNALS": "SIGINT", "LINES": "20", "EXIT_CODE": "0"})
+    # WHEN Ctrl-C is typed, THEN the job gets one SIGINT (not one from the terminal and one
+    # forwarded by stalldoc), runs to its end, and stalldoc reports its exit code
+    assert shown.count("got SIGINT") == 1, shown
+    assert "step 19" in shown and "done 1" in shown
+    assert "job exited 0" in shown
