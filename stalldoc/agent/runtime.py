@@ -72,7 +72,7 @@ class Agent:
         dump_signal = self._register_dump_signal()
         exe = os.stat("/proc/self/exe") if os.path.exists("/proc/self/exe") else None
         self.state.identity(dump_signal, exe.st_dev if exe else 0, exe.st_ino if exe else 0,
-                            time.perf_counter() - self.started)
+                            time.perf_counter() - self.started, _comm())
 
     def _beat(self) -> None:
         beats = 0
@@ -219,6 +219,14 @@ class Agent:
                 ring = self.groups[next(reversed(self.groups))]
             self.groups[name] = ring
         return ring
+
+
+def _comm() -> bytes:
+    try:
+        with open("/proc/self/comm", "rb") as fh:
+            return fh.read().strip()
+    except OSError:
+        return b""
 
 
 def _yama_scope() -> str:

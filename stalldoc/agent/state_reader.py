@@ -85,6 +85,7 @@ class AgentIdentity:
     exe_dev: int
     exe_ino: int
     startup_seconds: float    # from the start of sitecustomize to the agent running
+    comm: str = ""            # the process's name when it registered (an exec changes it)
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,8 @@ def parse_state(buf: bytes) -> AgentSnapshot:
     count, phases = _read_phases(buf)
     groups = tuple(g for g in (_read_group(buf, s) for s in range(GROUP_SLOTS)) if g is not None)
     cuda = _read_cuda(buf)
-    identity = AgentIdentity(*_IDENTITY.unpack_from(buf, IDENTITY_OFFSET))
+    signum, dev, ino, startup, comm = _IDENTITY.unpack_from(buf, IDENTITY_OFFSET)
+    identity = AgentIdentity(signum, dev, ino, startup, _cstr(comm))
     return AgentSnapshot(pid, rank, local_rank, world, status, started, heartbeat, marker_seq,
                          marker_at, exit_code if exit_code >= 0 else None,
                          tuple(p for p in stack_text.split("/") if p), _decode_text(buf, ERROR_OFFSET),

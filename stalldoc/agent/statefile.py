@@ -10,7 +10,8 @@ Layout (little endian, ``SIZE`` bytes):
 - 0: header (``_HEADER``): magic, version, status, pid, rank, local rank, world size, start time,
   heartbeat, marker sequence, time of the last marker, exit code.
 - 128: identity (``_IDENTITY``): the signal the agent registered its faulthandler dump on (0:
-  none), the device and inode of the executable it runs in, and the agent's start-up cost.
+  none), the device and inode of the executable it runs in, the agent's start-up cost, and the
+  process's name (``/proc/self/comm``: an exec changes it).
 - 256: current phase stack, ``/``-joined utf-8 with a 2-byte length.
 - 768: last error or uncaught exception text, same encoding.
 - 1024: completed-phase ring: a count, then ``PHASE_SLOTS`` entries (name, start, end).
@@ -66,7 +67,7 @@ _U64 = struct.Struct("<Q")
 CUDA_OFFSET = 3584
 _CUDA = struct.Struct("<B7xqqqqqdQQdd40s40s")
 IDENTITY_OFFSET = 128
-_IDENTITY = struct.Struct("<I4xQQd")
+_IDENTITY = struct.Struct("<I4xQQd16s")
 _HEARTBEAT_OFFSET = 32
 _MARKER_OFFSET = 40
 _STATUS_OFFSET = 6
@@ -97,8 +98,10 @@ class StateWriter:
         _HEADER.pack_into(self.buf, 0, MAGIC, VERSION, STATUS_RUNNING, pid, rank, local_rank,
                           world_size, now, now, 0, now, -1)
 
-    def identity(self, dump_signal: int, exe_dev: int, exe_ino: int, startup: float) -> None:
-        _IDENTITY.pack_into(self.buf, IDENTITY_OFFSET, dump_signal, exe_dev, exe_ino, startup)
+    def identity(self, dump_signal: int, exe_dev: int, exe_ino: int, startup: float,
+                 comm: bytes) -> None:
+        _IDENTITY.pack_into(self.buf, IDENTITY_OFFSET, dump_signal, exe_dev, exe_ino, startup,
+                            comm[:16])
 
     def heartbeat(self, now: float) -> None:
         _F64.pack_into(self.buf, _HEARTBEAT_OFFSET, now)

@@ -10,7 +10,7 @@ import re
 import time
 
 from stalldoc.agent.statefile import state_path
-from stalldoc.agent.state_reader import StateFileError, read_state
+from stalldoc.agent.state_reader import AgentIdentity, StateFileError, read_state
 from stalldoc.model import Frame, ThreadStack
 
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
@@ -40,20 +40,26 @@ def parse(text: str, pid: int) -> tuple[ThreadStack, ...]:
 def safe_signal(agent_dir: str, pid: int) -> int:
     """The dump signal ``pid`` may be sent, or 0. Only when that very process registered the
     agent's handler, still runs the program it registered it in (an exec'd process would be
-    killed by the signal) and still catches the signal."""
+    killed by the signal) and still catches the signal. The program is told by its executable
+    where /proc lets us see it, else (a non-dumpable process, no CAP_SYS_PTRACE) by its name."""
     try:
         identity = read_state(state_path(agent_dir, pid)).identity
-        exe = os.stat(f"/proc/{pid}/exe")
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
-            caught = next((int(line.split()[1], 16) for line in fh
-                           if line.startswith("SigCgt:")), 0)
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as fh:
+            status = dict(line.rstrip("\n").split(":\t", 1) for line in fh if ":\t" in line)
+        caught = int(status.get("SigCgt", "0"), 16)
     except (OSError, StateFileError, ValueError):
         return 0
-    if identity is None or not identity.dump_signal:
+    if identity is None or not identity.dump_signal or not caught >> (identity.dump_signal - 1) & 1:
         return 0
-    if (exe.st_dev, exe.st_ino) != (identity.exe_dev, identity.exe_ino):
-        return 0
-    return identity.dump_signal if caught >> (identity.dump_signal - 1) & 1 else 0
+    return identity.dump_signal if _same_program(pid, identity, status.get("Name", "")) else 0
+
+
+def _same_program(pid: int, identity: AgentIdentity, name: str) -> bool:
+    try:
+        exe = os.stat(f"/proc/{pid}/exe")
+    except OSError:
+        return bool(identity.comm) and name == identity.comm
+    return (exe.st_dev, exe.st_ino) == (identity.exe_dev, identity.exe_ino)
 
 
 def request(agent_dir: str, pid: int, timeout: float = 2.0) -> tuple[ThreadStack, ...]:
