@@ -208,3 +208,16 @@ def read_state(path: str) -> AgentSnapshot:
         return parse_state(fh.read(SIZE))
 
 
+
+
+def read_started_at(path: str) -> float | None:
+    """When the agent that owns ``path`` started (its header only); None when unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_HEADER.size)
+    except OSError:
+        return None
+    if len(head) < _HEADER.size:
+        return None
+    fields = _HEADER.unpack(head)
+    return fields[7] if fields[0] == MAGIC else None

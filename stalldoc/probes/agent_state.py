@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from stalldoc.agent.statefile import state_path
-from stalldoc.agent.state_reader import AgentSnapshot, StateFileError, read_state
+from stalldoc.agent.state_reader import AgentSnapshot, StateFileError, read_started_at, read_state
 from stalldoc.model import RankProcess
 
 
@@ -52,14 +52,14 @@ class AgentStateProbe:
         removed = 0
         for pid in self.pids_with_state() - keep:
             path = state_path(self.directory, pid)
-            try:
-                snapshot = read_state(path)
-            except (OSError, StateFileError):
-                snapshot = None
-            if snapshot is not None and _still_running(pid, snapshot.started_at):
+            if _still_running(pid, read_started_at(path)):
                 continue
-            if snapshot is not None and snapshot.identity is not None:
-                costs.add(snapshot.identity.startup_seconds)
+            try:
+                identity = read_state(path).identity
+            except (OSError, StateFileError):
+                identity = None
+            if identity is not None:
+                costs.add(identity.startup_seconds)
             for name in (path, os.path.join(self.directory, f"faulthandler-{pid}.txt")):
                 try:
                     os.unlink(name)
@@ -69,13 +69,14 @@ class AgentStateProbe:
         return removed
 
 
-def _still_running(pid: int, agent_started: float) -> bool:
-    """The process that wrote the file is alive (not a later process that got its pid)."""
+def _still_running(pid: int, agent_started: float | None) -> bool:
+    """The process that wrote the file is alive, not a later process that got its pid. A file
+    not readable yet (its agent is starting) belongs to the live process of that pid."""
     try:
         created = psutil.Process(pid).create_time()
     except psutil.Error:
         return False
-    return created <= agent_started + 1.0
+    return agent_started is None or created <= agent_started + 1.0
 
 
 @dataclass
