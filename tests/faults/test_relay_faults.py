@@ -169,3 +169,40 @@ def test_stalldoc_killed_before_the_job_starts_leaves_nothing(tmp_path):
     # THEN it exits 130 (before the job started, or as the job did on SIGINT) and leaves no sidecar
     assert proc.returncode == 130
     assert not pid_alive(sidecar)
+
+
+BIG_OUTPUT = r"""
+import sys
+out = sys.stdout.buffer
+line = b"step %07d loss 0.1234 " + b"z" * 76 + b"\n"
+for i in range(500000):                     # 50 MB of 100-byte lines
+    out.write(line % i)
+out.write(b"x" * (20 << 20))                # one 20 MB line without a newline...
+out.write(b"\nend\n")                       # ...that ends later
+"""
+
+
+def _expected_output() -> bytes:
+    line = b"step %07d loss 0.1234 " + b"z" * 76 + b"\n"
+    return b"".join(line % i for i in range(500000)) + b"x" * (20 << 20) + b"\nend\n"
+
+
+def test_50_mb_of_lines_and_a_20_mb_line_come_through_byte_for_byte(tmp_path):
+    # GIVEN a job printing 50 MB of lines, then a 20 MB line without a newline
+    out_path = tmp_path / "out.bin"
+    with open(out_path, "wb") as out:
+        proc = start_watch(tmp_path / "run", [sys.executable, "-c", BIG_OUTPUT], stdout=out)
+        _, err = proc.communicate(timeout=300)
+    # THEN every byte arrived in order and the job's exit code came back
+    assert proc.returncode == 0, err
+    assert out_path.read_bytes() == _expected_output()
+
+
+def test_a_rank_that_exec_d_into_another_program_outlives_the_stall(tmp_path):
+    # GIVEN a single-process job that execs into a non-Python program and stays quiet past
+    # the stall timeout (default observe mode)
+    code = "import os; print('exec now', flush=True); os.execv('/bin/sleep', ['sleep', '9'])"
+    result = watch(tmp_path, [sys.executable, "-c", code])
+    # THEN the stall is diagnosed, nothing signals the program, and its exit code (0) is kept
+    assert "STALL #1" in result.stderr
+    assert result.code == 0, result.stderr
