@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Callable
 
-from stalldoc.launch.channel import LineSplitter, encode_message, parse_relay_record
+from stalldoc.launch.channel import LineSplitter, RecordReader, RelayRecord, encode_message
 from stalldoc.launch.options import WatchOptions
 from stalldoc.live import write_all
 from stalldoc.model import LogLine
@@ -40,12 +40,13 @@ class RelayLink:
         self.relay_gone = False
         self.reaped: dict[int, int] = {}      # pid -> raw wait status, as the relay reaped it
         self.on_line: Callable[[LogLine], None] | None = None
+        self._splitters = {"stdout": LineSplitter(), "stderr": LineSplitter()}
         self._send_lock = threading.Lock()
         self.reader = threading.Thread(target=self._read, name="stalldoc-relay", daemon=True)
         self.reader.start()
 
     def _read(self) -> None:
-        pending = b""
+        reader = RecordReader()
         while True:
             try:
                 chunk = os.read(self.in_fd, READ_BYTES)
@@ -53,9 +54,8 @@ class RelayLink:
                 chunk = b""
             if not chunk:
                 break
-            *lines, pending = (pending + chunk).split(b"\n")
-            for raw in lines:
-                self._record(raw)
+            for record in reader.feed(chunk):
+                self._record(record)
         self.relay_gone = True
         self.options_ready.set()
         self.job_started.set()
@@ -71,7 +71,6 @@ class RelayLink:
         write_all(targets[self.streams[-1][0]],
                   b"[stalldoc] the relay was killed; the sidecar relays the job's output now "
                   b"(the job's exit code will not reach the shell)\n")
-        splitters = {source: LineSplitter() for source in targets}
         while targets:
             for source in select.select(list(targets), [], [], 1.0)[0]:
                 try:
@@ -83,18 +82,22 @@ class RelayLink:
                     continue
                 write_all(targets[source], data)
                 stream = "stdout" if source == self.streams[0][0] else "stderr"
-                for line in splitters[source].feed(data):
-                    if self.on_line is not None:
-                        self.on_line(LogLine(time.time(), stream,
-                                             line.decode("utf-8", "replace")))
+                self._output(stream, time.time(), data)
 
-    def _record(self, raw: bytes) -> None:
-        record = parse_relay_record(raw)
-        if record is None:
-            return
+    def _output(self, stream: str, t: float, data: bytes) -> None:
+        """Cut a chunk of the job's output into lines for the watcher."""
+        for line in self._splitters[stream].feed(data):
+            if self.on_line is not None:
+                self.on_line(LogLine(t, stream, line.decode("utf-8", "replace")))
+
+    def _record(self, record: RelayRecord) -> None:
         kind, fields = record.kind, record.fields
-        if kind == "L" and self.on_line is not None:
-            self.on_line(LogLine(float(fields[1]), fields[0], record.text))
+        if kind == "C":
+            self._output(fields[0], float(fields[1]), record.payload)
+        elif kind == "G":
+            self._splitters[fields[0]] = LineSplitter()   # the open line lost its middle
+        elif kind == "Z":
+            self._output(fields[0], time.time(), b"\n")   # its last line, even without an end
         elif kind == "O":
             self.options = json.loads(fields[0])
             self.options_ready.set()

@@ -1,15 +1,18 @@
 """The two pipes between the relay (the process the shell waits on) and the sidecar (analysis).
 
-Relay → sidecar, one record per line, written without ever blocking the relay:
+Relay → sidecar, written without ever blocking the relay. Control records are one line each:
   ``O <json>``                 the watch options (first record)
   ``J <pid> <started_at>``     the job started
-  ``L<o|e> <t> <bytes>``       a line the job printed (may be dropped when the sidecar lags)
   ``X <pid> <wait status>``    a process the relay reaped (orphaned ranks end under the relay)
   ``T``                        the relay is ending the job (its ranks' deaths are not findings)
+  ``G<o|e>``                   output of that stream was dropped just before the next chunk
+  ``Z<o|e>``                   that stream ended
   ``E <code> <dropped>``       the job exited with ``code``; ``dropped`` lines were not handed on
+Output goes as raw chunks, ``C<o|e> <t> <n>`` and a newline, then ``n`` bytes: the relay does a
+constant amount of work per chunk whatever the lines in it; the sidecar cuts the lines.
 
 Sidecar → relay, one JSON object per line: ``{"say": text}``, ``{"status": text}``,
-``{"launch": bool, "why": text, "code": int}``, ``{"end_job": reason}``.
+``{"launch": bool, "why": text}``, ``{"rank_pid": pid}``, ``{"end_job": reason}``.
 """
 from __future__ import annotations
 
@@ -18,7 +21,9 @@ import os
 from collections import deque
 from dataclasses import dataclass
 
-OUTBOX_LIMIT = 8 << 20     # bytes of log lines the relay holds for a slow sidecar, then drops
+OUTBOX_LIMIT = 8 << 20     # bytes of output the relay holds for a slow sidecar, then drops
+BATCH_SECONDS = 0.05       # output is handed over in batches: at most this old...
+BATCH_BYTES = 256 << 10    # ...or this large
 LINE_LIMIT = 16 << 10      # a log line longer than this is cut (the job's output is not)
 
 
@@ -40,14 +45,11 @@ class LineSplitter:
         return [rest] if rest else []
 
 
-def line_records(stream: str, t: float, lines: list[bytes]) -> bytes:
-    head = b"L" + stream[0].encode() + b" %.6f " % t
-    return b"".join(head + line + b"\n" for line in lines)
-
-
 class Outbox:
-    """The relay's end of the relay → sidecar pipe: non-blocking, bounded. Control records are
-    always kept; log lines past ``OUTBOX_LIMIT`` bytes waiting are dropped and counted."""
+    """The relay's end of the relay → sidecar pipe: non-blocking, bounded, batched. Output is
+    gathered per stream and handed over every ``BATCH_SECONDS`` (one record, one write, however
+    many small writes the job made). Control records are always kept, in order after the output
+    before them; output past ``OUTBOX_LIMIT`` bytes waiting is dropped, its lines counted."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -56,18 +58,53 @@ class Outbox:
         self._size = 0
         self.dropped = 0
         self.broken = False
+        self._gap: set[bytes] = set()
+        self._batch: dict[bytes, tuple[float, bytearray]] = {}
+        self._batch_size = 0
+        self.batch_since = 0.0
 
     def control(self, record: str) -> None:
+        self.pack()
         self._push(record.encode() + b"\n")
         self.flush()
 
-    def lines(self, stream: str, t: float, lines: list[bytes]) -> None:
-        if not lines or self.broken:
+    def chunk(self, stream: str, t: float, data: bytes) -> None:
+        """A chunk of the job's output (``stream`` is stdout or stderr)."""
+        if self.broken:
             return
-        if self._size > OUTBOX_LIMIT:
-            self.dropped += len(lines)
+        tag = b"o" if stream == "stdout" else b"e"
+        if self._size + self._batch_size > OUTBOX_LIMIT:
+            self.dropped += data.count(b"\n") or 1
+            self._gap.add(tag)
             return
-        self._push(line_records(stream, t, lines))
+        if tag in self._gap:
+            self.pack()
+            self._gap.discard(tag)
+            self._push(b"G" + tag + b"\n")
+        if not self._batch:
+            self.batch_since = t
+        entry = self._batch.get(tag)
+        if entry is None:
+            self._batch[tag] = (t, bytearray(data))
+        else:
+            entry[1].extend(data)
+        self._batch_size += len(data)
+        if self._batch_size >= BATCH_BYTES:
+            self.pack()
+
+    def due(self, now: float) -> float | None:
+        """Seconds until the batch must go (0: now); None without a batch."""
+        if not self._batch:
+            return None
+        return max(0.0, self.batch_since + BATCH_SECONDS - now)
+
+    def pack(self) -> None:
+        """Move the batch into the queue (one record per stream) and write what the pipe takes."""
+        for tag, (t, data) in self._batch.items():
+            self._push(b"C%s %.6f %d\n" % (tag, t, len(data)) + bytes(data))
+        self._batch.clear()
+        self._batch_size = 0
+        self.flush()
 
     def _push(self, data: bytes) -> None:
         if not self.broken:
@@ -89,7 +126,8 @@ class Outbox:
             except OSError:   # the sidecar is gone
                 self.broken = True
                 self._queue.clear()
-                self._size = 0
+                self._batch.clear()
+                self._size = self._batch_size = 0
                 return
             self._size -= written
             if written == len(head):
@@ -106,31 +144,65 @@ class Outbox:
         self.fd = -1   # never close a number the process may have reused
         self.broken = True
         self._queue.clear()
+        self._batch.clear()
 
 
 @dataclass(frozen=True)
 class RelayRecord:
     """One record from the relay, decoded."""
 
-    kind: str                 # O J L X T E
+    kind: str                     # O J X T G Z E C
     fields: tuple[str, ...]
-    text: str = ""            # L: the line
+    payload: bytes = b""          # C: the chunk of output
 
 
-def parse_relay_record(raw: bytes) -> RelayRecord | None:
-    """Decode one line from the relay; None for anything malformed."""
-    if not raw:
+class RecordReader:
+    """Decodes the relay's byte stream into records, however the reads cut it."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[RelayRecord]:
+        self._buffer += data
+        out: list[RelayRecord] = []
+        start = 0
+        while True:
+            end = self._buffer.find(b"\n", start)
+            if end < 0:
+                break
+            header = bytes(self._buffer[start:end])
+            if header[:1] == b"C":
+                parts = header[3:].split()
+                size = int(parts[1]) if len(parts) == 2 else 0
+                if len(self._buffer) < end + 1 + size:
+                    break   # the rest of the chunk is still to come
+                payload = bytes(self._buffer[end + 1:end + 1 + size])
+                out.append(RelayRecord("C", (_stream(header[1:2]), parts[0].decode()), payload))
+                start = end + 1 + size
+                continue
+            record = _control(header)
+            if record is not None:
+                out.append(record)
+            start = end + 1
+        del self._buffer[:start]
+        return out
+
+
+def _stream(tag: bytes) -> str:
+    return "stdout" if tag == b"o" else "stderr"
+
+
+def _control(header: bytes) -> RelayRecord | None:
+    if not header:
         return None
-    kind = chr(raw[0])
+    kind = chr(header[0])
     try:
-        if kind == "L":
-            stream = "stdout" if raw[1:2] == b"o" else "stderr"
-            stamp, _, text = raw[3:].partition(b" ")
-            return RelayRecord("L", (stream, stamp.decode()), text.decode("utf-8", "replace"))
         if kind == "O":
-            return RelayRecord("O", (raw[2:].decode(),))
-        return RelayRecord(kind, tuple(raw[2:].decode().split()))
-    except (UnicodeDecodeError, IndexError):
+            return RelayRecord("O", (header[2:].decode(),))
+        if kind in "GZ":
+            return RelayRecord(kind, (_stream(header[1:2]),))
+        return RelayRecord(kind, tuple(header[2:].decode().split()))
+    except UnicodeDecodeError:
         return None
 
 

@@ -9,11 +9,11 @@ import time
 from stalldoc.live import write_all
 from stalldoc.probes.exits import from_wait_status
 
-READ_BYTES = 65536
+READ_BYTES = 1 << 18
 
 
 def read_chunk(fd: int) -> bytes:
-    """Up to 64 kB from ``fd``; b"" at its end (EIO: every end of a pseudo-terminal closed)."""
+    """Up to 256 kB from ``fd``; b"" at its end (EIO: every end of a pseudo-terminal closed)."""
     try:
         return os.read(fd, READ_BYTES)
     except OSError:

@@ -19,7 +19,6 @@ from types import FrameType
 from typing import Callable
 
 from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
-from stalldoc.launch.channel import LineSplitter
 from stalldoc.launch.foreground import Foreground
 from stalldoc.launch.inject import agent_environment
 from stalldoc.launch.job import Ending, Job, become_subreaper, resolve_command
@@ -34,6 +33,8 @@ from stalldoc.probes.exits import from_wait_status
 LAUNCH_WAIT = 60.0     # seconds for the sidecar's launch checks; then the job starts anyway
 DRAIN_WAIT = 2.0       # seconds for the job's output to close after it exited
 FINISH_WAIT = 30.0     # seconds the sidecar gets to store the end of the run
+SMALL_READ = 4096       # a read this small: the job writes line by line...
+GATHER_SECONDS = 0.002  # ...so wait this long before the next (one wake-up per ~line batch)
 FORWARDED = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGALRM, signal.SIGWINCH)
 RELAY_ERRORS = "relay-errors.log"
@@ -55,7 +56,7 @@ class Relay:
         self.ending: Ending | None = None
         self.rank_sessions: set[int] = set()
         self.verdict: dict[str, object] | None = None
-        self.streams: dict[int, tuple[Stream, LineSplitter]] = {}
+        self.streams: dict[int, Stream] = {}
         self.selector = selectors.DefaultSelector()
 
     # ----- life cycle -------------------------------------------------------------------------
@@ -79,7 +80,7 @@ class Relay:
         except Exception:  # noqa: BLE001 - a bug of ours must not cost the job its exit code
             self._internal_error()
             assert self.job is not None
-            self.code = copy_until_exit({fd: st.target for fd, (st, _) in self.streams.items()},
+            self.code = copy_until_exit({fd: st.target for fd, st in self.streams.items()},
                                         self.job.pid, self.code, self.exited_at, DRAIN_WAIT)
         self.say(f"job exited {self.code}; report: stalldoc report {self.run_dir}")
         return EXIT_STALL_KILLED if self.stall_killed else int(self.code or 0)
@@ -123,7 +124,7 @@ class Relay:
             err.close_job_end()
         self.foreground.give(self.job.pid)
         for stream in (out, err):
-            self.streams[stream.read_fd] = (stream, LineSplitter())
+            self.streams[stream.read_fd] = stream
             self.selector.register(stream.read_fd, selectors.EVENT_READ, "stream")
         self.link.outbox.control(f"J {self.job.pid} {self.job.started_at:.6f}")
 
@@ -166,23 +167,34 @@ class Relay:
 
     # ----- the loop ---------------------------------------------------------------------------
     def _serve(self, done: Callable[[], bool]) -> None:
-        """Relay output, messages and signals until ``done()``."""
+        """Relay output, messages and signals until ``done()``. Each turn costs little: a job
+        printing line by line (PYTHONUNBUFFERED, a terminal) makes one turn per line."""
+        reaped_at = 0.0
         while not done():
             outbox = self.link.outbox
             self._watch_outbox(outbox.waiting)
-            for key, _ in self.selector.select(timeout=0.25):
+            due = outbox.due(time.time())
+            child_ended = small = False
+            for key, _ in self.selector.select(timeout=0.25 if due is None else due):
                 if key.data == "stream":
-                    self._read_stream(key.fd)
+                    small |= self._read_stream(key.fd) < SMALL_READ
                 elif key.data == "inbox":
                     self._read_inbox()
                 elif key.data == "outbox":
                     outbox.flush()
                 else:
-                    _drain(key.fd)
-            self._reap()
+                    child_ended |= _woken_by(key.fd, signal.SIGCHLD)
+            now = time.time()
+            if outbox.due(now) == 0.0:
+                outbox.pack()
+            if child_ended or now - reaped_at > 1.0:   # SIGCHLD, or now and then to be sure
+                self._reap()
+                reaped_at = now
             self._handle_term()
             if self.ending is not None:
-                self.ending.due(time.time())
+                self.ending.due(now)
+            if small:
+                time.sleep(GATHER_SECONDS)   # let a job writing line by line fill the pipe
 
     def _unregister(self, fd: int) -> None:
         try:
@@ -199,18 +211,19 @@ class Relay:
         elif registered and not waiting:
             self.selector.unregister(self.link.outbox.fd)
 
-    def _read_stream(self, fd: int) -> None:
-        stream, splitter = self.streams[fd]
+    def _read_stream(self, fd: int) -> int:
+        """Copy what the job wrote on; how many bytes it was."""
+        stream = self.streams[fd]
         data = read_chunk(fd)
-        now = time.time()
         if not data:
-            self.link.outbox.lines(stream.name, now, splitter.close())
+            self.link.outbox.control(f"Z{stream.name[3]}")
             self.selector.unregister(fd)
             os.close(fd)
             del self.streams[fd]
-            return
+            return SMALL_READ
         self.terminal.job_output(stream.target, data)
-        self.link.outbox.lines(stream.name, now, splitter.feed(data))
+        self.link.outbox.chunk(stream.name, time.time(), data)
+        return len(data)
 
     def _read_inbox(self) -> None:
         for message in self.link.messages():
@@ -283,7 +296,7 @@ class Relay:
                 self.aborted = signum
             return
         if signum == signal.SIGWINCH:
-            for stream, _ in self.streams.values():
+            for stream in self.streams.values():
                 stream.sync_size()
         self.job.signal_group(signum)
 
@@ -322,12 +335,15 @@ def _options_dict(options: WatchOptions, run_dir: object) -> dict[str, object]:
     return data
 
 
-def _drain(fd: int) -> None:
+def _woken_by(fd: int, signum: int) -> bool:
+    """Empty the signal wakeup pipe; whether ``signum`` was among the signals in it."""
+    seen = b""
     try:
-        while os.read(fd, 4096):
-            pass
+        while chunk := os.read(fd, 4096):
+            seen += chunk
     except OSError:
         pass
+    return bytes([signum]) in seen
 
 
 def _kill(pid: int) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from stalldoc.launch import channel
-from stalldoc.launch.channel import LINE_LIMIT, LineSplitter, Outbox, parse_relay_record
+from stalldoc.launch.channel import LINE_LIMIT, LineSplitter, Outbox, RecordReader
 
 
 def test_lines_are_cut_across_chunks_and_carriage_returns():
@@ -26,37 +28,83 @@ def test_a_line_without_end_is_kept_only_up_to_the_limit():
     assert splitter.feed(b"tail\nnext\n") == [b"x" * LINE_LIMIT, b"next"]
 
 
-def test_outbox_drops_lines_past_its_limit_but_never_control_records(monkeypatch):
+def test_outbox_drops_output_past_its_limit_but_never_control_records(monkeypatch):
     monkeypatch.setattr(channel, "OUTBOX_LIMIT", 200_000)
     read_fd, write_fd = os.pipe()
     outbox = Outbox(write_fd)
     # GIVEN a reader that does not read: the pipe fills, then the outbox up to its limit
-    for i in range(20_000):
-        outbox.lines("stdout", 1.5, [b"line %06d " % i + b"x" * 40])
-        outbox.flush()
+    for i in range(2_000):
+        outbox.chunk("stdout", 1.5, b"".join(b"line %07d %s\n" % (i * 10 + j, b"x" * 40)
+                                             for j in range(10)))
     outbox.control("E 0 0")
     assert outbox.dropped > 0 and outbox.waiting
-    # WHEN the reader catches up
-    data = b""
+    # WHEN the reader catches up, decoding reads cut anywhere
+    reader, records = RecordReader(), []
     while True:
         outbox.flush()
-        chunk = os.read(read_fd, 1 << 20)
-        data += chunk
-        if not outbox.waiting and data.endswith(b"E 0 0\n"):
+        data = os.read(read_fd, 1 << 20)
+        for start in range(0, len(data), 7777):
+            records += reader.feed(data[start:start + 7777])
+        if not outbox.waiting and records and records[-1].kind == "E":
             break
-    records = [parse_relay_record(raw) for raw in data.split(b"\n") if raw]
-    lines = [r for r in records if r and r.kind == "L"]
-    # THEN every line kept arrived whole and in order, the dropped ones are counted, and the
-    # control record came last
-    assert len(lines) + outbox.dropped == 20_000
-    assert [int(r.text.split()[1]) for r in lines] == list(range(len(lines)))
-    assert records[-1] is not None and records[-1].kind == "E"
+    # THEN the lines kept arrived whole and in order, the gap is marked, the dropped ones are
+    # counted, and the control record came last
+    splitter, numbers = LineSplitter(), []
+    for record in records:
+        if record.kind == "G":
+            splitter = LineSplitter()
+        elif record.kind == "C":
+            numbers += [int(line.split()[1]) for line in splitter.feed(record.payload)]
+    assert len(numbers) + outbox.dropped == 20_000
+    assert numbers == list(range(len(numbers)))
+    assert [r.kind for r in records].count("G") == 0   # nothing came after the drop but E
+    assert records[-1].fields == ("0", "0")
+
+
+def test_output_after_a_drop_is_marked_as_a_gap(monkeypatch):
+    monkeypatch.setattr(channel, "OUTBOX_LIMIT", 10_000)
+    read_fd, write_fd = os.pipe()
+    outbox = Outbox(write_fd)
+    # GIVEN output dropped while nobody read (the pipe full, the outbox past its limit)
+    while not outbox.dropped:
+        outbox.chunk("stderr", 1.0, b"y" * 30_000 + b"\n")
+    outbox.chunk("stderr", 1.1, b"half a li")
+    # WHEN the batch went out, the reader caught up, and the job goes on
+    outbox.pack()
+    reader, records = RecordReader(), []
+    while outbox.waiting:
+        records += reader.feed(os.read(read_fd, 1 << 20))
+        outbox.flush()
+    outbox.chunk("stderr", 1.2, b"ne\nwhole\n")
+    outbox.pack()   # the batch is due
+    records += reader.feed(os.read(read_fd, 1 << 20))
+    # THEN the next chunk comes after a gap record, so the half line is not glued to it
+    assert [r.kind for r in records[-2:]] == ["G", "C"]
+    assert records[-2].fields == ("stderr",) and records[-1].payload == b"ne\nwhole\n"
+
+
+def test_small_writes_are_handed_over_in_one_batch_per_stream():
+    read_fd, write_fd = os.pipe()
+    outbox = Outbox(write_fd)
+    # GIVEN a job writing line by line (unbuffered), on both streams
+    for i in range(1000):
+        outbox.chunk("stdout", 10.0 + i / 1000, b"step %d\n" % i)
+    outbox.chunk("stderr", 10.5, b"warning\n")
+    assert outbox.due(10.0) == pytest.approx(channel.BATCH_SECONDS)   # not yet
+    assert outbox.due(11.0) == 0.0
+    # WHEN the batch is due
+    outbox.pack()
+    records = RecordReader().feed(os.read(read_fd, 1 << 20))
+    # THEN one record per stream, stamped with its first write, every byte in order
+    assert [(r.kind, r.fields[0]) for r in records] == [("C", "stdout"), ("C", "stderr")]
+    assert records[0].fields[1] == "10.000000"
+    assert records[0].payload == b"".join(b"step %d\n" % i for i in range(1000))
 
 
 def test_outbox_to_a_dead_reader_gives_up_quietly():
     read_fd, write_fd = os.pipe()
     os.close(read_fd)
     outbox = Outbox(write_fd)
-    outbox.lines("stderr", 2.0, [b"after the sidecar died"])
+    outbox.chunk("stderr", 2.0, b"after the sidecar died\n")
     outbox.control("T")
     assert outbox.broken and not outbox.waiting
