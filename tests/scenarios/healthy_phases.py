@@ -283,6 +283,10 @@ def main() -> None:
     run_phase(phase_ranks())
     for step in range(4, 6):
         train_step(model, optimizer, step)
+    # as training scripts end (accelerate's end_training): all ranks done before the teardown;
+    # without it torch 2.13's gloo aborts a rank at exit now and then ("terminate called
+    # without an active exception"), with or without stalldoc
+    dist.barrier()
     dist.destroy_process_group()
 
 
