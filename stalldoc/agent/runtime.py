@@ -62,6 +62,7 @@ class Agent:
         self.cuda: cuda_telemetry.CudaMarkers | None = None
         self._allocator: tuple[tuple[int, int, int, int, int] | None, float] = (None, 0.0)
         self._cuda_off = False
+        self._cuda_module: Any = None
 
     # ----- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -92,7 +93,7 @@ class Agent:
         if "torch" not in sys.modules:
             return   # no CUDA without torch: its telemetry module is not even imported
         try:
-            from stalldoc.agent import cuda as cuda_telemetry
+            cuda_telemetry = self._cuda_module or self._import_cuda()
             if self.cuda is None:
                 self.cuda = cuda_telemetry.attach(sys.modules)
                 allocator = True
@@ -113,6 +114,12 @@ class Agent:
             self.cuda = None
             self._cuda_off = True
             report_failure(self.directory, exc, "CUDA telemetry disabled")
+
+    def _import_cuda(self) -> Any:
+        """The CUDA telemetry module, imported once (not on every beat of this thread)."""
+        from stalldoc.agent import cuda as cuda_telemetry
+        self._cuda_module = cuda_telemetry
+        return cuda_telemetry
 
     def _at_exit(self) -> None:
         if self.enabled:
