@@ -1,6 +1,9 @@
 """Errors stalldoc reports to the user as one line, each with its documented exit code."""
 from __future__ import annotations
 
+import traceback
+from pathlib import Path
+
 EXIT_STALL_KILLED = 124   # --on-stall kill ended the job after a stall was diagnosed
 EXIT_STALLDOC_FAILED = 125  # stalldoc could not start watching; the job was not launched
 EXIT_NOT_EXECUTABLE = 126
@@ -47,3 +50,14 @@ class PtraceDenied(StalldocError):
         "with /proc/sys/kernel/yama/ptrace_scope set to 0 or 1 (the agent allows its watcher under "
         "scope 1). Until then stalldoc falls back to a faulthandler dump (Python frames only)."
     )
+
+
+def log_traceback(path: Path) -> str:
+    """Append the exception being handled to ``path`` (best effort); its last line, to say."""
+    text = traceback.format_exc()
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError:
+        pass
+    return text.strip().splitlines()[-1]

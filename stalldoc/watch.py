@@ -11,7 +11,6 @@ import json
 import os
 import socket
 import time
-import traceback
 from collections import Counter
 from typing import Iterable
 
@@ -20,7 +19,7 @@ import psutil
 from stalldoc.agent.statefile import STATUS_EXCEPTION
 from stalldoc.check import failed, launch_window
 from stalldoc.detect.progress import ProgressTracker
-from stalldoc.errors import StalldocError
+from stalldoc.errors import StalldocError, log_traceback
 from stalldoc.history import Histories, gpu_util_by_rank
 from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.launch.job import JobTree
@@ -182,13 +181,7 @@ class Watcher:
             self.agents_probe.sweep({r.pid for r in self.ranks.values()}, self.startup_costs)
 
     def _internal_error(self, what: str = "watching stopped (job runs on)") -> None:
-        text = traceback.format_exc()
-        try:
-            with open(self.run_dir / INTERNAL_ERRORS, "a", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError:
-            pass
-        self.say(f"internal error, {what}: {text.strip().splitlines()[-1]}")
+        self.say(f"internal error, {what}: {log_traceback(self.run_dir / INTERNAL_ERRORS)}")
 
     # ----- one tick ---------------------------------------------------------------------------
     def tick(self, now: float) -> None:

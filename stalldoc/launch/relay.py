@@ -14,11 +14,10 @@ import selectors
 import signal
 import sys
 import time
-import traceback
 from types import FrameType
 from typing import Callable
 
-from stalldoc.errors import EXIT_STALL_KILLED, StalldocError
+from stalldoc.errors import EXIT_STALL_KILLED, StalldocError, log_traceback
 from stalldoc.launch.foreground import Foreground
 from stalldoc.launch.inject import agent_environment
 from stalldoc.launch.job import Ending, Job, become_subreaper, resolve_command
@@ -94,14 +93,8 @@ class Relay:
         self.terminal.close()
 
     def _internal_error(self) -> None:
-        text = traceback.format_exc()
-        try:
-            with open(self.run_dir / RELAY_ERRORS, "a", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError:
-            pass
         self.say(f"internal error in the relay, only copying output now: "
-                 f"{text.strip().splitlines()[-1]}")
+                 f"{log_traceback(self.run_dir / RELAY_ERRORS)}")
 
     def _launch(self) -> None:
         deadline = time.time() + LAUNCH_WAIT
