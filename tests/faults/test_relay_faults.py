@@ -139,8 +139,11 @@ def _zombie(proc: psutil.Process) -> bool:
 @pytest.mark.parametrize("end_detached", [False, True])
 def test_leftovers_attached_are_ended_detached_daemons_are_left_running(tmp_path, end_detached):
     # GIVEN a job that leaves a child in its group and a daemon that detached itself (setsid)
+    # (the job ends once its daemon has detached, as a daemon does at its start)
     script = ("sleep 300 & echo attached $!; "
-              "setsid sleep 300 < /dev/null > /dev/null 2>&1 & echo detached $!; exit 0")
+              "setsid sleep 300 < /dev/null > /dev/null 2>&1 & d=$!; echo detached $d; "
+              "while [ \"$(cut -d' ' -f6 /proc/$d/stat)\" = \"$(cut -d' ' -f6 /proc/$$/stat)\" ]; "
+              "do sleep 0.05; done; exit 0")
     options = ["--end-detached"] if end_detached else []
     result = watch(tmp_path, ["sh", "-c", script], *options)
     pids = dict(line.split() for line in result.stdout.splitlines())
