@@ -102,14 +102,20 @@ def report(run_dir: Path, fmt: str) -> None:
 
     Exit 0, or 1 when RUN_DIR is not a run directory this version can read.
     """
+    from stalldoc.errors import RunDirError
     from stalldoc.report.build import build_report
     from stalldoc.report.text import render_report
 
     try:
         doc = build_report(run_dir)
+        text = json.dumps(doc, indent=2, default=str) if fmt == "json" else render_report(doc)
     except StalldocError as error:
         fail(error)
-    click.echo(json.dumps(doc, indent=2, default=str) if fmt == "json" else render_report(doc))
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        # values of the wrong type in a damaged database, found while rendering them
+        fail(RunDirError(f"{run_dir}: damaged run database ({type(exc).__name__}: "
+                         f"{str(exc)[:200]})"))
+    click.echo(text)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

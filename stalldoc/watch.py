@@ -44,6 +44,7 @@ from stalldoc.store.db import RunStore
 EXIT_SETTLE_SECONDS = 2.0   # wait this long after a death for the launcher's report of it
 INTERNAL_ERRORS = "stalldoc-errors.log"
 SWEEP_SECONDS = 5.0
+MAX_ERROR_KINDS = 20   # distinct tick errors written out in full; later ones are only counted
 
 
 class Watcher:
@@ -79,6 +80,8 @@ class Watcher:
         self.started_at = time.time()
         self.startup_costs = StartupCosts()
         self.swept_at = 0.0
+        self.tick_errors = 0
+        self.tick_error_kinds: set[str] = set()
 
     @property
     def ending(self) -> bool:
@@ -100,6 +103,8 @@ class Watcher:
         self.store.start_run(self.run_dir.name, list(self.opts.argv), socket.gethostname(),
                              self.started_at, self.opts.stall_timeout, self.opts.agent)
         self.say(f"watching pid {self.link.job_pid}; run directory {self.run_dir}")
+        if self.store.journal.reason:
+            self.say(self.store.journal.reason)
         for probe, why in self.sampler.unavailable.items():
             self.store.probe_unavailable(probe, why)
             self.say(f"{probe} probe off: {why}")
@@ -139,8 +144,20 @@ class Watcher:
 
     def _loop(self) -> None:
         while self.link.job_code is None and not self._job_gone():
-            self.tick(time.time())
+            self._safe_tick(time.time())
             time.sleep(self.opts.interval)
+
+    def _safe_tick(self, now: float) -> None:
+        """One tick; whatever it raises is written down, said once per kind, and the next tick
+        runs: one bad value never stops the watching."""
+        try:
+            self.tick(now)
+        except Exception as exc:  # noqa: BLE001 - never harm the job, never stop watching
+            self.tick_errors += 1
+            kind = f"{type(exc).__name__}: {str(exc)[:160]}"
+            if kind not in self.tick_error_kinds and len(self.tick_error_kinds) < MAX_ERROR_KINDS:
+                self.tick_error_kinds.add(kind)
+                self._internal_error("tick skipped, watching goes on")
 
     def _job_gone(self) -> bool:
         """Without the relay (it was killed) nobody tells us the job ended: its tree is gone."""
@@ -155,6 +172,8 @@ class Watcher:
             dropped = self.link.dropped + self.logs.dropped
             if dropped:
                 self.store.set_meta("dropped_log_lines", str(dropped))
+            if self.tick_errors:
+                self.store.set_meta("tick_errors", str(self.tick_errors))
             self._store_startup_costs()
             self.store.end_run(time.time(), code)
             self.store.close()
@@ -201,9 +220,10 @@ class Watcher:
         self._collect_exits(now, final=False)
         self._check_stall(now, agents)
         self._tick_rules(now, agents)
-        self.store.add_tick(sample)
         self._publish(now, sample)
         self._status(now)
+        self.store.add_tick(sample)
+        self.store.compact(now, self.tracker.threshold() + self.store.policy.around_before)
 
     def _discover(self, now: float) -> None:
         procs = self.job.descendants(exclude=os.getpid())

@@ -132,4 +132,35 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def synthetic_tick(t: float, ranks: int, gpus: int, phase: str, seed: int = 0,
+                   phases: tuple[Any, ...] = ()) -> Any:
+    """One tick of a GRPO-like job as the probes would give it: ranks in ``phase`` with memory
+    and CPU that vary from tick to tick, GPUs used by them, the node, and the probes' runs.
+    ``phases``: the completed phases every rank's agent reports (its ring)."""
+    import random
+    from stalldoc.agent.state_reader import AgentSnapshot
+    from stalldoc.model import GpuProcess, GpuSample, HostMemory, HostSample, ProbeRun
+    from stalldoc.sampling import Tick
+    rng = random.Random(hash((t, seed)))
+    host = {r: HostSample(t, r, 1000 + r, t / 2, (8 << 30) + rng.randrange(1 << 30),
+                          40 + rng.randrange(8), rng.choice(("running", "sleeping")),
+                          (200 << 30) - rng.randrange(1 << 34), rng.uniform(0, 100),
+                          rng.randrange(3), rng.uniform(0, 50), rng.uniform(0, 1e6))
+            for r in range(ranks)}
+    agents = {r: AgentSnapshot(1000 + r, r, r % 8, ranks, 0, 0.0, t, int(t), t, None,
+                               ("step", phase), "", len(phases), phases, ())
+              for r in range(ranks)}
+    gpu = tuple(GpuSample(t, g, f"GPU-{g}", "H100", (40 << 30) + rng.randrange(1 << 33), 80 << 30,
+                          rng.randrange(101), rng.randrange(101), rng.uniform(0, 1e9),
+                          rng.uniform(0, 1e9), rng.uniform(100, 700),
+                          (GpuProcess(1000 + g, 30 << 30, g if g < ranks else None),))
+                for g in range(gpus))
+    node = HostMemory(t, (200 << 30) - rng.randrange(1 << 34), 256 << 30, 0.0,
+                      rng.uniform(0, 1e6), rng.uniform(0, 30), 64)
+    probes = (ProbeRun("host", t, True, rng.uniform(0.001, 0.01)),
+              ProbeRun("nvml", t, rng.random() > 0.01, rng.uniform(0.001, 0.02),
+                       "" if rng.random() > 0.5 else "NVMLError_Unknown"))
+    return Tick(t, host, node, gpu, agents, probes)
+
+
 __all__ = ["SCENARIOS", "torchrun", "launcher", "watch", "pid_alive", "signal"]

@@ -115,9 +115,9 @@ def test_sigterm_ends_the_whole_job_tree(tmp_path):
 def test_sigint_is_forwarded_to_the_job(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([*STALLDOC, "watch", "--run-dir", str(run_dir), "--", "sh", "-c",
-                             "trap 'exit 42' INT; while true; do sleep 0.1; done"],
-                            stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
+                             "trap 'exit 42' INT; echo trapped; while true; do sleep 0.1; done"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "trapped\n"  # the job runs
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 42
 

@@ -13,6 +13,7 @@ _RANK_SERIES = ("t, rank, status, phase, cpu_percent, rss_bytes, gpu_memory_byte
                 "cuda_allocated, cuda_reserved, cuda_host_marker, cuda_gpu_marker")
 _GPU_SERIES = ("t, gpu, memory_used, memory_total, util_gpu, util_memory, pcie_tx_bps, "
                "pcie_rx_bps, power_w, processes, ranks, phase")
+_NODE_SERIES = "t, available_bytes, total_bytes, swap_in_bps, swap_out_bps, load1, cores"
 _PEAKS = ("MAX(rss_bytes) AS peak_rss_bytes, MAX(gpu_memory_bytes) AS peak_gpu_memory_bytes, "
           "MAX(COALESCE(cuda_peak_allocated, cuda_allocated)) AS peak_cuda_allocated_bytes, "
           "MAX(cuda_reserved) AS peak_cuda_reserved_bytes, "
@@ -23,30 +24,28 @@ def _rows(conn: sqlite3.Connection, sql: str, *args: Any) -> list[dict[str, Any]
     return [dict(row) for row in conn.execute(sql, args)]
 
 
-def _thinned(conn: sqlite3.Connection, sql: str, key: str) -> list[dict[str, Any]]:
-    """Rows of ``sql`` (ordered by key, t), at most MAX_POINTS per value of ``key``."""
-    rows = _rows(conn, sql)
-    counts: dict[Any, int] = {}
-    for row in rows:
-        counts[row[key]] = counts.get(row[key], 0) + 1
-    seen: dict[Any, int] = {}
-    out = []
-    for row in rows:
-        n = seen[row[key]] = seen.get(row[key], -1) + 1
-        stride = -(-counts[row[key]] // MAX_POINTS)
-        if n % stride == 0:
-            out.append(row)
-    return out
+def version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0])
+
+
+def _thinned(conn: sqlite3.Connection, columns: str, table: str, key: str) -> list[dict[str, Any]]:
+    """Rows of ``table`` ordered by key and time, at most MAX_POINTS per value of ``key``
+    (every stride-th row), thinned in SQL so a long run is never loaded whole."""
+    return _rows(conn, f"""
+        SELECT {columns} FROM (
+            SELECT {columns}, ROW_NUMBER() OVER (PARTITION BY {key} ORDER BY t) - 1 AS i,
+                   COUNT(*) OVER (PARTITION BY {key}) AS c FROM {table})
+        WHERE i % ((c + {MAX_POINTS - 1}) / {MAX_POINTS}) = 0 ORDER BY {key}, t""")
 
 
 def timeseries(conn: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
-    gpus = _thinned(conn, f"SELECT {_GPU_SERIES} FROM gpu_samples ORDER BY gpu, t", "gpu")
+    gpus = _thinned(conn, _GPU_SERIES, "gpu_samples", "gpu")
     for row in gpus:
         row["ranks"] = json.loads(row["ranks"])
-    return {"ranks": _thinned(conn, f"SELECT {_RANK_SERIES} FROM samples ORDER BY rank, t", "rank"),
+    return {"ranks": _thinned(conn, _RANK_SERIES, "samples", "rank"),
             "gpus": gpus,
-            "node": [{k: v for k, v in row.items() if k != "one"} for row in
-                     _thinned(conn, "SELECT *, 1 AS one FROM node_samples ORDER BY t", "one")]}
+            "node": _thinned(conn, _NODE_SERIES, "node_samples", "1")}
 
 
 def watermarks(conn: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
@@ -60,7 +59,8 @@ def gpus(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     """Each GPU over the run: its memory peak, mean utilisation, and who used it."""
     out = _rows(conn, "SELECT gpu, MAX(uuid) AS uuid, MAX(name) AS name, "
                       "MAX(memory_total) AS memory_total, MAX(memory_used) AS peak_memory_used, "
-                      "ROUND(AVG(util_gpu), 1) AS util_gpu_mean, MAX(processes) AS max_processes, "
+                      f"ROUND({_mean(conn, 'util_gpu')}, 1) AS util_gpu_mean, "
+                      "MAX(processes) AS max_processes, "
                       "MAX(power_w) AS peak_power_w FROM gpu_samples GROUP BY gpu ORDER BY gpu")
     for gpu in out:
         ranks: set[int] = set()
@@ -71,16 +71,25 @@ def gpus(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     return out
 
 
+def _mean(conn: sqlite3.Connection, column: str) -> str:
+    """The SQL mean of ``column`` over samples, each downsampled row weighted by the samples it
+    stands for (schema 4; earlier rows are one sample each)."""
+    if version(conn) < 4:
+        return f"AVG({column})"
+    return f"SUM({column} * n) * 1.0 / NULLIF(SUM(CASE WHEN {column} IS NOT NULL THEN n END), 0)"
+
+
 def gpu_phases(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     """PCIe bytes moved and mean GPU utilisation per phase of the GPU's rank (rate x interval)."""
-    return _rows(conn, """
-        WITH s AS (SELECT phase, util_gpu, pcie_tx_bps, pcie_rx_bps,
+    n = "n" if version(conn) >= 4 else "1 AS n"
+    return _rows(conn, f"""
+        WITH s AS (SELECT phase, util_gpu, pcie_tx_bps, pcie_rx_bps, {n},
                           t - LAG(t) OVER (PARTITION BY gpu ORDER BY t) AS dt
                    FROM gpu_samples)
         SELECT COALESCE(phase, '') AS phase, ROUND(SUM(dt), 3) AS gpu_seconds,
                CAST(SUM(pcie_tx_bps * dt) AS INTEGER) AS pcie_tx_bytes,
                CAST(SUM(pcie_rx_bps * dt) AS INTEGER) AS pcie_rx_bytes,
-               ROUND(AVG(util_gpu), 1) AS util_gpu_mean
+               ROUND({_mean(conn, 'util_gpu')}, 1) AS util_gpu_mean
         FROM s WHERE dt IS NOT NULL GROUP BY COALESCE(phase, '') ORDER BY phase""")
 
 
@@ -93,18 +102,30 @@ def host(conn: sqlite3.Connection) -> dict[str, Any]:
     return dict(row)
 
 
-def probes(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Each probe: available or why not, runs, failures, mean and max seconds, its last error."""
+def _probe_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Each probe's runs, failures, skipped samples, mean / max seconds and last error."""
+    if version(conn) >= 4:
+        return _rows(conn, "SELECT probe, 1 AS available, '' AS unavailable, runs, failures, "
+                           "skipped, total_seconds / runs AS mean_seconds, max_seconds, last_error "
+                           "FROM probe_stats")
     out = _rows(conn, "SELECT probe, 1 AS available, '' AS unavailable, COUNT(*) AS runs, "
-                      "SUM(1 - ok) AS failures, AVG(seconds) AS mean_seconds, "
+                      "SUM(1 - ok) AS failures, 0 AS skipped, AVG(seconds) AS mean_seconds, "
                       "MAX(seconds) AS max_seconds FROM probe_runs GROUP BY probe")
     for probe in out:
         last = conn.execute("SELECT error FROM probe_runs WHERE probe = ? AND ok = 0 "
                             "ORDER BY t DESC LIMIT 1", (probe["probe"],)).fetchone()
         probe["last_error"] = last[0] if last else ""
+    return out
+
+
+def probes(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Each probe: available or why not, runs, failures, skipped samples, mean and max seconds,
+    its last error."""
+    out = _probe_runs(conn)
     for key, why in conn.execute("SELECT key, value FROM meta WHERE key LIKE 'unavailable:%'"):
         out.append({"probe": key.split(":", 1)[1], "available": 0, "unavailable": why, "runs": 0,
-                    "failures": 0, "mean_seconds": None, "max_seconds": None, "last_error": ""})
+                    "failures": 0, "skipped": 0, "mean_seconds": None, "max_seconds": None,
+                    "last_error": ""})
     for probe in out:
         probe["available"] = bool(probe["available"])
     return sorted(out, key=lambda p: p["probe"])

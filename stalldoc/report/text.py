@@ -57,11 +57,13 @@ def telemetry_lines(doc: dict[str, Any]) -> list[str]:
                       f"{_gib(host['peak_swap_in_bps'])}/s / {_gib(host['peak_swap_out_bps'])}/s, "
                       f"peak load {host['peak_load1']:.1f} on {host['cores']} cores"]
     troubled = [p for p in doc.get("probes", []) if not p["available"] or p["failures"]]
-    if troubled:
+    if troubled or any(p.get("skipped") for p in doc.get("probes", [])):
         lines += ["", "Probes off or failing:"]
         lines += [f"  {p['probe']}: " + (p["unavailable"] or
                                          f"{p['failures']} of {p['runs']} runs failed, last: "
                                          f"{p['last_error']}") for p in troubled]
+    skipping = [p for p in doc.get("probes", []) if p.get("skipped")]
+    lines += [f"  {p['probe']}: {p['skipped']} bad sample(s) skipped" for p in skipping]
     return lines
 
 
@@ -75,6 +77,17 @@ def _overhead(run: dict[str, Any]) -> list[str]:
     if run.get("dropped_log_lines"):
         lines.append(f"  log     : {run['dropped_log_lines']} line(s) not analysed (the sidecar "
                      f"lagged; the job's output was complete)")
+    if run.get("pruned_log_lines"):
+        lines.append(f"  log     : {run['pruned_log_lines']} line(s) between the first and the "
+                     f"latest ones not kept (log budget)")
+    if run.get("pruned_stall_stacks"):
+        lines.append(f"  stacks  : kept for the first and latest stalls; "
+                     f"{run['pruned_stall_stacks']} stall(s) in between without them")
+    if run.get("tick_errors"):
+        lines.append(f"  watcher : {run['tick_errors']} tick(s) skipped on an internal error "
+                     f"(stalldoc-errors.log)")
+    if run.get("journal_mode") == "delete":
+        lines.append("  store   : rollback journal (the run directory is on a network filesystem)")
     return lines
 
 

@@ -1,7 +1,9 @@
-"""The run database: SQLite in WAL mode inside the run directory, with a schema version.
+"""The run database: SQLite inside the run directory (WAL on local disks, a rollback journal on
+network filesystems: ``journal.py``), with a schema version (``schema.py``) and a retention policy
+that keeps it bounded over days (``retention.py``).
 
-The watcher is the only writer (one connection, one thread); readers open it read-only and refuse
-a database whose schema they do not know.
+The watcher is the only writer (one connection, one thread); readers (``reader.py``) open it
+read-only and refuse a database whose schema they do not know.
 """
 from __future__ import annotations
 
@@ -12,60 +14,21 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable
 
-from stalldoc.errors import RunDirError
-from stalldoc.model import (Finding, GpuSample, HostSample, RankExit, RankProcess, RankStacks,
-                            StallEpisode)
+from stalldoc.model import (Finding, GpuSample, HostSample, ProbeRun, RankExit, RankProcess,
+                            RankStacks, StallEpisode)
 from stalldoc.sampling import Tick
+from stalldoc.store.journal import JournalChoice, choose_journal
+from stalldoc.store.phase_hist import duration_bin
+from stalldoc.store.reader import open_reader
+from stalldoc.store.retention import (TABLES, LogBudget, RetentionPolicy, downsample, gaps,
+                                      protected, prune_stacks)
+from stalldoc.store.schema import (DB_NAME, DDL, GPU_COLUMNS, NODE_COLUMNS, READABLE_VERSIONS,
+                                   SAMPLE_COLUMNS, SCHEMA_VERSION)
 
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = ("2", "3")   # 3 added stalls.work and the samples' work columns
-DB_NAME = "run.db"
-
-_SCHEMA = """
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE run (id TEXT PRIMARY KEY, command TEXT NOT NULL, node TEXT NOT NULL,
-                  started_at REAL NOT NULL, ended_at REAL, exit_code INTEGER,
-                  stall_timeout REAL NOT NULL, agent INTEGER NOT NULL);
-CREATE TABLE ranks (rank INTEGER NOT NULL, pid INTEGER NOT NULL, local_rank INTEGER,
-                    cmdline TEXT NOT NULL, first_seen REAL NOT NULL, ended_at REAL,
-                    exit_code INTEGER, signal INTEGER, exit_source TEXT,
-                    PRIMARY KEY (rank, pid));
-CREATE TABLE samples (t REAL NOT NULL, rank INTEGER NOT NULL, cpu_seconds REAL, rss_bytes INTEGER,
-                      threads INTEGER, status TEXT, host_available_bytes INTEGER,
-                      marker_seq INTEGER, collective_seq INTEGER, phase TEXT,
-                      cpu_percent REAL, gpu_memory_bytes INTEGER, cuda_allocated INTEGER,
-                      cuda_reserved INTEGER, cuda_peak_allocated INTEGER,
-                      cuda_alloc_retries INTEGER, cuda_ooms INTEGER, cuda_host_marker INTEGER,
-                      cuda_gpu_marker INTEGER, cuda_host_label TEXT, cuda_gpu_label TEXT,
-                      children INTEGER, children_cpu_percent REAL, io_bps REAL);
-CREATE INDEX samples_t ON samples (t);
-CREATE TABLE node_samples (t REAL NOT NULL, available_bytes INTEGER, total_bytes INTEGER,
-                           swap_in_bps REAL, swap_out_bps REAL, load1 REAL, cores INTEGER);
-CREATE TABLE gpu_samples (t REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT, name TEXT,
-                          memory_used INTEGER, memory_total INTEGER, util_gpu INTEGER,
-                          util_memory INTEGER, pcie_tx_bps REAL, pcie_rx_bps REAL, power_w REAL,
-                          processes INTEGER, ranks TEXT NOT NULL, phase TEXT);
-CREATE INDEX gpu_samples_t ON gpu_samples (gpu, t);
-CREATE TABLE probe_runs (t REAL NOT NULL, probe TEXT NOT NULL, ok INTEGER NOT NULL,
-                         seconds REAL NOT NULL, error TEXT NOT NULL);
-CREATE TABLE stalls (id INTEGER PRIMARY KEY, started_at REAL NOT NULL, detected_at REAL NOT NULL,
-                     ended_at REAL, threshold REAL NOT NULL, ranks TEXT NOT NULL,
-                     phases TEXT NOT NULL DEFAULT '{}', work TEXT NOT NULL DEFAULT '{}');
-CREATE TABLE stacks (stall_id INTEGER, rank INTEGER NOT NULL, pid INTEGER NOT NULL, t REAL NOT NULL,
-                     method TEXT NOT NULL, error TEXT NOT NULL, threads TEXT NOT NULL);
-CREATE TABLE findings (id INTEGER PRIMARY KEY, t REAL NOT NULL, stall_id INTEGER, code TEXT NOT NULL,
-                       name TEXT NOT NULL, severity TEXT NOT NULL, ranks TEXT NOT NULL,
-                       summary TEXT NOT NULL, evidence TEXT NOT NULL, fix TEXT NOT NULL,
-                       trigger TEXT NOT NULL DEFAULT 'stall', updated_at REAL,
-                       resolved_at REAL, occurrences INTEGER NOT NULL DEFAULT 1);
-CREATE TABLE phases (rank INTEGER NOT NULL, name TEXT NOT NULL, started_at REAL NOT NULL,
-                     ended_at REAL NOT NULL, PRIMARY KEY (rank, name, started_at));
-CREATE TABLE logs (t REAL NOT NULL, stream TEXT NOT NULL, line TEXT NOT NULL);
-"""
+__all__ = ["DB_NAME", "READABLE_VERSIONS", "SCHEMA_VERSION", "RunStore", "open_reader", "redact"]
 
 _SECRET_FLAG = re.compile(r"(token|key|secret|password|passwd|credential|auth)", re.I)
 _SECRET_VALUE = re.compile(r"^(hf_|sk-|ghp_|xox[bp]-|AKIA)[A-Za-z0-9_\-]{8,}")
-MAX_LOG_LINES = 200_000
 
 
 def redact(argv: list[str]) -> list[str]:
@@ -95,13 +58,22 @@ def redact(argv: list[str]) -> list[str]:
 class RunStore:
     """The watcher's writer."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, policy: RetentionPolicy = RetentionPolicy(),
+                 journal: JournalChoice | None = None) -> None:
         self.path = run_dir / DB_NAME
+        self.journal = journal or choose_journal(run_dir)
+        self.policy = policy
         self.conn = sqlite3.connect(self.path, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.executescript(_SCHEMA)
-        self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        self.log_lines = 0
+        for pragma in self.journal.pragmas:
+            self.conn.execute(pragma)
+        self.conn.executescript(DDL)
+        self.conn.executemany("INSERT INTO meta VALUES (?, ?)", [
+            ("schema_version", str(SCHEMA_VERSION)), ("journal_mode", self.journal.mode),
+            ("filesystem", self.journal.filesystem)])
+        self.logs = LogBudget(policy.log_head_bytes, policy.log_tail_bytes)
+        self.compacted_until = 0.0
+        self.pruned_stacks = 0
+        self._phase_keys: dict[int, set[tuple[str, float]]] = {}
         self.conn.commit()
 
     def start_run(self, run_id: str, argv: list[str], node: str, started_at: float,
@@ -112,14 +84,17 @@ class RunStore:
         self.conn.commit()
 
     def probe_unavailable(self, probe: str, why: str) -> None:
-        self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"unavailable:{probe}", why))
-        self.conn.commit()
+        self.set_meta(f"unavailable:{probe}", why)
 
     def set_meta(self, key: str, value: str) -> None:
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
         self.conn.commit()
 
     def end_run(self, ended_at: float, exit_code: int | None) -> None:
+        for key, value in (("pruned_log_lines", self.logs.pruned_lines),
+                           ("pruned_stall_stacks", self.pruned_stacks)):
+            if value:
+                self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(value)))
         self.conn.execute("UPDATE run SET ended_at = ?, exit_code = ?", (ended_at, exit_code))
         self.conn.commit()
 
@@ -135,32 +110,41 @@ class RunStore:
 
     def add_tick(self, tick: Tick) -> None:
         """Everything one tick of the probes saw, committed together."""
-        self.conn.executemany(f"INSERT INTO samples VALUES ({', '.join('?' * 24)})",
+        self.conn.executemany(_insert("samples", SAMPLE_COLUMNS),
                               [_sample_row(tick, s) for s in tick.host.values()])
         if tick.node is not None:
             n = tick.node
-            self.conn.execute("INSERT INTO node_samples VALUES (?, ?, ?, ?, ?, ?, ?)",
+            self.conn.execute(_insert("node_samples", NODE_COLUMNS),
                               (n.t, n.available_bytes, n.total_bytes, n.swap_in_bps,
                                n.swap_out_bps, n.load1, n.cores))
-        self.conn.executemany(f"INSERT INTO gpu_samples VALUES ({', '.join('?' * 14)})",
+        self.conn.executemany(_insert("gpu_samples", GPU_COLUMNS),
                               [_gpu_row(tick, g) for g in tick.gpus])
-        self.conn.executemany("INSERT INTO probe_runs VALUES (?, ?, ?, ?, ?)",
-                              [(p.t, p.probe, int(p.ok), p.seconds, p.error) for p in tick.probes])
+        self.conn.executemany(_PROBE_UPSERT, [_probe_row(p) for p in tick.probes])
         for rank, agent in tick.agents.items():
             self.add_phases(rank, agent.phases)
         self.conn.commit()
 
     def add_phases(self, rank: int, phases: Iterable[Any]) -> None:
+        """The phases a rank's agent reports as ended (the same ones come back tick after tick
+        while they stay in its ring): each new one stored, and summed into its phase's stats."""
+        current = {(p.name, p.started_at): p.ended_at for p in phases}
+        seen = self._phase_keys.get(rank, set())
+        new = [(name, start, end) for (name, start), end in current.items()
+               if (name, start) not in seen]
+        self._phase_keys[rank] = set(current)
         self.conn.executemany("INSERT OR IGNORE INTO phases VALUES (?, ?, ?, ?)",
-                              [(rank, p.name, p.started_at, p.ended_at) for p in phases])
+                              [(rank, *row) for row in new])
+        self.conn.executemany(_PHASE_STATS, [(name, end - start) for name, start, end in new])
+        self.conn.executemany(_PHASE_HIST, [(name, duration_bin(end - start), end - start)
+                                            for name, start, end in new])
 
     def add_logs(self, lines: list[Any]) -> None:
-        room = MAX_LOG_LINES - self.log_lines
-        if room <= 0 or not lines:
+        """Log lines, within the log budget (the first ones kept, then the latest)."""
+        if not lines:
             return
         self.conn.executemany("INSERT INTO logs VALUES (?, ?, ?)",
-                              [(x.t, x.stream, x.text) for x in lines[:room]])
-        self.log_lines += min(room, len(lines))
+                              [(x.t, x.stream, x.text) for x in lines])
+        self.logs.added(self.conn, sum(len(x.text) + 24 for x in lines))
 
     def save_stall(self, episode: StallEpisode) -> None:
         work = {str(r): {**asdict(w), "seen": w.describe()} for r, w in episode.work.items()}
@@ -172,9 +156,12 @@ class RunStore:
         self.conn.commit()
 
     def add_stacks(self, stall_id: int | None, stacks: Iterable[RankStacks]) -> None:
+        """The stacks of a stall; those of stalls between the first and the latest few go."""
         self.conn.executemany("INSERT INTO stacks VALUES (?, ?, ?, ?, ?, ?, ?)", [
             (stall_id, s.rank, s.pid, s.t, s.method, s.error,
              json.dumps([asdict(t) for t in s.threads])) for s in stacks])
+        self.pruned_stacks += prune_stacks(self.conn, self.policy.stacks_first_stalls,
+                                           self.policy.stacks_last_stalls)
 
     def add_findings(self, t: float, stall_id: int | None, findings: Iterable[Finding],
                      trigger: str = "stall") -> list[int]:
@@ -205,6 +192,19 @@ class RunStore:
         self.conn.execute("UPDATE findings SET resolved_at = ? WHERE stall_id = ? AND "
                           "resolved_at IS NULL", (t, stall_id))
 
+    def compact(self, now: float, keep_seconds: float) -> None:
+        """Downsample what is older than ``keep_seconds`` (at least the policy's full-resolution
+        span) and outside every stall's and finding's surroundings; at most once a bucket."""
+        horizon = now - max(keep_seconds, self.policy.full_resolution_seconds)
+        if horizon - self.compacted_until < self.policy.bucket_seconds:
+            return
+        for lo, hi in gaps(self.compacted_until, horizon, protected(self.conn, self.policy)):
+            for table in TABLES:
+                downsample(self.conn, table, lo, hi, self.policy.bucket_seconds)
+            self.conn.execute("DELETE FROM phases WHERE ended_at >= ? AND ended_at < ?", (lo, hi))
+        self.compacted_until = horizon
+        self.conn.commit()
+
     def commit(self) -> None:
         self.conn.commit()
 
@@ -213,8 +213,28 @@ class RunStore:
         self.conn.close()
 
 
+_PROBE_UPSERT = (
+    "INSERT INTO probe_stats VALUES (?, 1, ?, ?, ?, ?, ?) ON CONFLICT (probe) DO UPDATE SET "
+    "runs = runs + 1, failures = failures + excluded.failures, "
+    "skipped = skipped + excluded.skipped, total_seconds = total_seconds + excluded.total_seconds,"
+    " max_seconds = MAX(max_seconds, excluded.max_seconds), last_error = CASE WHEN "
+    "excluded.last_error != '' THEN excluded.last_error ELSE last_error END")
+_PHASE_STATS = ("INSERT INTO phase_stats VALUES (?1, 1, ?2) ON CONFLICT (name) DO UPDATE SET "
+                "count = count + 1, max = MAX(max, excluded.max)")
+_PHASE_HIST = ("INSERT INTO phase_hist VALUES (?1, ?2, 1, ?3) ON CONFLICT (name, bin) DO UPDATE "
+               "SET count = count + 1, total = total + excluded.total")
+
+
+def _insert(table: str, columns: tuple[str, ...]) -> str:
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, default=str)
+
+
+def _probe_row(p: ProbeRun) -> tuple[Any, ...]:
+    return (p.probe, int(not p.ok), getattr(p, "skipped", 0), p.seconds, p.seconds, p.error)
 
 
 def _sample_row(tick: Tick, s: HostSample) -> tuple[Any, ...]:
@@ -238,24 +258,3 @@ def _gpu_row(tick: Tick, g: GpuSample) -> tuple[Any, ...]:
             g.util_memory, g.pcie_tx_bps, g.pcie_rx_bps, g.power_w,
             len(g.processes) if g.processes is not None else None, json.dumps(list(ranks)),
             "/".join(agent.phase_stack) if agent else None)
-
-
-def open_reader(run_dir: Path) -> sqlite3.Connection:
-    """Open a run database read-only, refusing what this version cannot read."""
-    path = Path(run_dir) / DB_NAME
-    if not Path(run_dir).is_dir():
-        raise RunDirError(f"not a directory: {run_dir}")
-    if not path.is_file():
-        raise RunDirError(f"no stalldoc run database in {run_dir} (expected {DB_NAME})")
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        conn.row_factory = sqlite3.Row
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    except sqlite3.DatabaseError as exc:
-        raise RunDirError(f"{path} is not a readable stalldoc database ({exc})") from exc
-    if row is None or row[0] not in READABLE_VERSIONS:
-        found = row[0] if row else "none"
-        raise RunDirError(f"{path} has schema version {found}; this stalldoc reads "
-                          f"{SCHEMA_VERSION}")
-    return conn
-

@@ -1,0 +1,161 @@
+"""What the run database keeps over days, and how it forgets the rest.
+
+- Samples (ranks, GPUs, node) stay at full resolution for the latest minutes (at least
+  ``full_resolution_seconds``, and more than the stall threshold so a stall's lead-up is whole)
+  and around every stall and finding; older ones are downsampled into one row per bucket
+  (``bucket_seconds``) and rank / GPU and phase. A downsampled row keeps the peaks (memory,
+  counters, swap rates), the lowest available memory, the sample-weighted means of the other
+  rates and of utilisation, the last status, and how many samples it stands for (``n``):
+  watermarks stay exact.
+- Raw phase rows are dropped on the same schedule; their durations were summed into
+  ``phase_stats`` / ``phase_hist`` when they arrived.
+- Stacks are kept for the first and the latest stalls.
+- Log lines: the first ``log_head_bytes`` for good, then a rolling ``log_tail_bytes``.
+"""
+from __future__ import annotations
+
+import sqlite3
+from collections import deque
+from dataclasses import dataclass
+
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    bucket_seconds: float = 60.0
+    full_resolution_seconds: float = 600.0
+    around_before: float = 300.0        # full resolution kept before a stall / finding
+    around_after: float = 60.0          # and after it
+    log_head_bytes: int = 8 << 20
+    log_tail_bytes: int = 56 << 20
+    stacks_first_stalls: int = 20
+    stacks_last_stalls: int = 30
+
+
+def _weighted(column: str) -> str:
+    return (f"SUM({column} * n) * 1.0 / NULLIF(SUM(CASE WHEN {column} IS NOT NULL THEN n END), 0)")
+
+
+# table -> (group key, {column: aggregate}, columns whose last value is kept)
+_SAMPLES = ("rank, phase", {
+    "t": "MAX(t)", "rank": "rank", "cpu_seconds": "MAX(cpu_seconds)",
+    "rss_bytes": "MAX(rss_bytes)", "threads": "MAX(threads)", "status": "MAX(last_status)",
+    "host_available_bytes": "MIN(host_available_bytes)", "marker_seq": "MAX(marker_seq)",
+    "collective_seq": "MAX(collective_seq)", "phase": "phase",
+    "cpu_percent": _weighted("cpu_percent"), "gpu_memory_bytes": "MAX(gpu_memory_bytes)",
+    "cuda_allocated": "MAX(cuda_allocated)", "cuda_reserved": "MAX(cuda_reserved)",
+    "cuda_peak_allocated": "MAX(cuda_peak_allocated)",
+    "cuda_alloc_retries": "MAX(cuda_alloc_retries)", "cuda_ooms": "MAX(cuda_ooms)",
+    "cuda_host_marker": "MAX(cuda_host_marker)", "cuda_gpu_marker": "MAX(cuda_gpu_marker)",
+    "cuda_host_label": "MAX(last_cuda_host_label)", "cuda_gpu_label": "MAX(last_cuda_gpu_label)",
+    "children": "MAX(children)", "children_cpu_percent": _weighted("children_cpu_percent"),
+    "io_bps": _weighted("io_bps"), "n": "SUM(n)"}, ("status", "cuda_host_label",
+                                                    "cuda_gpu_label"))
+_GPUS = ("gpu, phase", {
+    "t": "MAX(t)", "gpu": "gpu", "uuid": "MAX(uuid)", "name": "MAX(name)",
+    "memory_used": "MAX(memory_used)", "memory_total": "MAX(memory_total)",
+    "util_gpu": _weighted("util_gpu"), "util_memory": _weighted("util_memory"),
+    "pcie_tx_bps": _weighted("pcie_tx_bps"), "pcie_rx_bps": _weighted("pcie_rx_bps"),
+    "power_w": "MAX(power_w)", "processes": "MAX(processes)", "ranks": "MAX(last_ranks)",
+    "phase": "phase", "n": "SUM(n)"}, ("ranks",))
+_NODE = ("", {
+    "t": "MAX(t)", "available_bytes": "MIN(available_bytes)", "total_bytes": "MAX(total_bytes)",
+    "swap_in_bps": "MAX(swap_in_bps)", "swap_out_bps": "MAX(swap_out_bps)",
+    "load1": "MAX(load1)", "cores": "MAX(cores)", "n": "SUM(n)"}, ())
+TABLES = {"samples": _SAMPLES, "gpu_samples": _GPUS, "node_samples": _NODE}
+
+
+def _downsample_sql(table: str) -> str:
+    key, aggregates, last = TABLES[table]
+    bucket = "CAST(t / :bucket AS INTEGER)"
+    group = f"{key}, b" if key else "b"
+    lasts = "".join(f", FIRST_VALUE({c}) OVER w AS last_{c}" for c in last)
+    partition = f"{key}, {bucket}" if key else bucket
+    window = f" WINDOW w AS (PARTITION BY {partition} ORDER BY t DESC)" if last else ""
+    columns = ", ".join(aggregates)
+    return (f"WITH s AS (SELECT *, {bucket} AS b{lasts} FROM {table} "
+            f"WHERE t >= :lo AND t < :hi AND rowid <= :top{window}) "
+            f"INSERT INTO {table} ({columns}) SELECT {', '.join(aggregates.values())} "
+            f"FROM s GROUP BY {group}")
+
+
+def downsample(conn: sqlite3.Connection, table: str, lo: float, hi: float,
+               bucket: float) -> int:
+    """Replace the rows of ``table`` in [lo, hi) by one row per bucket and key; rows removed."""
+    top = conn.execute(f"SELECT MAX(rowid) FROM {table}").fetchone()[0]
+    if top is None:
+        return 0
+    args = {"lo": lo, "hi": hi, "bucket": bucket, "top": top}
+    added = conn.execute(_downsample_sql(table), args).rowcount
+    removed = conn.execute(f"DELETE FROM {table} WHERE t >= :lo AND t < :hi AND rowid <= :top",
+                           args).rowcount
+    return removed - added
+
+
+def protected(conn: sqlite3.Connection, policy: RetentionPolicy) -> list[Interval]:
+    """Time spans kept at full resolution: a stall's lead-up to its detection and its end, and
+    each finding's opening and resolution (not the hours a hang may last)."""
+    before, after = policy.around_before, policy.around_after
+    spans = []
+    for start, detected, end in conn.execute("SELECT started_at, detected_at, ended_at FROM stalls"):
+        spans.append((start - before, detected + after))
+        if end is not None:
+            spans.append((end - before, end + after))
+    for t, resolved in conn.execute("SELECT t, resolved_at FROM findings WHERE trigger != 'launch'"):
+        spans.append((t - before, t + after))
+        if resolved is not None:
+            spans.append((resolved - before, resolved + after))
+    return spans
+
+
+def gaps(lo: float, hi: float, keep: list[Interval]) -> list[Interval]:
+    """The parts of [lo, hi) outside every interval of ``keep``."""
+    out, start = [], lo
+    for a, b in sorted(keep):
+        if b <= start or a >= hi:
+            continue
+        if a > start:
+            out.append((start, a))
+        start = max(start, b)
+    if start < hi:
+        out.append((start, hi))
+    return out
+
+
+def prune_stacks(conn: sqlite3.Connection, first: int, last: int) -> int:
+    """Drop the stacks of stalls other than the first ``first`` and the latest ``last``; how
+    many stalls lost theirs."""
+    ids = [row[0] for row in conn.execute(
+        "SELECT DISTINCT stall_id FROM stacks WHERE stall_id IS NOT NULL ORDER BY stall_id")]
+    middle = ids[first:len(ids) - last] if len(ids) > first + last else []
+    conn.executemany("DELETE FROM stacks WHERE stall_id = ?", [(i,) for i in middle])
+    return len(middle)
+
+
+class LogBudget:
+    """Keeps the first ``head`` bytes of log lines, then a rolling ``tail`` of the latest."""
+
+    def __init__(self, head: int, tail: int) -> None:
+        self.head, self.tail = head, tail
+        self.head_bytes = 0
+        self.head_rowid = 0
+        self.tail_bytes = 0
+        self.batches: deque[tuple[int, int]] = deque()   # (last rowid, bytes) of tail batches
+        self.pruned_lines = 0
+
+    def added(self, conn: sqlite3.Connection, size: int) -> None:
+        """A batch of ``size`` bytes was just inserted: account for it, drop the oldest tail."""
+        last = conn.execute("SELECT MAX(rowid) FROM logs").fetchone()[0] or 0
+        if self.head_bytes < self.head:
+            self.head_bytes += size
+            self.head_rowid = last
+            return
+        self.batches.append((last, size))
+        self.tail_bytes += size
+        while self.tail_bytes > self.tail and len(self.batches) > 1:
+            rowid, dropped = self.batches.popleft()
+            self.tail_bytes -= dropped
+            self.pruned_lines += conn.execute(
+                "DELETE FROM logs WHERE rowid > ? AND rowid <= ?",
+                (self.head_rowid, rowid)).rowcount

@@ -1,0 +1,76 @@
+"""The run database's tables and their version.
+
+Version 4 keeps the store bounded over days: old samples are downsampled into rows that stand for
+``n`` samples (``samples.n``, ``gpu_samples.n``, ``node_samples.n``), phase durations are summed
+into ``phase_stats`` / ``phase_hist`` as they arrive, and probe runs into ``probe_stats``.
+Readers take versions 2 to 4.
+"""
+from __future__ import annotations
+
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = ("2", "3", "4")   # 3 added stalls.work and the samples' work columns
+DB_NAME = "run.db"
+
+SAMPLE_COLUMNS = ("t", "rank", "cpu_seconds", "rss_bytes", "threads", "status",
+                  "host_available_bytes", "marker_seq", "collective_seq", "phase", "cpu_percent",
+                  "gpu_memory_bytes", "cuda_allocated", "cuda_reserved", "cuda_peak_allocated",
+                  "cuda_alloc_retries", "cuda_ooms", "cuda_host_marker", "cuda_gpu_marker",
+                  "cuda_host_label", "cuda_gpu_label", "children", "children_cpu_percent",
+                  "io_bps")
+GPU_COLUMNS = ("t", "gpu", "uuid", "name", "memory_used", "memory_total", "util_gpu",
+               "util_memory", "pcie_tx_bps", "pcie_rx_bps", "power_w", "processes", "ranks",
+               "phase")
+NODE_COLUMNS = ("t", "available_bytes", "total_bytes", "swap_in_bps", "swap_out_bps", "load1",
+                "cores")
+
+DDL = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE run (id TEXT PRIMARY KEY, command TEXT NOT NULL, node TEXT NOT NULL,
+                  started_at REAL NOT NULL, ended_at REAL, exit_code INTEGER,
+                  stall_timeout REAL NOT NULL, agent INTEGER NOT NULL);
+CREATE TABLE ranks (rank INTEGER NOT NULL, pid INTEGER NOT NULL, local_rank INTEGER,
+                    cmdline TEXT NOT NULL, first_seen REAL NOT NULL, ended_at REAL,
+                    exit_code INTEGER, signal INTEGER, exit_source TEXT,
+                    PRIMARY KEY (rank, pid));
+CREATE TABLE samples (t REAL NOT NULL, rank INTEGER NOT NULL, cpu_seconds REAL, rss_bytes INTEGER,
+                      threads INTEGER, status TEXT, host_available_bytes INTEGER,
+                      marker_seq INTEGER, collective_seq INTEGER, phase TEXT,
+                      cpu_percent REAL, gpu_memory_bytes INTEGER, cuda_allocated INTEGER,
+                      cuda_reserved INTEGER, cuda_peak_allocated INTEGER,
+                      cuda_alloc_retries INTEGER, cuda_ooms INTEGER, cuda_host_marker INTEGER,
+                      cuda_gpu_marker INTEGER, cuda_host_label TEXT, cuda_gpu_label TEXT,
+                      children INTEGER, children_cpu_percent REAL, io_bps REAL,
+                      n INTEGER NOT NULL DEFAULT 1);
+CREATE INDEX samples_t ON samples (t);
+CREATE TABLE node_samples (t REAL NOT NULL, available_bytes INTEGER, total_bytes INTEGER,
+                           swap_in_bps REAL, swap_out_bps REAL, load1 REAL, cores INTEGER,
+                           n INTEGER NOT NULL DEFAULT 1);
+CREATE INDEX node_samples_t ON node_samples (t);
+CREATE TABLE gpu_samples (t REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT, name TEXT,
+                          memory_used INTEGER, memory_total INTEGER, util_gpu INTEGER,
+                          util_memory INTEGER, pcie_tx_bps REAL, pcie_rx_bps REAL, power_w REAL,
+                          processes INTEGER, ranks TEXT NOT NULL, phase TEXT,
+                          n INTEGER NOT NULL DEFAULT 1);
+CREATE INDEX gpu_samples_t ON gpu_samples (gpu, t);
+CREATE INDEX gpu_samples_time ON gpu_samples (t);
+CREATE TABLE probe_stats (probe TEXT PRIMARY KEY, runs INTEGER NOT NULL, failures INTEGER NOT NULL,
+                          skipped INTEGER NOT NULL, total_seconds REAL NOT NULL,
+                          max_seconds REAL NOT NULL, last_error TEXT NOT NULL);
+CREATE TABLE stalls (id INTEGER PRIMARY KEY, started_at REAL NOT NULL, detected_at REAL NOT NULL,
+                     ended_at REAL, threshold REAL NOT NULL, ranks TEXT NOT NULL,
+                     phases TEXT NOT NULL DEFAULT '{}', work TEXT NOT NULL DEFAULT '{}');
+CREATE TABLE stacks (stall_id INTEGER, rank INTEGER NOT NULL, pid INTEGER NOT NULL, t REAL NOT NULL,
+                     method TEXT NOT NULL, error TEXT NOT NULL, threads TEXT NOT NULL);
+CREATE TABLE findings (id INTEGER PRIMARY KEY, t REAL NOT NULL, stall_id INTEGER, code TEXT NOT NULL,
+                       name TEXT NOT NULL, severity TEXT NOT NULL, ranks TEXT NOT NULL,
+                       summary TEXT NOT NULL, evidence TEXT NOT NULL, fix TEXT NOT NULL,
+                       trigger TEXT NOT NULL DEFAULT 'stall', updated_at REAL,
+                       resolved_at REAL, occurrences INTEGER NOT NULL DEFAULT 1);
+CREATE TABLE phases (rank INTEGER NOT NULL, name TEXT NOT NULL, started_at REAL NOT NULL,
+                     ended_at REAL NOT NULL, PRIMARY KEY (rank, name, started_at));
+CREATE INDEX phases_ended ON phases (ended_at);
+CREATE TABLE phase_stats (name TEXT PRIMARY KEY, count INTEGER NOT NULL, max REAL NOT NULL);
+CREATE TABLE phase_hist (name TEXT NOT NULL, bin INTEGER NOT NULL, count INTEGER NOT NULL,
+                         total REAL NOT NULL, PRIMARY KEY (name, bin));
+CREATE TABLE logs (t REAL NOT NULL, stream TEXT NOT NULL, line TEXT NOT NULL);
+"""

@@ -1,0 +1,203 @@
+"""``stalldoc report`` reads finished, live, killed and copied runs without writing into them,
+and says in one line (exit 1) what it cannot read: a damaged database, a missing table, bad
+JSON, a directory it may not enter. Hypothesis damages a real run database at random."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from support import synthetic_tick
+from stalldoc.cli import main
+from stalldoc.model import Finding, LogLine, Severity, StallEpisode
+from stalldoc.store.db import RunStore
+
+T0 = 1_700_000_000.0
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+def _store(run_dir: Path, seconds: int = 30) -> RunStore:
+    store = RunStore(run_dir)
+    store.start_run(run_dir.name, ["swift", "rlhf"], "node", T0, 45, True)
+    for i in range(seconds):
+        store.add_tick(synthetic_tick(T0 + i, 2, 1, "rollout"))
+    store.save_stall(StallEpisode(1, T0 + 5, T0 + 20, 15, (0, 1)))
+    store.add_findings(T0 + 20, 1, [Finding("SD101", "rank-outside-collective", Severity.ERROR,
+                                            (1,), "rank 1 not in all_reduce #7",
+                                            {"frames": ["load (data.py:18)"]}, "look")])
+    store.add_logs([LogLine(T0, "stdout", "global_step 1/10")])
+    store.commit()
+    return store
+
+
+def _run(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    store = _store(run_dir)
+    store.end_run(T0 + 30, 0)
+    store.close()
+    return run_dir
+
+
+def _report(run_dir: Path, *prefix: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*prefix, sys.executable, "-m", "stalldoc", "report", str(run_dir),
+                           "--format", "json"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def _one_line_failure(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    return result.stderr
+
+
+def test_a_finished_run_is_read_without_leaving_files(tmp_path):
+    run_dir = _run(tmp_path)
+    before = sorted(os.listdir(run_dir))
+    result = _report(run_dir)
+    assert result.returncode == 0 and '"rank 1 not in all_reduce #7"' in result.stdout
+    assert sorted(os.listdir(run_dir)) == before == ["run.db"]
+
+
+def test_a_live_run_is_read_while_the_watcher_writes(tmp_path):
+    store = _store(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    result = _report(tmp_path)
+    assert result.returncode == 0 and '"SD101"' in result.stdout
+    assert sorted(os.listdir(tmp_path)) == before == ["run.db", "run.db-shm", "run.db-wal"]
+    store.close()
+
+
+def test_a_killed_run_copied_without_its_shared_memory_file_keeps_its_last_writes(tmp_path):
+    live = tmp_path / "live"
+    live.mkdir()
+    store = _store(live)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("run.db", "run.db-wal"):   # what a copy taken after a crash may hold
+        shutil.copyfile(live / name, copy / name)
+    result = _report(copy)
+    assert result.returncode == 0 and '"SD101"' in result.stdout   # only in the WAL
+    assert sorted(os.listdir(copy)) == ["run.db", "run.db-wal"]
+    store.close()
+
+
+@pytest.fixture
+def shared_tmp():
+    """A directory another user may enter (pytest's own is private to root)."""
+    path = Path(tempfile.mkdtemp(prefix="stalldoc-reader-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def _as_nobody_possible() -> bool:
+    return os.geteuid() == 0 and shutil.which("setpriv") is not None
+
+
+@pytest.mark.skipif(not _as_nobody_possible(), reason="needs root and setpriv to read as nobody")
+def test_a_read_only_copy_is_read_by_another_user(tmp_path, shared_tmp):
+    run_dir = shared_tmp / "copy"
+    shutil.copytree(_run(tmp_path), run_dir)
+    for path in (run_dir / "run.db", run_dir):
+        path.chmod(0o444 if path.is_file() else 0o555)
+    result = _report(run_dir, *NOBODY)
+    assert result.returncode == 0, result.stderr
+    assert '"SD101"' in result.stdout
+    assert os.listdir(run_dir) == ["run.db"]
+
+
+@pytest.mark.skipif(not _as_nobody_possible(), reason="needs root and setpriv to read as nobody")
+def test_a_run_directory_that_cannot_be_entered(tmp_path, shared_tmp):
+    private = shared_tmp / "private"
+    shutil.copytree(_run(tmp_path), private / "run")
+    private.chmod(0o700)
+    stderr = _one_line_failure(_report(private / "run", *NOBODY))
+    assert "cannot read" in stderr and "ermission denied" in stderr
+
+
+def _damage_page(run_dir: Path) -> None:
+    size = (run_dir / "run.db").stat().st_size
+    with open(run_dir / "run.db", "r+b") as fh:
+        for offset in range(4096, size, 4096):
+            fh.seek(offset)
+            fh.write(b"\xff" * 64)
+
+
+def _sql(run_dir: Path, statement: str) -> None:
+    conn = sqlite3.connect(run_dir / "run.db")
+    with conn:
+        conn.execute(statement)
+    conn.close()
+
+
+def _drop_findings(run_dir: Path) -> None:
+    _sql(run_dir, "DROP TABLE findings")
+
+
+def _bad_json(run_dir: Path) -> None:
+    _sql(run_dir, "UPDATE findings SET evidence = '{\"frames\": [trunc'")
+
+
+def _truncated(run_dir: Path) -> None:
+    os.truncate(run_dir / "run.db", 6000)
+
+
+@pytest.mark.parametrize("damage, says", [(_damage_page, "not a readable stalldoc database"),
+                                          (_drop_findings, "no such table: findings"),
+                                          (_bad_json, "damaged run database"),
+                                          (_truncated, "not a readable stalldoc database")])
+def test_a_damaged_run_is_one_line_and_exit_1(tmp_path, damage, says):
+    run_dir = _run(tmp_path)
+    damage(run_dir)
+    before = sorted(os.listdir(run_dir))
+    assert says in _one_line_failure(_report(run_dir))
+    assert sorted(os.listdir(run_dir)) == before
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    return _run(tmp_path_factory.mktemp("pristine")) / "run.db"
+
+
+_TABLES = ("run", "ranks", "samples", "stalls", "findings", "stacks", "phase_stats",
+           "phase_hist", "probe_stats", "node_samples", "gpu_samples", "meta")
+_VALUES = st.one_of(st.none(), st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=True),
+                    st.text(max_size=30), st.binary(max_size=30),
+                    st.sampled_from(["{", "[]", "null", "{\"frames\": 3}", "1e999", "4"]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flips=st.lists(st.tuples(st.integers(0, 60_000), st.binary(min_size=1, max_size=16)),
+                      max_size=4),
+       cell=st.tuples(st.sampled_from(_TABLES), st.integers(0, 30), _VALUES),
+       cut=st.one_of(st.none(), st.integers(0, 60_000)))
+def test_report_of_a_randomly_damaged_run_is_a_report_or_one_line(tmp_path, pristine, flips,
+                                                                  cell, cut):
+    run_dir = Path(tempfile.mkdtemp(dir=tmp_path))
+    shutil.copyfile(pristine, run_dir / "run.db")
+    table, column, value = cell
+    conn = sqlite3.connect(run_dir / "run.db")
+    names = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+    with contextlib.suppress(sqlite3.IntegrityError), conn:   # NOT NULL: another damage then
+        conn.execute(f"UPDATE {table} SET {names[column % len(names)]} = ?", (value,))
+    conn.close()
+    data = bytearray((run_dir / "run.db").read_bytes())
+    for offset, chunk in flips:
+        data[offset:offset + len(chunk)] = chunk
+    (run_dir / "run.db").write_bytes(bytes(data[:cut] if cut is not None else data))
+    for fmt in ("json", "text"):
+        result = CliRunner().invoke(main, ["report", str(run_dir), "--format", fmt])
+        assert result.exit_code in (0, 1), result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), \
+            repr(result.exception)
+    assert os.listdir(run_dir) == ["run.db"]
