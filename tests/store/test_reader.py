@@ -4,6 +4,7 @@ JSON, a directory it may not enter. Hypothesis damages a real run database at ra
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sqlite3
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from support import synthetic_tick
 from stalldoc.cli import main
 from stalldoc.model import Finding, LogLine, Severity, StallEpisode
+from stalldoc.report.build import build_report
 from stalldoc.store.db import RunStore
 
 T0 = 1_700_000_000.0
@@ -201,3 +203,22 @@ def test_report_of_a_randomly_damaged_run_is_a_report_or_one_line(tmp_path, pris
         assert result.exception is None or isinstance(result.exception, SystemExit), \
             repr(result.exception)
     assert os.listdir(run_dir) == ["run.db"]
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def test_a_schema_3_run_reads_as_the_version_that_wrote_it(tmp_path):
+    # run_v3.sql: the database of a real `stalldoc demo` written by schema 3 (stalldoc 5e5b482);
+    # report_v3.json: that version's own report of it. Every field it had is unchanged.
+    conn = sqlite3.connect(tmp_path / "run.db")
+    conn.executescript((FIXTURES / "run_v3.sql").read_text())
+    conn.close()
+    old = json.loads((FIXTURES / "report_v3.json").read_text())
+    new = json.loads(json.dumps(build_report(tmp_path), default=str))
+    assert new["run"]["schema_version"] == 3
+    assert {k: new["run"][k] for k in old["run"]} == old["run"]
+    assert [{k: p[k] for k in old["probes"][0]} for p in new["probes"]] == old["probes"]
+    for key in old:
+        if key not in ("run", "probes"):
+            assert new[key] == old[key], key

@@ -1,0 +1,151 @@
+"""The run store over a long run: its size on disk, the write cost per tick, and the cost of
+``stalldoc report`` on it, with the retention policy against the same feed without retention.
+
+A GRPO-like run is fed through the real RunStore tick by tick (simulated clock, 1 s interval):
+every rank's host sample, every GPU, the node, the probes, phases ending (a 60 s step of six
+phases), the job printing a few lines a second, three stalls with their stacks and findings,
+and tick findings opening and resolving. The baseline keeps every row (no retention) for
+``--baseline-hours`` and is extrapolated to the run's length.
+
+    python benchmarks/store_size.py                       # 24 h, 64 ranks, 8 GPUs
+    python benchmarks/store_size.py --hours 2 --ranks 8   # quicker
+Targets (issue 13): 24 h x 64 ranks x 8 GPUs <= 200 MB on disk; its report <= 5 s, <= 300 MB.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from stalldoc.agent.state_reader import AgentSnapshot, PhaseRecord  # noqa: E402
+from stalldoc.model import (Finding, GpuProcess, GpuSample, HostMemory, HostSample,  # noqa: E402
+                            LogLine, ProbeRun, RankStacks, Severity, StallEpisode)
+from stalldoc.sampling import Tick  # noqa: E402
+from stalldoc.store.db import RunStore  # noqa: E402
+from stalldoc.store.retention import RetentionPolicy  # noqa: E402
+
+T0 = 1_790_000_000.0
+PHASES = ("rollout", "generate", "reward", "step", "weight_sync", "offload_model")
+LINE = ("Train: {pct}%|███▌      | {i}/86400 [00:{s:02d}<10:00, 1.2it/s] {{'loss': 0.0123, "
+        "'grad_norm': 0.52, 'learning_rate': 9.9e-07, 'reward': 0.61, 'completions/mean_length'"
+        ": 412.5}}")
+NO_RETENTION = RetentionPolicy(full_resolution_seconds=1e12, log_head_bytes=1 << 62)
+
+
+class Feed:
+    """Ticks of a run with ``ranks`` ranks and ``gpus`` GPUs, cheap to make."""
+
+    def __init__(self, ranks: int, gpus: int) -> None:
+        self.ranks, self.gpus = ranks, gpus
+        self.rings: dict[int, tuple[PhaseRecord, ...]] = {r: () for r in range(ranks)}
+
+    def tick(self, i: int) -> Tick:
+        t = T0 + i
+        phase = PHASES[(i // 10) % len(PHASES)]
+        if i % 10 == 9:
+            for r in range(self.ranks):
+                self.rings[r] = (self.rings[r] + (PhaseRecord(phase, t - 9.5 + r * 1e-3, t),))[-16:]
+        host = {r: HostSample(t, r, 1000 + r, i * 0.9, (20 << 30) + (i * 7919 + r) % (1 << 30), 64,
+                              "running", 1 << 40, 90.0 + (i + r) % 10, 2, 5.0, 1e5 + r)
+                for r in range(self.ranks)}
+        agents = {r: AgentSnapshot(1000 + r, r, r % 8, self.ranks, 0, T0, t, i, t, None,
+                                   ("train", phase), "", len(self.rings[r]), self.rings[r], ())
+                  for r in range(self.ranks)}
+        gpus = tuple(GpuSample(t, g, f"GPU-{g}", "NVIDIA H100 80GB HBM3",
+                               (60 << 30) + (i * 104729 + g) % (1 << 32), 80 << 30, (i + g) % 101,
+                               (i * 3 + g) % 101, 2e9 + g, 1e9 + g, 550.0,
+                               (GpuProcess(1000 + g, 59 << 30, g),)) for g in range(self.gpus))
+        node = HostMemory(t, 1 << 40, 2 << 40, 0.0, 0.0, 40.0, 192)
+        probes = tuple(ProbeRun(name, t, True, 0.004) for name in ("host", "node", "nvml", "agent"))
+        return Tick(t, host, node, gpus, agents, probes)
+
+
+def _events(store: RunStore, i: int, ranks: int) -> None:
+    """Three stalls a day with stacks and findings; a slow-rank finding every 40 minutes."""
+    t = T0 + i
+    if i % 28_800 == 14_400:
+        stall = i // 28_800 + 1
+        store.save_stall(StallEpisode(stall, t - 45, t, 45, tuple(range(ranks))))
+        store.add_stacks(stall, [RankStacks(r, 1000 + r, t, "py-spy", ()) for r in range(ranks)])
+        store.add_findings(t, stall, [Finding("SD101", "rank-outside-collective", Severity.ERROR,
+                                              (3,), "rank 3 not in all_reduce #9", {}, "fix")])
+    if i % 2400 == 1200:
+        store.add_findings(t, None, [Finding("SD108", "slow-rank", Severity.WARNING, (0,),
+                                             "rank 0 slow", {}, "wait")], "tick")
+
+
+def fill(run_dir: Path, seconds: int, ranks: int, gpus: int, lines_per_s: int,
+         policy: RetentionPolicy) -> float:
+    """Feed ``seconds`` of the run; the mean write cost per tick in ms."""
+    store = RunStore(run_dir, policy)
+    store.start_run(run_dir.name, ["swift", "rlhf", "--rlhf_type", "grpo"], "node", T0, 45, True)
+    feed, spent = Feed(ranks, gpus), 0.0
+    for i in range(seconds):
+        tick = feed.tick(i)
+        lines = [LogLine(tick.t, "stderr", LINE.format(pct=i * 100 // 86400, i=i, s=i % 60))
+                 for _ in range(lines_per_s)]
+        started = time.perf_counter()
+        store.add_logs(lines)
+        store.add_tick(tick)
+        _events(store, i, ranks)
+        store.compact(tick.t, 45 + policy.around_before)
+        spent += time.perf_counter() - started
+    store.end_run(T0 + seconds, 0)
+    store.close()
+    return 1000 * spent / seconds
+
+
+def report_cost(run_dir: Path) -> tuple[float, float]:
+    """(seconds, peak MB) of ``stalldoc report --format json`` on the run, in a fresh process."""
+    code = ("import resource, sys; from stalldoc.cli import main\n"
+            "try:\n    main(['report', sys.argv[1], '--format', 'json'])\n"
+            "except SystemExit:\n    pass\n"
+            "sys.stderr.write(f'{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n')")
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    return time.perf_counter() - started, int(out.stderr.split()[-1]) / 1024
+
+
+def size_mb(run_dir: Path) -> float:
+    return sum(p.stat().st_size for p in run_dir.iterdir()) / 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--hours", type=float, default=24)
+    parser.add_argument("--baseline-hours", type=float, default=1)
+    parser.add_argument("--ranks", type=int, default=64)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--lines-per-second", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {"retention": (Path(tmp) / "retention", args.hours, RetentionPolicy()),
+                "none (baseline)": (Path(tmp) / "baseline", args.baseline_hours, NO_RETENTION)}
+        print(f"{args.ranks} ranks, {args.gpus} GPUs, {args.lines_per_second} log lines/s, "
+              f"1 s interval; baseline over {args.baseline_hours:g} h, extrapolated")
+        print("| retention | hours | store MB | MB per 24 h | write ms/tick | report s | "
+              "report peak MB |\n|---|---|---|---|---|---|---|")
+        per_day = {}
+        for name, (run_dir, hours, policy) in runs.items():
+            run_dir.mkdir()
+            write_ms = fill(run_dir, int(hours * 3600), args.ranks, args.gpus,
+                            args.lines_per_second, policy)
+            seconds, peak = report_cost(run_dir)
+            size = size_mb(run_dir)
+            per_day[name] = size * 24 / hours
+            print(f"| {name} | {hours:g} | {size:.1f} | {per_day[name]:.0f} | {write_ms:.2f} | "
+                  f"{seconds:.2f} | {peak:.0f} |")
+        print(f"\nsize per day with retention / without: "
+              f"{per_day['retention'] / per_day['none (baseline)']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
