@@ -81,6 +81,7 @@ class Watcher:
         self.startup_costs = StartupCosts()
         self.swept_at = 0.0
         self.tick_errors = 0
+        self.store_trouble_said = False
         self.tick_error_kinds: set[str] = set()
 
     @property
@@ -158,6 +159,10 @@ class Watcher:
             if kind not in self.tick_error_kinds and len(self.tick_error_kinds) < MAX_ERROR_KINDS:
                 self.tick_error_kinds.add(kind)
                 self._internal_error("tick skipped, watching goes on")
+        if self.store.write_errors and not self.store_trouble_said:
+            self.store_trouble_said = True
+            self.say(f"the run store cannot be written ({self.store.first_error}); watching and "
+                     f"diagnosis go on here, without the run directory")
 
     def _job_gone(self) -> bool:
         """Without the relay (it was killed) nobody tells us the job ended: its tree is gone."""

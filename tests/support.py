@@ -132,6 +132,16 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def why_no_tmpfs() -> str:
+    """Why a test cannot mount a small tmpfs in a private mount namespace ('' when it can)."""
+    import shutil
+    if shutil.which("unshare") is None:
+        return "unshare is not installed"
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+                           capture_output=True, text=True)
+    return "" if probe.returncode == 0 else f"cannot mount a tmpfs here: {probe.stderr.strip()}"
+
+
 def synthetic_tick(t: float, ranks: int, gpus: int, phase: str, seed: int = 0,
                    phases: tuple[Any, ...] = ()) -> Any:
     """One tick of a GRPO-like job as the probes would give it: ranks in ``phase`` with memory

@@ -7,12 +7,13 @@ read-only and refuse a database whose schema they do not know.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sqlite3
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 from stalldoc.model import (Finding, GpuSample, HostSample, ProbeRun, RankExit, RankProcess,
                             RankStacks, StallEpisode)
@@ -55,6 +56,24 @@ def redact(argv: list[str]) -> list[str]:
     return out
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _guarded(default: Any = None) -> Callable[[F], F]:
+    """A write that fails (disk full, I/O error, a damaged file) is counted and dropped, never
+    raised: the watching and the live diagnosis go on without the store."""
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def guarded(self: RunStore, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except (sqlite3.Error, OSError) as exc:
+                self.failed(exc)
+                return default() if callable(default) else default
+        return guarded  # type: ignore[return-value]
+    return wrap
+
+
 class RunStore:
     """The watcher's writer."""
 
@@ -74,8 +93,19 @@ class RunStore:
         self.compacted_until = 0.0
         self.pruned_stacks = 0
         self._phase_keys: dict[int, set[tuple[str, float]]] = {}
+        self.write_errors = 0
+        self.first_error = ""
         self.conn.commit()
 
+    def failed(self, exc: BaseException) -> None:
+        self.write_errors += 1
+        self.first_error = self.first_error or f"{type(exc).__name__}: {exc}"
+        try:
+            self.conn.rollback()
+        except sqlite3.Error:
+            pass
+
+    @_guarded()
     def start_run(self, run_id: str, argv: list[str], node: str, started_at: float,
                   stall_timeout: float, agent: bool) -> None:
         self.conn.execute("INSERT INTO run VALUES (?, ?, ?, ?, NULL, NULL, ?, ?)",
@@ -83,13 +113,16 @@ class RunStore:
                            int(agent)))
         self.conn.commit()
 
+    @_guarded()
     def probe_unavailable(self, probe: str, why: str) -> None:
         self.set_meta(f"unavailable:{probe}", why)
 
+    @_guarded()
     def set_meta(self, key: str, value: str) -> None:
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
         self.conn.commit()
 
+    @_guarded()
     def end_run(self, ended_at: float, exit_code: int | None) -> None:
         for key, value in (("pruned_log_lines", self.logs.pruned_lines),
                            ("pruned_stall_stacks", self.pruned_stacks)):
@@ -98,16 +131,19 @@ class RunStore:
         self.conn.execute("UPDATE run SET ended_at = ?, exit_code = ?", (ended_at, exit_code))
         self.conn.commit()
 
+    @_guarded()
     def add_rank(self, rank: RankProcess, t: float) -> None:
         self.conn.execute("INSERT OR IGNORE INTO ranks (rank, pid, local_rank, cmdline, first_seen)"
                           " VALUES (?, ?, ?, ?, ?)", (rank.rank, rank.pid, rank.local_rank,
                                                       json.dumps(redact(list(rank.cmdline))), t))
 
+    @_guarded()
     def rank_exit(self, exit: RankExit) -> None:
         self.conn.execute("UPDATE ranks SET ended_at = ?, exit_code = ?, signal = ?, exit_source = ?"
                           " WHERE rank = ? AND pid = ?", (exit.t, exit.exit_code, exit.signal,
                                                           exit.source, exit.rank, exit.pid))
 
+    @_guarded()
     def add_tick(self, tick: Tick) -> None:
         """Everything one tick of the probes saw, committed together."""
         self.conn.executemany(_insert("samples", SAMPLE_COLUMNS),
@@ -138,6 +174,7 @@ class RunStore:
         self.conn.executemany(_PHASE_HIST, [(name, duration_bin(end - start), end - start)
                                             for name, start, end in new])
 
+    @_guarded()
     def add_logs(self, lines: list[Any]) -> None:
         """Log lines, within the log budget (the first ones kept, then the latest)."""
         if not lines:
@@ -146,6 +183,7 @@ class RunStore:
                               [(x.t, x.stream, x.text) for x in lines])
         self.logs.added(self.conn, sum(len(x.text) + 24 for x in lines))
 
+    @_guarded()
     def save_stall(self, episode: StallEpisode) -> None:
         work = {str(r): {**asdict(w), "seen": w.describe()} for r, w in episode.work.items()}
         self.conn.execute("INSERT OR REPLACE INTO stalls VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -155,6 +193,7 @@ class RunStore:
                            json.dumps(work)))
         self.conn.commit()
 
+    @_guarded()
     def add_stacks(self, stall_id: int | None, stacks: Iterable[RankStacks]) -> None:
         """The stacks of a stall; those of stalls between the first and the latest few go."""
         self.conn.executemany("INSERT INTO stacks VALUES (?, ?, ?, ?, ?, ?, ?)", [
@@ -163,6 +202,7 @@ class RunStore:
         self.pruned_stacks += prune_stacks(self.conn, self.policy.stacks_first_stalls,
                                            self.policy.stacks_last_stalls)
 
+    @_guarded(list)
     def add_findings(self, t: float, stall_id: int | None, findings: Iterable[Finding],
                      trigger: str = "stall") -> list[int]:
         """Store findings; returns their ids (in order)."""
@@ -177,6 +217,7 @@ class RunStore:
         self.conn.commit()
         return ids
 
+    @_guarded()
     def update_finding(self, row_id: int, t: float, finding: Finding, occurrences: int) -> None:
         """A finding that still holds: its latest summary, evidence and count."""
         self.conn.execute("UPDATE findings SET updated_at = ?, ranks = ?, summary = ?, "
@@ -184,14 +225,17 @@ class RunStore:
                           (t, json.dumps(list(finding.ranks)), finding.summary,
                            _json(finding.evidence), occurrences, row_id))
 
+    @_guarded()
     def resolve_finding(self, row_id: int, t: float) -> None:
         self.conn.execute("UPDATE findings SET resolved_at = ? WHERE id = ?", (t, row_id))
 
+    @_guarded()
     def resolve_stall_findings(self, stall_id: int, t: float) -> None:
         """Progress resumed: the findings of that stall no longer hold."""
         self.conn.execute("UPDATE findings SET resolved_at = ? WHERE stall_id = ? AND "
                           "resolved_at IS NULL", (t, stall_id))
 
+    @_guarded()
     def compact(self, now: float, keep_seconds: float) -> None:
         """Downsample what is older than ``keep_seconds`` (at least the policy's full-resolution
         span) and outside every stall's and finding's surroundings; at most once a bucket."""
@@ -205,9 +249,11 @@ class RunStore:
         self.compacted_until = horizon
         self.conn.commit()
 
+    @_guarded()
     def commit(self) -> None:
         self.conn.commit()
 
+    @_guarded()
     def close(self) -> None:
         self.conn.commit()
         self.conn.close()

@@ -4,7 +4,6 @@ agent off instead of killing the job, short-lived processes leave nothing behind
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ import pytest
 
 from stalldoc.launch.inject import agent_environment
 from stalldoc.probes import faulthandler_dump
-from support import watch
+from support import watch, why_no_tmpfs
 
 
 def test_a_user_sitecustomize_keeps_what_it_added_to_sys_path(tmp_path):
@@ -87,14 +86,6 @@ def test_short_lived_python_processes_leave_no_state_behind(tmp_path):
     assert 0 < startup["median_ms"] <= startup["max_ms"]
 
 
-def _can_mount_tmpfs() -> str:
-    if shutil.which("unshare") is None:
-        return "unshare is not installed"
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
-                           capture_output=True, text=True)
-    return "" if probe.returncode == 0 else f"cannot mount a tmpfs here: {probe.stderr.strip()}"
-
-
 FILL_THEN_RUN = r"""
 set -e
 dd if=/dev/zero of="$RUN_FS/filler" bs=64k 2>/dev/null || true
@@ -106,7 +97,7 @@ echo all-done
 
 def test_a_full_disk_under_the_run_directory_turns_the_agent_off_not_the_job(tmp_path):
     # GIVEN a run directory on a small tmpfs (a private mount namespace) that the job fills
-    why = _can_mount_tmpfs()
+    why = why_no_tmpfs()
     if why:
         pytest.skip(why)
     mount = tmp_path / "fs"
