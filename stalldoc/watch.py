@@ -81,6 +81,7 @@ class Watcher:
         self.startup_costs = StartupCosts()
         self.swept_at = 0.0
         self.tick_errors = 0
+        self.exit_rows: dict[tuple[str, tuple[int, ...]], int] = {}
         self.store_trouble_said = False
         self.tick_error_kinds: set[str] = set()
 
@@ -280,8 +281,21 @@ class Watcher:
             return
         if not final and all(e.exit_code is None for e in judged):
             return   # wait for the launcher's word
-        findings = run_rules(self._window(time.time(), {}, None), "exit")
-        self._report(findings, None)
+        self._report_exits(run_rules(self._window(time.time(), {}, None), "exit"))
+
+    def _report_exits(self, findings: list[Finding]) -> None:
+        """Exit findings: each (rule, ranks) once; when later deaths add to one already made
+        (collateral ranks that settled after the first), its stored summary is brought up to
+        date instead of a second diagnosis."""
+        new = []
+        for finding in findings:
+            row_id = self.exit_rows.get((finding.code, finding.ranks))
+            if row_id is None:
+                new.append(finding)
+            else:
+                self.store.update_finding(row_id, time.time(), finding, 1)
+        ids = self._report(new, None)
+        self.exit_rows.update({(f.code, f.ranks): i for f, i in zip(new, ids)})
 
     def _record_exit(self, exit: RankExit) -> None:
         self.exits[exit.rank] = exit
@@ -390,14 +404,16 @@ class Watcher:
             self.store.resolve_finding(tracked.row_id or 0, now)
             self.say(f"resolved: {tracked.finding.code} {tracked.finding.summary}")
 
-    def _report(self, findings: list[Finding], stall_id: int | None) -> None:
+    def _report(self, findings: list[Finding], stall_id: int | None) -> list[int]:
+        """Store, count and print a diagnosis; the stored findings' ids."""
         if not findings:
-            return
-        self.store.add_findings(time.time(), stall_id, findings)
+            return []
+        ids = self.store.add_findings(time.time(), stall_id, findings)
         self._count(findings)
         if stall_id is not None:
             self.stall_findings += findings
         self.say("diagnosis:\n" + render_findings(findings))
+        return ids
 
     def _count(self, findings: Iterable[Finding]) -> None:
         for finding in findings:

