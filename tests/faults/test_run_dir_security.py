@@ -52,8 +52,8 @@ def base() -> Iterator[Path]:
     directory in it that nobody can be shown to write to; skips where that cannot be."""
     if os.geteuid() != 0:
         pytest.skip("needs root, to be a second user with setpriv")
-    if SETPRIV is None or _nobody() is None:
-        pytest.skip("needs setpriv and a user nobody")
+    if SETPRIV is None or _nobody() is None or shutil.which("pgrep") is None:
+        pytest.skip("needs setpriv, pgrep and a user nobody")
     path = Path(tempfile.mkdtemp(prefix="stalldoc-two-users-", dir="/tmp"))
     try:
         path.chmod(0o755)
@@ -75,13 +75,16 @@ def watch(run_dir: Path | None, job: list[str], cwd: Path) -> subprocess.Complet
                           stdin=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-def python_job(marker: Path, delay: float = 2.0) -> list[str]:
+JOB_DELAY = "2.5"   # the job's Python starts this late; its `sleep` tells the attacker when
+
+
+def python_job(marker: Path, delay: str = JOB_DELAY) -> list[str]:
     """A job whose Python starts late (as a training job's workers do, days later): the window
     in which the attacker swaps the run directory."""
     return ["sh", "-c", f"sleep {delay}; exec {sys.executable} -c \"open('{marker}', 'w')\""]
 
 
-def plant_evil_dir(where: Path, marker: Path) -> str:
+def plant_evil_dir(where: Path | str, marker: Path) -> str:
     """The attacker's commands that make ``where`` a run directory of theirs, whose bootstrap's
     sitecustomize writes ``marker``."""
     code = PAYLOAD.format(marker=str(marker))
@@ -90,14 +93,17 @@ def plant_evil_dir(where: Path, marker: Path) -> str:
 
 
 def swapper(shared: Path, name: str, marker: Path) -> subprocess.Popen[str]:
-    """The attacker, running: once ``shared/name`` appears as a real directory, move it aside and
-    put a link to a directory of theirs in its place (and again, should it come back)."""
-    evil, run = shared / "evil", shared / name
-    script = (plant_evil_dir(evil, marker) + f" && echo ready; end=$(($(date +%s) + 60)); "
+    """The attacker, running: once the job has started (its `sleep` shows in the process list:
+    our bootstrap is written by then), move ``shared/name`` aside and put a link to a directory
+    of theirs in its place, with their sitecustomize where the job's Python will look."""
+    evil, swapped = shared / "evil", shared / name
+    inner = f'"/$(ls {swapped} | head -n 1)"' if name == "stalldoc-runs" else '""'
+    script = (f"mkdir {evil} && echo ready; end=$(($(date +%s) + 60)); "
               f"while [ $(date +%s) -lt $end ]; do "
-              f"if [ -d {run} ] && [ ! -L {run} ]; then "
-              f"mv {run} {shared}/taken.$$ 2>/dev/null && ln -s {evil} {run} && echo swapped; "
-              f"fi; sleep 0.05; done")
+              f"if pgrep -f '^sleep {JOB_DELAY}$' >/dev/null; then inner={inner}; "
+              + plant_evil_dir(f'"{evil}$inner"', marker) + " && "
+              f"mv {swapped} {shared}/taken.$$ && ln -s {evil} {swapped} && echo swapped; "
+              f"break; fi; sleep 0.02; done")
     proc = as_nobody(script)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
@@ -130,11 +136,11 @@ def test_parent_writable_by_another_user_without_sticky_bit_is_refused(base, def
         result = watch(None if default else shared / "run", python_job(job_ran), cwd=shared)
     finally:
         seen = stop(attacker)
-    # THEN it is refused before anything starts: no job, no attacker code, nothing swapped
+    # THEN no attacker code ran: it was refused before anything started, nothing was swapped
+    assert not pwned.exists(), f"the attacker's sitecustomize ran ({seen.split()})"
+    assert not job_ran.exists() and "swapped" not in seen
     refused(result, f": {shared} is writable by every user and has no sticky bit")
     assert f"chmod o-w {shared}" in result.stderr
-    assert not job_ran.exists() and not pwned.exists()
-    assert "swapped" not in seen
     assert sorted(p.name for p in shared.iterdir()) == ["evil"]
 
 
@@ -144,7 +150,7 @@ def test_parent_owned_by_another_user_is_refused(base):
     sticky.chmod(0o1777)
     theirs = sticky / "theirs"
     assert nobody_runs(f"mkdir -m 755 {theirs}").returncode == 0
-    result = watch(theirs / "run", python_job(job_ran, 0), cwd=base)
+    result = watch(theirs / "run", python_job(job_ran, "0"), cwd=base)
     refused(result, f": {theirs} is owned by nobody, who could swap the run directory")
     assert not job_ran.exists() and list(theirs.iterdir()) == []
 
@@ -183,11 +189,11 @@ def test_what_another_user_planted_at_the_path_is_refused(base, planted):
     assert nobody_runs(plant).returncode == 0
     before = {p: (os.lstat(p).st_mode, os.lstat(p).st_uid) for p in sticky.rglob("*")}
     # WHEN we watch a Python job there
-    result = watch(run, python_job(job_ran, 0), cwd=base)
-    # THEN it is refused, nothing of theirs ran, and nothing of theirs was changed
+    result = watch(run, python_job(job_ran, "0"), cwd=base)
+    # THEN nothing of theirs ran, it was refused, and nothing of theirs was changed
+    assert not pwned.exists() and not job_ran.exists()
     refused(result, "it is a symbolic link" if planted == "link"
             else "it exists and is owned by nobody")
-    assert not job_ran.exists() and not pwned.exists()
     assert {p: (os.lstat(p).st_mode, os.lstat(p).st_uid) for p in sticky.rglob("*")} == before
 
 
