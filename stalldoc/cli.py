@@ -16,8 +16,9 @@ EXIT_CODES_HELP = """\b
 Exit codes of watch:
   the job's own   the command's exit status (128+N when killed by signal N)
   124             --on-stall kill ended the job after storing the diagnosis
-  125             stalldoc could not start watching (bad run directory, metrics port in
-                  use, or --strict and the launch checks found a problem); job not launched
+  125             stalldoc could not start watching (bad or unsafe run directory, metrics
+                  port in use, or --strict and the launch checks found a problem); job not
+                  launched
   126 / 127       the command is not executable / not found
   2               usage error
 """
@@ -28,11 +29,43 @@ def fail(error: StalldocError) -> None:
     sys.exit(error.exit_code)
 
 
+MAX_SECONDS = 30 * 86400.0   # timeouts: past this, a sleep or a deadline could overflow
+MAX_INTERVAL = 3600.0
+MAX_KILL_GRACE = 3600.0
+MAX_GPUS = 1024               # per node
+MAX_DATASET_ROWS = 10**15
+MAX_GPU_MEMORY = 2**50        # bytes (1 PiB)
+
+
 def _finite(_ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    """Reject NaN and infinity, which every range check lets through."""
+    """Reject NaN and infinity: NaN passes every range check (each comparison is false)."""
     if value is not None and not math.isfinite(value):
         raise click.BadParameter(f"{value} is not a finite number", param=param)
     return value
+
+
+def _run_dir(_ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
+    """An empty --run-dir is a mistake (an unset variable), not the current directory."""
+    if value is None:
+        return None
+    if not value:
+        raise click.BadParameter("must not be empty", param=param)
+    return Path(value)
+
+
+def _gpu_memory(text: str | None) -> int | None:
+    """--gpu-memory in bytes: a size a GPU can have (the one-line error of check otherwise)."""
+    from stalldoc.check import BadInput, parse_size
+
+    if text is None:
+        return None
+    try:
+        size = parse_size(text)
+    except OverflowError:
+        size = MAX_GPU_MEMORY + 1
+    if not 0 < size <= MAX_GPU_MEMORY:
+        raise BadInput(f"not a memory size a GPU has: {text!r} (e.g. 80G)")
+    return size
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -42,21 +75,26 @@ def main() -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True}, epilog=EXIT_CODES_HELP)
-@click.option("--run-dir", type=click.Path(path_type=Path), default=None,
-              help="Where to store the run (default ./stalldoc-runs/<UTC time>-<id>).")
-@click.option("--stall-timeout", type=click.FloatRange(min=0.5), default=45.0, show_default=True,
+@click.option("--run-dir", type=click.Path(), default=None, callback=_run_dir,
+              help="Where to store the run (default ./stalldoc-runs/<UTC time>-<id>): a new or "
+                   "empty directory, on a path no other user can change (see README).")
+@click.option("--stall-timeout", type=click.FloatRange(0.5, MAX_SECONDS), default=45.0,
+              show_default=True,
               callback=_finite,
               help="Seconds in which no rank shows any work before a stall (the floor: phases "
                    "seen to take long raise it).")
-@click.option("--busy-timeout", type=click.FloatRange(min=1), default=None, callback=_finite,
+@click.option("--busy-timeout", type=click.FloatRange(1, MAX_SECONDS), default=None,
+              callback=_finite,
               help="Seconds a rank may burn CPU in one unchanging stack with nothing else "
                    "moving before a possible-livelock warning (SD109) [default: 600, at least "
                    "2x --stall-timeout].")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+@click.option("--interval", type=click.FloatRange(0.05, MAX_INTERVAL), default=1.0,
+              show_default=True,
               callback=_finite, help="Seconds between probe ticks.")
 @click.option("--on-stall", type=click.Choice(["observe", "kill"]), default="observe",
               show_default=True, help="kill: end the job once the diagnosis is stored (exit 124).")
-@click.option("--kill-grace", type=click.FloatRange(min=0), default=10.0, show_default=True,
+@click.option("--kill-grace", type=click.FloatRange(0, MAX_KILL_GRACE), default=10.0,
+              show_default=True, callback=_finite,
               help="Seconds between SIGTERM and SIGKILL when ending the job tree.")
 @click.option("--no-agent", is_flag=True, help="Do not inject the in-process agent.")
 @click.option("--no-gpu", is_flag=True, help="Do not read GPU telemetry through NVML.")
@@ -119,10 +157,10 @@ def report(run_dir: Path, fmt: str) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
-@click.option("--gpus", type=click.IntRange(min=1), default=None,
+@click.option("--gpus", type=click.IntRange(1, MAX_GPUS), default=None,
               help="GPUs per node, when NVML cannot say (no driver here).")
 @click.option("--gpu-memory", default=None, help="Memory per GPU (e.g. 80G), when NVML cannot say.")
-@click.option("--dataset-size", type=click.IntRange(min=1), default=None,
+@click.option("--dataset-size", type=click.IntRange(1, MAX_DATASET_ROWS), default=None,
               help="Rows of the training dataset, when --dataset is not a local file.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
@@ -137,11 +175,11 @@ def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, fm
     Exit 0 when nothing is an error, 1 when something is (--strict: or a warning), 2 for a
     usage error.
     """
-    from stalldoc.check import failed, finding_dict, parse_size, run_check
+    from stalldoc.check import failed, finding_dict, run_check
     from stalldoc.report.text import render_findings
 
     try:
-        memory = parse_size(gpu_memory) if gpu_memory else None
+        memory = _gpu_memory(gpu_memory)
         findings, plan, resources = run_check(list(command), gpus, memory, dataset_size)
     except StalldocError as error:
         fail(error)
@@ -194,8 +232,9 @@ def explain(code: str) -> None:
 
 @main.command()
 @click.option("--ranks", type=click.IntRange(2, 8), default=3, show_default=True)
-@click.option("--stall-timeout", type=click.FloatRange(min=1), default=5.0, show_default=True)
-@click.option("--run-dir", type=click.Path(path_type=Path), default=None)
+@click.option("--stall-timeout", type=click.FloatRange(1, MAX_SECONDS), default=5.0,
+              show_default=True, callback=_finite)
+@click.option("--run-dir", type=click.Path(), default=None, callback=_run_dir)
 def demo(ranks: int, stall_timeout: float, run_dir: Path | None) -> None:
     """Watch a small torchrun (gloo) job in which one rank hangs in its data loader."""
     from stalldoc.demo.run import run_demo

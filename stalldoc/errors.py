@@ -1,6 +1,7 @@
 """Errors stalldoc reports to the user as one line, each with its documented exit code."""
 from __future__ import annotations
 
+import os
 import traceback
 from pathlib import Path
 
@@ -53,10 +54,13 @@ class PtraceDenied(StalldocError):
 
 
 def log_traceback(path: Path) -> str:
-    """Append the exception being handled to ``path`` (best effort); its last line, to say."""
+    """Append the exception being handled to ``path`` (best effort; created mode 0600, never
+    through a link); its last line, to say."""
     text = traceback.format_exc()
     try:
-        with open(path, "a", encoding="utf-8") as fh:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        with open(fd, "a", encoding="utf-8") as fh:
             fh.write(text)
     except OSError:
         pass

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from support import SCENARIOS, pid_alive, torchrun, watch
 
 STALLDOC = [sys.executable, "-m", "stalldoc"]
@@ -51,14 +53,63 @@ def test_usage_errors_are_one_line(tmp_path):
     assert "'explode' is not one of 'observe', 'kill'" in bad.stderr
 
 
-def test_non_empty_run_dir_is_refused_before_launch(tmp_path):
+def test_non_empty_run_dir_is_refused_before_launch_and_left_as_it_was(tmp_path):
     (tmp_path / "old").write_text("x")
+    tmp_path.chmod(0o755)
     marker = tmp_path / "launched"
     out = subprocess.run([*STALLDOC, "watch", "--run-dir", str(tmp_path), "--", "touch",
                           str(marker)], capture_output=True, text=True)
     assert out.returncode == 125
     assert out.stderr.strip() == f"stalldoc: run directory is not empty: {tmp_path}"
     assert not marker.exists()
+    assert (tmp_path.stat().st_mode & 0o7777) == 0o755
+
+
+def test_empty_run_dir_is_a_usage_error_and_the_current_directory_is_left_alone(tmp_path):
+    tmp_path.chmod(0o755)
+    out = subprocess.run([*STALLDOC, "watch", "--run-dir", "", "--", "touch", "launched"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert [line for line in out.stderr.splitlines() if line.startswith("Error:")] == [
+        "Error: Invalid value for '--run-dir': must not be empty"]
+    assert list(tmp_path.iterdir()) == [] and (tmp_path.stat().st_mode & 0o7777) == 0o755
+
+
+HUGE = "9" * 400
+BAD_NUMBERS = [
+    ("watch", "--kill-grace", "nan", "nan is not a finite number"),
+    ("watch", "--kill-grace", "inf", "is not in the range 0<=x<=3600"),
+    ("watch", "--kill-grace", "1e300", "is not in the range 0<=x<=3600"),
+    ("watch", "--stall-timeout", "nan", "nan is not a finite number"),
+    ("watch", "--stall-timeout", "1e300", "is not in the range 0.5<=x<=2592000"),
+    ("watch", "--busy-timeout", "nan", "nan is not a finite number"),
+    ("watch", "--busy-timeout", "1e300", "is not in the range 1<=x<=2592000"),
+    ("watch", "--interval", "nan", "nan is not a finite number"),
+    ("watch", "--interval", "1e300", "is not in the range 0.05<=x<=3600"),
+    ("demo", "--stall-timeout", "nan", "nan is not a finite number"),
+    ("demo", "--stall-timeout", "inf", "is not in the range 1<=x<=2592000"),
+    ("check", "--gpus", HUGE, "is not in the range 1<=x<=1024"),
+    ("check", "--dataset-size", HUGE, "is not in the range 1<=x<=1000000000000000"),
+    ("check", "--gpu-memory", HUGE + "G", "not a memory size a GPU has"),
+]
+
+
+@pytest.mark.parametrize("command,option,value,why", BAD_NUMBERS,
+                         ids=[f"{c} {o} {v[:6]}" for c, o, v, _ in BAD_NUMBERS])
+def test_nan_infinite_and_huge_numbers_are_one_line_usage_errors(tmp_path, command, option,
+                                                                 value, why):
+    marker = tmp_path / "launched"
+    job = ["--", "touch", str(marker)] if command == "watch" else []
+    if command == "check":
+        job = ["--", "swift", "rlhf", "--rlhf_type", "grpo", "--dataset", "x.jsonl"]
+    out = subprocess.run([*STALLDOC, command, option, value, *job], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    [line] = [ln for ln in out.stderr.splitlines() if ln.startswith(("Error:", "stalldoc:"))]
+    assert why in line
+    assert list(tmp_path.iterdir()) == []     # nothing started, no run directory
 
 
 def test_report_refuses_what_it_cannot_read(tmp_path):

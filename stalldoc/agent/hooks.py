@@ -134,14 +134,14 @@ def recorded_engine_args(fn: Callable[..., Any], directory: str) -> Callable[...
 def _write_engine_args(engine_args: Any, directory: str) -> None:
     import json
     values = {name: getattr(engine_args, name, None) for name in ENGINE_FIELDS}
-    with open(os.path.join(directory, f"vllm-{os.getpid()}.json"), "a", encoding="utf-8") as fh:
+    with runtime.open_private(os.path.join(directory, f"vllm-{os.getpid()}.json")) as fh:
         fh.write(json.dumps(values, default=str) + "\n")
 
 
 def _record(path: str, outcome: str) -> None:
     """One line per hook outcome in ``hooks-<pid>.txt``; a failed write is not the job's problem."""
     try:
-        with open(path, "a", encoding="utf-8") as fh:
+        with runtime.open_private(path) as fh:
             fh.write(outcome + "\n")
     except OSError:
         pass

@@ -30,6 +30,7 @@ HEARTBEAT_SECONDS = 0.25
 ALLOCATOR_EVERY_BEATS = 4   # allocator figures once a second
 ERROR_LOG = "agent-errors.log"
 _PR_SET_PTRACER = 0x59616D61
+_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 _AGENT: Agent | None = None
 
@@ -157,7 +158,7 @@ class Agent:
                                                                             None):
             return 0
         path = os.path.join(self.directory, f"faulthandler-{self.pid}.txt")
-        self.dump_file = open(path, "a", encoding="utf-8")
+        self.dump_file = open_private(path)
         faulthandler.register(signum, file=self.dump_file, all_threads=True, chain=False)
         return int(signum)
 
@@ -228,6 +229,17 @@ class Agent:
         return ring
 
 
+def open_private(path: str) -> IO[str]:
+    """``path`` opened for appending text, created mode 0600 whatever the job's umask (which
+    the agent never changes) and never through a symbolic link."""
+    fd = os.open(path, _APPEND_FLAGS, 0o600)
+    try:
+        return open(fd, "a", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _comm() -> bytes:
     try:
         with open("/proc/self/comm", "rb") as fh:
@@ -252,7 +264,7 @@ def report_failure(directory: str, exc: BaseException, what: str = "stalldoc age
     line = f"pid {os.getpid()}: {what}: {exc!r}\n"
     try:
         run_dir = os.path.dirname(os.path.abspath(directory))
-        with open(os.path.join(run_dir, ERROR_LOG), "a", encoding="utf-8") as fh:
+        with open_private(os.path.join(run_dir, ERROR_LOG)) as fh:
             fh.write(line)
     except Exception:  # noqa: BLE001
         pass

@@ -1,16 +1,16 @@
 """What ``stalldoc watch`` was asked to do, and its run directory."""
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from stalldoc.errors import StalldocError
+from stalldoc.launch.rundir import make_private_dir
 
 DEFAULT_STALL_TIMEOUT = 45.0
 DEFAULT_BUSY_TIMEOUT = 600.0
+DEFAULT_RUNS = "stalldoc-runs"
 
 
 @dataclass(frozen=True)
@@ -41,15 +41,9 @@ class WatchOptions:
 
 
 def make_run_dir(requested: Path | None) -> Path:
-    """The run directory (mode 0700): the one asked for, or ./stalldoc-runs/<UTC time>-<id>."""
+    """The run directory, mode 0700, where no other user can redirect it (``launch/rundir.py``):
+    the one asked for, or ./stalldoc-runs/<UTC time>-<id>. Its resolved path."""
     if requested is None:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        requested = Path("stalldoc-runs") / f"{stamp}-{secrets.token_hex(3)}"
-    try:
-        requested.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(requested, 0o700)
-        if any(requested.iterdir()):
-            raise StalldocError(f"run directory is not empty: {requested}")
-    except OSError as exc:
-        raise StalldocError(f"cannot create run directory {requested}: {exc.strerror}") from exc
-    return requested.resolve()
+        requested = Path(DEFAULT_RUNS) / f"{stamp}-{secrets.token_hex(3)}"
+    return make_private_dir(requested)

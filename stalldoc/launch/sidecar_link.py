@@ -12,6 +12,9 @@ import stalldoc
 from stalldoc.launch.channel import Outbox
 
 SIDECAR_LOG = "sidecar.log"
+LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+SIDECAR_UMASK = 0o077   # what the sidecar creates (run.db, its -wal and -shm, ...) is ours only;
+                        # the job's umask is never touched
 
 
 class SidecarLink:
@@ -25,11 +28,15 @@ class SidecarLink:
         fds = [to_sidecar, from_sidecar, *(fd for pair in pairs for fd in pair)]
         takeover = ",".join(f"{source}:{target}" for source, target in pairs)
         try:
-            with open(run_dir / SIDECAR_LOG, "ab") as log:
+            log = os.open(run_dir / SIDECAR_LOG, LOG_FLAGS, 0o600)
+            try:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "stalldoc.sidecar", str(to_sidecar),
                      str(from_sidecar), takeover], pass_fds=fds, stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=log, process_group=0, env=_sidecar_env())
+                    stdout=log, stderr=log, process_group=0, env=_sidecar_env(),
+                    umask=SIDECAR_UMASK)
+            finally:
+                os.close(log)
         finally:
             for fd in [to_sidecar, from_sidecar, *(target for _, target in pairs)]:
                 os.close(fd)

@@ -1,0 +1,278 @@
+"""The run directory, out of every other user's reach (a shared login node).
+
+``PYTHONPATH`` names ``RUN_DIR/bootstrap`` to every Python process of the job for as long as it
+runs, and the path is looked up again each time: whoever can rename or replace a directory on
+it can make the job run code of theirs, as the job's user. So a run directory is only used where
+no other user can change the path to it:
+
+- The path as given is resolved once (its symbolic links followed); from then on only the
+  resolved path is used, and every directory on it is opened with ``O_NOFOLLOW``, so a
+  directory swapped for a link after resolving is refused, never followed.
+- Every directory from ``/`` down to the run directory's parent must be owned by us or by root,
+  and not writable by other users unless it has the sticky bit (like ``/tmp``: others may add
+  entries there, but cannot rename or remove ours). Writable by its group counts as writable by
+  others, except for our own user private group (named like us, our primary group, no other
+  members) on a directory without an ACL. Missing directories are created, mode 0700.
+- The run directory itself is created with ``mkdir`` (which never follows a link), or is an
+  existing empty directory; either way it must be a real directory owned by us, and it is then
+  made mode 0700 (a directory that is not empty is refused untouched).
+
+A path that breaks a rule is refused before anything starts, in one line naming the directory,
+why, and what to do (exit 125). The helpers below create what goes inside the run directory
+without following anything that may already sit at the name.
+"""
+from __future__ import annotations
+
+import errno
+import grp
+import os
+import pwd
+import secrets
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from stalldoc.errors import StalldocError
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_ACL = "system.posix_acl_access"
+_ELSEWHERE = "or use --run-dir somewhere only you can write"
+
+
+class UnsafeRunDir(StalldocError):
+    """A run directory another user could redirect; nothing was started (exit 125)."""
+
+
+# ----- the rules ------------------------------------------------------------------------------
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return f"gid {gid}"
+
+
+def _has_acl(fd: int) -> bool:
+    """Whether the directory behind ``fd`` has an access ACL (unreadable: assume it has)."""
+    try:
+        os.getxattr(f"/proc/self/fd/{fd}", _ACL)
+    except OSError as exc:
+        return exc.errno not in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP)
+    return True
+
+
+def private_group(gid: int, uid: int, fd: int) -> bool:
+    """``gid`` is the user private group of ``uid`` and the directory ``fd`` has no ACL (whose
+    mask would show as group write while naming other users)."""
+    try:
+        user, group = pwd.getpwuid(uid), grp.getgrgid(gid)
+    except KeyError:
+        return False
+    members = set(group.gr_mem) - {user.pw_name}
+    return (group.gr_name == user.pw_name and user.pw_gid == gid and not members
+            and not _has_acl(fd))
+
+
+def unsafe_reason(st: os.stat_result, fd: int, path: Path, uid: int) -> str | None:
+    """Why another user could rename or replace the entries of directory ``path`` (its stat
+    ``st``, an open ``fd``), with what to do; None when no other user can."""
+    if st.st_uid not in (uid, 0):
+        return (f"{path} is owned by {user_name(st.st_uid)}, who could swap the run directory "
+                f"for one of theirs; {_ELSEWHERE}")
+    if st.st_mode & stat.S_ISVTX:
+        return None
+    if st.st_mode & stat.S_IWOTH:
+        return (f"{path} is writable by every user and has no sticky bit, so another user could "
+                f"swap the run directory for one of theirs; chmod o-w {path} (or chmod +t "
+                f"{path}), {_ELSEWHERE}")
+    if st.st_mode & stat.S_IWGRP and not private_group(st.st_gid, uid, fd):
+        return (f"{path} is writable by group {_group_name(st.st_gid)} and has no sticky bit, "
+                f"so another member could swap the run directory for one of theirs; chmod g-w "
+                f"{path} (or chmod +t {path}), {_ELSEWHERE}")
+    return None
+
+
+# ----- the run directory ----------------------------------------------------------------------
+def make_private_dir(requested: Path) -> Path:
+    """Create (or take, when empty) the run directory ``requested`` under the rules above; its
+    resolved path, to be used from now on. Raises UnsafeRunDir or StalldocError (exit 125)."""
+    target = resolved(requested)
+    try:
+        parent = _open_parent(target, os.geteuid())
+        try:
+            _take_final(parent, target, os.geteuid())
+        finally:
+            os.close(parent)
+    except OSError as exc:
+        raise StalldocError(f"cannot create run directory {target}: {exc.strerror}") from exc
+    return target
+
+
+def resolved(requested: Path) -> Path:
+    """``requested`` as an absolute path with the links of its parent followed (``.`` and
+    ``..`` at its end: the whole of it); the last name itself is never followed."""
+    try:
+        if requested.name in ("", ".", ".."):
+            target = Path(os.path.realpath(requested))
+        else:
+            target = Path(os.path.realpath(requested.parent)) / requested.name
+    except OSError as exc:
+        raise StalldocError(f"cannot resolve run directory {requested}: {exc.strerror}") from exc
+    if target == target.parent:
+        raise StalldocError(f"cannot use {target} as the run directory")
+    return target
+
+
+def _open_parent(target: Path, uid: int) -> int:
+    """An O_PATH descriptor of ``target``'s parent; each directory from ``/`` on is opened
+    without following links, created (0700) where missing, and checked against the rules."""
+    fd = os.open("/", _DIR_FLAGS)
+    here = Path("/")
+    try:
+        _check(fd, here, target, uid)
+        for name in target.parent.parts[1:]:
+            here = here / name
+            below = _open_dir(fd, name, here, target)
+            os.close(fd)
+            fd = below
+            _check(fd, here, target, uid)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_dir(parent: int, name: str, path: Path, target: Path) -> int:
+    """Open directory ``name`` below ``parent`` (O_PATH, no link followed), made if missing."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        pass
+    except NotADirectoryError:
+        raise _not_a_directory(parent, name, path, target) from None
+    try:
+        os.mkdir(name, PRIVATE_DIR, dir_fd=parent)
+    except FileExistsError:
+        pass   # made meanwhile: opened and checked like any other
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except NotADirectoryError:
+        raise _not_a_directory(parent, name, path, target) from None
+
+
+def _not_a_directory(parent: int, name: str, path: Path, target: Path) -> StalldocError:
+    if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+        return UnsafeRunDir(f"unsafe run directory {target}: {path} became a symbolic link "
+                            f"after the path was resolved; {_ELSEWHERE}")
+    return StalldocError(f"cannot create run directory {target}: {path} is not a directory")
+
+
+def _check(fd: int, path: Path, target: Path, uid: int) -> None:
+    why = unsafe_reason(os.fstat(fd), fd, path, uid)
+    if why is not None:
+        raise UnsafeRunDir(f"unsafe run directory {target}: {why}")
+
+
+def _take_final(parent: int, target: Path, uid: int) -> None:
+    """mkdir the run directory (no link followed), or take an existing empty one of ours; then
+    make it 0700 and check what is there now: a real directory of ours, mode 0700."""
+    name = target.name
+    try:
+        os.mkdir(name, PRIVATE_DIR, dir_fd=parent)
+        created = True
+    except FileExistsError:
+        created = False
+    _check_final(os.stat(name, dir_fd=parent, follow_symlinks=False), target, uid)
+    if not created and _not_empty(parent, name):
+        raise StalldocError(f"run directory is not empty: {target}")
+    os.chmod(name, PRIVATE_DIR, dir_fd=parent)   # a directory of ours, in a parent only we change
+    st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    _check_final(st, target, uid)
+    if stat.S_IMODE(st.st_mode) != PRIVATE_DIR:
+        raise UnsafeRunDir(f"unsafe run directory {target}: its mode stays "
+                           f"{stat.S_IMODE(st.st_mode):o} after chmod 700; {_ELSEWHERE}")
+
+
+def _check_final(st: os.stat_result, target: Path, uid: int) -> None:
+    instead = "give a path that does not exist yet, or an empty directory of yours"
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeRunDir(f"unsafe run directory {target}: it is a symbolic link; {instead}")
+    if not stat.S_ISDIR(st.st_mode):
+        raise StalldocError(f"run directory {target} exists and is not a directory")
+    if st.st_uid != uid:
+        raise UnsafeRunDir(f"unsafe run directory {target}: it exists and is owned by "
+                           f"{user_name(st.st_uid)}; {instead}")
+
+
+def _not_empty(parent: int, name: str) -> bool:
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        return bool(os.listdir(fd))
+    finally:
+        os.close(fd)
+
+
+# ----- what goes inside it --------------------------------------------------------------------
+def private_subdir(directory: Path, name: str) -> Path:
+    """``directory/name``, made mode 0700 or found as a real directory of ours (made 0700);
+    a link or another user's directory at the name is refused (OSError)."""
+    fd = os.open(directory, _DIR_FLAGS)
+    try:
+        try:
+            os.mkdir(name, PRIVATE_DIR, dir_fd=fd)
+        except FileExistsError:
+            pass
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise OSError(errno.EEXIST, f"{directory / name} exists and is not a directory of "
+                                        f"ours")
+        os.chmod(name, PRIVATE_DIR, dir_fd=fd)
+    finally:
+        os.close(fd)
+    return directory / name
+
+
+def write_private_file(directory: Path, name: str, data: bytes) -> None:
+    """``directory/name`` holding ``data``, mode 0600: written to a new file (O_EXCL, so never
+    through a link) that then takes the name from whatever had it (a link is replaced, not
+    followed)."""
+    def make(fd: int, temp: str) -> None:
+        out = os.open(temp, _NEW_FILE, PRIVATE_FILE, dir_fd=fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out, view):]
+            os.fchmod(out, PRIVATE_FILE)
+        finally:
+            os.close(out)
+    _replace(directory, name, make)
+
+
+def replace_symlink(directory: Path, name: str, points_to: Path) -> None:
+    """``directory/name``: a symbolic link to ``points_to``, replacing whatever had the name."""
+    _replace(directory, name, lambda fd, temp: os.symlink(points_to, temp, dir_fd=fd))
+
+
+def _replace(directory: Path, name: str, make: Callable[[int, str], None]) -> None:
+    fd = os.open(directory, _DIR_FLAGS)
+    temp = f".{name}.{secrets.token_hex(6)}.tmp"
+    try:
+        make(fd, temp)
+        os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+    except BaseException:
+        try:
+            os.unlink(temp, dir_fd=fd)
+        except OSError:
+            pass
+        raise
+    finally:
+        os.close(fd)
