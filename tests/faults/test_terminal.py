@@ -63,9 +63,12 @@ def _on_terminal(argv: list[str], timeout: float = 60, when: bytes = b"DEVTTY-OK
 
 
 def _probe_lines(text: str) -> list[str]:
-    """What the probe reported, sorted: its /dev/tty line is written straight to the terminal,
-    before its stdout lines that stalldoc relays (and may follow stalldoc's status line)."""
-    return sorted(re.findall(r"TTY \S+ \S+ \S+ \S+|DEVTTY-OK|GOT \w+", text))
+    """What the probe reported, sorted. Its /dev/tty line goes straight to the terminal while
+    its stdout lines are relayed by stalldoc, so it can land anywhere among them, even between
+    two pieces of one relayed line (and next to stalldoc's status line): it is taken out first."""
+    devtty = re.findall(r"DEVTTY-OK", text)
+    rest = re.sub(r"DEVTTY-OK\r?\n?", "", text)
+    return sorted(devtty + re.findall(r"TTY \S+ \S+ \S+ \S+|GOT \w+", rest))
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/ptmx"), reason="no pseudo-terminals here")
