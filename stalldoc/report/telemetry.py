@@ -48,8 +48,26 @@ def timeseries(conn: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
             "node": _thinned(conn, _NODE_SERIES, "node_samples", "1")}
 
 
+_SUMMED_PEAKS = ("MAX(peak_rss_bytes) AS peak_rss_bytes, "
+                 "MAX(peak_gpu_memory_bytes) AS peak_gpu_memory_bytes, "
+                 "MAX(peak_cuda_allocated_bytes) AS peak_cuda_allocated_bytes, "
+                 "MAX(peak_cuda_reserved_bytes) AS peak_cuda_reserved_bytes, "
+                 "MAX(cuda_alloc_retries) AS cuda_alloc_retries, MAX(cuda_ooms) AS cuda_ooms")
+
+
 def watermarks(conn: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
-    """Peak host and GPU memory per rank over the run, and per rank and phase."""
+    """Peak host and GPU memory per rank over the run, and per rank and phase (schema 4: as
+    summed per tick, exact whatever was downsampled since)."""
+    if version(conn) < 4:
+        return watermarks_from_samples(conn)
+    return {"run": _rows(conn, f"SELECT rank, {_SUMMED_PEAKS} FROM watermarks GROUP BY rank "
+                               "ORDER BY rank"),
+            "phases": _rows(conn, f"SELECT phase, rank, {_SUMMED_PEAKS} FROM watermarks "
+                                  "WHERE phase != '' GROUP BY phase, rank ORDER BY phase, rank")}
+
+
+def watermarks_from_samples(conn: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
+    """The same from every sample (schemas 2 and 3, which keep them all)."""
     return {"run": _rows(conn, f"SELECT rank, {_PEAKS} FROM samples GROUP BY rank ORDER BY rank"),
             "phases": _rows(conn, f"SELECT phase, rank, {_PEAKS} FROM samples WHERE phase != '' "
                                   "GROUP BY phase, rank ORDER BY phase, rank")}
@@ -80,16 +98,28 @@ def _mean(conn: sqlite3.Connection, column: str) -> str:
 
 
 def gpu_phases(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """PCIe bytes moved and mean GPU utilisation per phase of the GPU's rank (rate x interval)."""
-    n = "n" if version(conn) >= 4 else "1 AS n"
-    return _rows(conn, f"""
-        WITH s AS (SELECT phase, util_gpu, pcie_tx_bps, pcie_rx_bps, {n},
+    """PCIe bytes moved and mean GPU utilisation per phase of the GPU's rank (rate x interval;
+    schema 4: summed per tick)."""
+    if version(conn) < 4:
+        return gpu_phases_from_samples(conn)
+    return _rows(conn, """
+        SELECT phase, ROUND(gpu_seconds, 3) AS gpu_seconds,
+               CAST(pcie_tx_bytes AS INTEGER) AS pcie_tx_bytes,
+               CAST(pcie_rx_bytes AS INTEGER) AS pcie_rx_bytes,
+               ROUND(util_sum / NULLIF(util_samples, 0), 1) AS util_gpu_mean
+        FROM gpu_phase_stats ORDER BY phase""")
+
+
+def gpu_phases_from_samples(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """The same from every GPU sample (schemas 2 and 3, which keep them all)."""
+    return _rows(conn, """
+        WITH s AS (SELECT phase, util_gpu, pcie_tx_bps, pcie_rx_bps,
                           t - LAG(t) OVER (PARTITION BY gpu ORDER BY t) AS dt
                    FROM gpu_samples)
         SELECT COALESCE(phase, '') AS phase, ROUND(SUM(dt), 3) AS gpu_seconds,
                CAST(SUM(pcie_tx_bps * dt) AS INTEGER) AS pcie_tx_bytes,
                CAST(SUM(pcie_rx_bps * dt) AS INTEGER) AS pcie_rx_bytes,
-               ROUND({_mean(conn, 'util_gpu')}, 1) AS util_gpu_mean
+               ROUND(AVG(util_gpu), 1) AS util_gpu_mean
         FROM s WHERE dt IS NOT NULL GROUP BY COALESCE(phase, '') ORDER BY phase""")
 
 

@@ -93,6 +93,7 @@ class RunStore:
         self.compacted_until = 0.0
         self.pruned_stacks = 0
         self._phase_keys: dict[int, set[tuple[str, float]]] = {}
+        self._gpu_seen: dict[int, float] = {}      # GPU -> time of its last sample
         self.write_errors = 0
         self.first_error = ""
         self.conn.commit()
@@ -146,8 +147,8 @@ class RunStore:
     @_guarded()
     def add_tick(self, tick: Tick) -> None:
         """Everything one tick of the probes saw, committed together."""
-        self.conn.executemany(_insert("samples", SAMPLE_COLUMNS),
-                              [_sample_row(tick, s) for s in tick.host.values()])
+        rows = [_sample_row(tick, s) for s in tick.host.values()]
+        self.conn.executemany(_insert("samples", SAMPLE_COLUMNS), rows)
         if tick.node is not None:
             n = tick.node
             self.conn.execute(_insert("node_samples", NODE_COLUMNS),
@@ -156,9 +157,25 @@ class RunStore:
         self.conn.executemany(_insert("gpu_samples", GPU_COLUMNS),
                               [_gpu_row(tick, g) for g in tick.gpus])
         self.conn.executemany(_PROBE_UPSERT, [_probe_row(p) for p in tick.probes])
+        self.conn.executemany(_WATERMARK_UPSERT, [_watermark_row(row) for row in rows])
+        self.conn.executemany(_GPU_PHASE_UPSERT, self._gpu_phase_rows(tick))
         for rank, agent in tick.agents.items():
             self.add_phases(rank, agent.phases)
         self.conn.commit()
+
+    def _gpu_phase_rows(self, tick: Tick) -> list[tuple[Any, ...]]:
+        """Each GPU's time since its last sample, charged with its rates to its rank's phase."""
+        rows = []
+        for g in tick.gpus:
+            last, self._gpu_seen[g.index] = self._gpu_seen.get(g.index), g.t
+            if last is None or g.t <= last:
+                continue
+            dt = g.t - last
+            rows.append((_gpu_row(tick, g)[-1] or "", dt,
+                         None if g.pcie_tx_bps is None else g.pcie_tx_bps * dt,
+                         None if g.pcie_rx_bps is None else g.pcie_rx_bps * dt,
+                         g.util_gpu, int(g.util_gpu is not None)))
+        return rows
 
     def add_phases(self, rank: int, phases: Iterable[Any]) -> None:
         """The phases a rank's agent reports as ended (the same ones come back tick after tick
@@ -269,6 +286,29 @@ _PHASE_STATS = ("INSERT INTO phase_stats VALUES (?1, 1, ?2) ON CONFLICT (name) D
                 "count = count + 1, max = MAX(max, excluded.max)")
 _PHASE_HIST = ("INSERT INTO phase_hist VALUES (?1, ?2, 1, ?3) ON CONFLICT (name, bin) DO UPDATE "
                "SET count = count + 1, total = total + excluded.total")
+
+
+_PEAK_COLUMNS = ("peak_rss_bytes", "peak_gpu_memory_bytes", "peak_cuda_allocated_bytes",
+                 "peak_cuda_reserved_bytes", "cuda_alloc_retries", "cuda_ooms")
+_WATERMARK_UPSERT = (
+    "INSERT INTO watermarks VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (rank, phase) DO UPDATE "
+    "SET " + ", ".join(f"{c} = MAX(COALESCE({c}, excluded.{c}), COALESCE(excluded.{c}, {c}))"
+                       for c in _PEAK_COLUMNS))
+_GPU_PHASE_UPSERT = (
+    "INSERT INTO gpu_phase_stats VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (phase) DO UPDATE SET "
+    "gpu_seconds = gpu_seconds + excluded.gpu_seconds, " + ", ".join(
+        f"{c} = CASE WHEN excluded.{c} IS NULL THEN {c} ELSE COALESCE({c}, 0) + excluded.{c} END"
+        for c in ("pcie_tx_bytes", "pcie_rx_bytes", "util_sum")) +
+    ", util_samples = util_samples + excluded.util_samples")
+
+
+def _watermark_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A sample row's memory figures, for the peaks of its rank and phase."""
+    value = dict(zip(SAMPLE_COLUMNS, row))
+    allocated = value["cuda_peak_allocated"]
+    return (value["rank"], value["phase"], value["rss_bytes"], value["gpu_memory_bytes"],
+            allocated if allocated is not None else value["cuda_allocated"],
+            value["cuda_reserved"], value["cuda_alloc_retries"], value["cuda_ooms"])
 
 
 def _insert(table: str, columns: tuple[str, ...]) -> str:

@@ -3,10 +3,10 @@
 - Samples (ranks, GPUs, node) stay at full resolution for the latest minutes (at least
   ``full_resolution_seconds``, and more than the stall threshold so a stall's lead-up is whole)
   and around every stall and finding; older ones are downsampled into one row per bucket
-  (``bucket_seconds``) and rank / GPU and phase. A downsampled row keeps the peaks (memory,
-  counters, swap rates), the lowest available memory, the sample-weighted means of the other
-  rates and of utilisation, the last status, and how many samples it stands for (``n``):
-  watermarks stay exact.
+  (``bucket_seconds``) and rank / GPU. A downsampled row keeps the peaks (memory, counters, swap
+  rates), the lowest available memory, the sample-weighted means of the other rates and of
+  utilisation, the last status and phase, and how many samples it stands for (``n``). What the
+  report says per phase (memory peaks, PCIe traffic) was summed per tick beforehand.
 - Raw phase rows are dropped on the same schedule; their durations were summed into
   ``phase_stats`` / ``phase_hist`` when they arrived.
 - Stacks are kept for the first and the latest stalls.
@@ -25,8 +25,10 @@ Interval = tuple[float, float]
 class RetentionPolicy:
     bucket_seconds: float = 60.0
     full_resolution_seconds: float = 600.0
-    around_before: float = 300.0        # full resolution kept before a stall / finding
+    around_before: float = 300.0        # full resolution kept before a stall's detection
     around_after: float = 60.0          # and after it
+    finding_before: float = 120.0       # and around a finding's opening and resolution
+    finding_after: float = 30.0
     log_head_bytes: int = 8 << 20
     log_tail_bytes: int = 56 << 20
     stacks_first_stalls: int = 20
@@ -38,11 +40,11 @@ def _weighted(column: str) -> str:
 
 
 # table -> (group key, {column: aggregate}, columns whose last value is kept)
-_SAMPLES = ("rank, phase", {
+_SAMPLES = ("rank", {
     "t": "MAX(t)", "rank": "rank", "cpu_seconds": "MAX(cpu_seconds)",
     "rss_bytes": "MAX(rss_bytes)", "threads": "MAX(threads)", "status": "MAX(last_status)",
     "host_available_bytes": "MIN(host_available_bytes)", "marker_seq": "MAX(marker_seq)",
-    "collective_seq": "MAX(collective_seq)", "phase": "phase",
+    "collective_seq": "MAX(collective_seq)", "phase": "MAX(last_phase)",
     "cpu_percent": _weighted("cpu_percent"), "gpu_memory_bytes": "MAX(gpu_memory_bytes)",
     "cuda_allocated": "MAX(cuda_allocated)", "cuda_reserved": "MAX(cuda_reserved)",
     "cuda_peak_allocated": "MAX(cuda_peak_allocated)",
@@ -50,15 +52,15 @@ _SAMPLES = ("rank, phase", {
     "cuda_host_marker": "MAX(cuda_host_marker)", "cuda_gpu_marker": "MAX(cuda_gpu_marker)",
     "cuda_host_label": "MAX(last_cuda_host_label)", "cuda_gpu_label": "MAX(last_cuda_gpu_label)",
     "children": "MAX(children)", "children_cpu_percent": _weighted("children_cpu_percent"),
-    "io_bps": _weighted("io_bps"), "n": "SUM(n)"}, ("status", "cuda_host_label",
+    "io_bps": _weighted("io_bps"), "n": "SUM(n)"}, ("status", "phase", "cuda_host_label",
                                                     "cuda_gpu_label"))
-_GPUS = ("gpu, phase", {
+_GPUS = ("gpu", {
     "t": "MAX(t)", "gpu": "gpu", "uuid": "MAX(uuid)", "name": "MAX(name)",
     "memory_used": "MAX(memory_used)", "memory_total": "MAX(memory_total)",
     "util_gpu": _weighted("util_gpu"), "util_memory": _weighted("util_memory"),
     "pcie_tx_bps": _weighted("pcie_tx_bps"), "pcie_rx_bps": _weighted("pcie_rx_bps"),
     "power_w": "MAX(power_w)", "processes": "MAX(processes)", "ranks": "MAX(last_ranks)",
-    "phase": "phase", "n": "SUM(n)"}, ("ranks",))
+    "phase": "MAX(last_phase)", "n": "SUM(n)"}, ("ranks", "phase"))
 _NODE = ("", {
     "t": "MAX(t)", "available_bytes": "MIN(available_bytes)", "total_bytes": "MAX(total_bytes)",
     "swap_in_bps": "MAX(swap_in_bps)", "swap_out_bps": "MAX(swap_out_bps)",
@@ -102,6 +104,7 @@ def protected(conn: sqlite3.Connection, policy: RetentionPolicy) -> list[Interva
         spans.append((start - before, detected + after))
         if end is not None:
             spans.append((end - before, end + after))
+    before, after = policy.finding_before, policy.finding_after
     for t, resolved in conn.execute("SELECT t, resolved_at FROM findings WHERE trigger != 'launch'"):
         spans.append((t - before, t + after))
         if resolved is not None:

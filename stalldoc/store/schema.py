@@ -1,8 +1,10 @@
 """The run database's tables and their version.
 
 Version 4 keeps the store bounded over days: old samples are downsampled into rows that stand for
-``n`` samples (``samples.n``, ``gpu_samples.n``, ``node_samples.n``), phase durations are summed
-into ``phase_stats`` / ``phase_hist`` as they arrive, and probe runs into ``probe_stats``.
+``n`` samples (``samples.n``, ``gpu_samples.n``, ``node_samples.n``); what the report says per
+phase is summed as it arrives (memory peaks per rank and phase into ``watermarks``, PCIe traffic
+and utilisation per phase into ``gpu_phase_stats``, durations into ``phase_stats`` /
+``phase_hist``), and probe runs into ``probe_stats``.
 Readers take versions 2 to 4.
 """
 from __future__ import annotations
@@ -73,4 +75,11 @@ CREATE TABLE phase_stats (name TEXT PRIMARY KEY, count INTEGER NOT NULL, max REA
 CREATE TABLE phase_hist (name TEXT NOT NULL, bin INTEGER NOT NULL, count INTEGER NOT NULL,
                          total REAL NOT NULL, PRIMARY KEY (name, bin));
 CREATE TABLE logs (t REAL NOT NULL, stream TEXT NOT NULL, line TEXT NOT NULL);
+CREATE TABLE watermarks (rank INTEGER NOT NULL, phase TEXT NOT NULL, peak_rss_bytes INTEGER,
+                         peak_gpu_memory_bytes INTEGER, peak_cuda_allocated_bytes INTEGER,
+                         peak_cuda_reserved_bytes INTEGER, cuda_alloc_retries INTEGER,
+                         cuda_ooms INTEGER, PRIMARY KEY (rank, phase));
+CREATE TABLE gpu_phase_stats (phase TEXT PRIMARY KEY, gpu_seconds REAL NOT NULL,
+                              pcie_tx_bytes REAL, pcie_rx_bytes REAL, util_sum REAL,
+                              util_samples INTEGER NOT NULL);
 """

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
+
 from support import synthetic_tick
 from stalldoc.agent.state_reader import PhaseRecord
 from stalldoc.model import Finding, LogLine, RankStacks, Severity, StallEpisode
+from stalldoc.report import telemetry
 from stalldoc.report.build import build_report
 from stalldoc.store.db import RunStore
 from stalldoc.store.retention import RetentionPolicy, gaps
 
 T0 = 1_700_000_000.0
 POLICY = RetentionPolicy(bucket_seconds=60, full_resolution_seconds=300, around_before=120,
-                         around_after=60)
+                         around_after=60, finding_before=90, finding_after=30)
 
 
 def _fill(store: RunStore, seconds: int, compact: bool, ranks: int = 3, gpus: int = 2) -> None:
@@ -57,7 +60,15 @@ def test_downsampling_keeps_what_the_report_says(tmp_path):
     assert counts["samples"] < raw_counts["samples"] / 4
     assert counts["gpu_samples"] < raw_counts["gpu_samples"] / 4
     assert counts["node_samples"] < raw_counts["node_samples"] / 4
-    assert small["watermarks"] == full["watermarks"]        # peaks per rank and per phase
+    every = sqlite3.connect(tmp_path / "full" / "run.db")   # all samples of the same run
+    every.row_factory = sqlite3.Row
+    assert small["watermarks"] == telemetry.watermarks_from_samples(every)   # per rank, phase
+    expected = telemetry.gpu_phases_from_samples(every)
+    assert len(small["gpu_phases"]) == len(expected) == 2
+    for got, want in zip(small["gpu_phases"], expected):   # sums in another order: approx
+        assert got == {k: pytest.approx(v, rel=1e-9) if k != "phase" else v
+                       for k, v in want.items()}
+    assert {p["phase"] for p in small["gpu_phases"]} == {"step/rollout", "step/train"}
     assert small["host"] == full["host"]                    # lowest available memory, peaks
     for a, b in zip(small["gpus"], full["gpus"]):
         assert a["util_gpu_mean"] == b["util_gpu_mean"]     # weighted by samples
@@ -80,7 +91,7 @@ def test_full_resolution_around_a_stall_and_a_finding(tmp_path):
     _report(tmp_path, "events", 1800, compact=True, extra=events)
     conn = sqlite3.connect(tmp_path / "events" / "run.db")
     times = [t for (t,) in conn.execute("SELECT DISTINCT t FROM samples ORDER BY t")]
-    for lo, hi in ((stall_at - 120, stall_at + 45 + 60), (finding_at - 120, finding_at + 60)):
+    for lo, hi in ((stall_at - 120, stall_at + 45 + 60), (finding_at - 90, finding_at + 30)):
         kept = [t for t in times if lo <= t < hi]
         assert len(kept) == hi - lo                          # every second of it
     quiet = [t for t in times if T0 + 60 <= t < stall_at - 120]
