@@ -13,7 +13,7 @@ from stalldoc.agent.state_reader import AgentSnapshot, StateFileError, read_star
 from stalldoc.model import RankProcess
 
 
-PID_LIMIT = 2**22   # the kernel's largest pid (PID_MAX_LIMIT)
+PID_LIMIT = 2**22   # pids are below this (the kernel's PID_MAX_LIMIT)
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def state_pid(name: str) -> int | None:
     if not (digits.isascii() and digits.isdigit()) or len(digits) > 7:
         return None
     pid = int(digits)
-    return pid if 0 < pid <= PID_LIMIT else None
+    return pid if 0 < pid < PID_LIMIT else None
 
 
 def _still_running(pid: int, agent_started: float | None) -> bool:
