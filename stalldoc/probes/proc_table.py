@@ -57,7 +57,7 @@ class ProcInfo:
     @property
     def dead(self) -> bool:
         """A zombie (exited, not reaped) or on its way out."""
-        return self.state in "ZXx"
+        return self.state in ("Z", "X", "x")
 
     @property
     def identity(self) -> tuple[int, int, tuple[int, ...]]:
