@@ -94,13 +94,15 @@ class GpuSample:
 
 @dataclass(frozen=True)
 class ProbeRun:
-    """One run of one probe: whether it worked and how long it took."""
+    """One run of one probe: whether it worked, how long it took, and how many bad samples it
+    skipped (a RANK that is no rank number, a state file that is not an agent's)."""
 
     probe: str
     t: float
     ok: bool
     seconds: float
     error: str = ""
+    skipped: int = 0
 
 
 @dataclass(frozen=True)

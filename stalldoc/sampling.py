@@ -1,9 +1,12 @@
-"""One tick of the sidecar probes: host, node, NVML and agent state, each timed.
+"""One tick of the sidecar probes: the job's processes and ranks ("procs"), host, node, NVML and
+agent state, each timed.
 
-The probes are run one after another; each returns what it could and publishes a ProbeRun (did it
-work, how long it took, why not). A probe that raises is recorded as failed for that tick and the
-others still run. GPU processes are mapped to ranks through the job's process tree, so a vLLM
-worker or any child of a rank counts for that rank.
+The process table is read once per tick (``discover``); the job tree, the ranks and the host probe
+all use that snapshot. The probes are run one after another; each returns what it could and
+publishes a ProbeRun (did it work, how long it took, why not, how many bad samples it skipped). A
+probe that raises is recorded as failed for that tick and the others still run. GPU processes are
+mapped to ranks through the job's process tree, so a vLLM worker or any child of a rank counts for
+that rank.
 """
 from __future__ import annotations
 
@@ -13,10 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TypeVar
 
 from stalldoc.agent.state_reader import AgentSnapshot
+from stalldoc.launch.job import JobTree
 from stalldoc.model import GpuSample, HostMemory, HostSample, ProbeRun, RankProcess
-from stalldoc.probes.agent_state import AgentStateProbe
+from stalldoc.probes.agent_state import AgentRead, AgentStateProbe
 from stalldoc.probes.host import HostProbe
 from stalldoc.probes.nvml import NvmlProbe
+from stalldoc.probes.proc_table import ProcessTable, scan
+from stalldoc.probes.process_tree import Found, RankFinder
 
 T = TypeVar("T")
 
@@ -31,6 +37,21 @@ class Tick:
     gpus: tuple[GpuSample, ...]
     agents: dict[int, AgentSnapshot]
     probes: tuple[ProbeRun, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """The job's processes at one tick, from one scan of the process table, and its ranks."""
+
+    table: ProcessTable | None      # None when the scan failed (``run`` says why)
+    pids: tuple[int, ...]           # the job's processes, its command first
+    ranks: tuple[RankProcess, ...]
+    run: ProbeRun
+
+    @property
+    def parents(self) -> dict[int, int]:
+        """pid -> parent pid, for the job's processes."""
+        return {pid: self.table.ppid(pid) for pid in self.pids} if self.table else {}
 
 
 def rank_of(pid: int, rank_pids: Mapping[int, int], parents: Mapping[int, int]) -> int | None:
@@ -60,34 +81,58 @@ class Sampler:
     def __init__(self, agent_dir: str | None, gpus: bool = True) -> None:
         self.host = HostProbe()
         self.agents = AgentStateProbe(agent_dir)
+        self.finder = RankFinder()
         self.nvml = NvmlProbe()
         self.unavailable = {"nvml": self.nvml.start() if gpus else "turned off (--no-gpu)"}
         self.gpus_on = not self.unavailable["nvml"]
         if self.gpus_on:
             del self.unavailable["nvml"]
 
-    def sample(self, now: float, live: list[RankProcess], known: list[RankProcess],
-               parents: Mapping[int, int]) -> Tick:
+    def discover(self, job: JobTree, exclude: int | None, single: bool) -> Discovery:
+        """The job's processes and ranks now, from one scan of the process table. ``single``:
+        with no RANK anywhere, take the job for a single process (its rank 0)."""
         runs: list[ProbeRun] = []
-        host = self._timed(runs, "host", lambda: self.host.sample(now, live, parents), [])
+        table, pids, found = self._timed(
+            runs, "procs", lambda: self._find(job, exclude, single), (None, (), Found(())),
+            lambda seen: seen[2].skipped + seen[0].skipped)
+        return Discovery(table, pids, found.ranks, runs[0])
+
+    def _find(self, job: JobTree, exclude: int | None,
+              single: bool) -> tuple[ProcessTable, tuple[int, ...], Found]:
+        table = scan()
+        pids = tuple(job.pids(table, exclude))
+        return table, pids, self.finder.find(table, pids, self.agents.pids_with_state(), single,
+                                             root=job.pid)
+
+    def sample(self, now: float, live: list[RankProcess], known: list[RankProcess],
+               parents: Mapping[int, int], found: Discovery | None = None) -> Tick:
+        """One tick of the probes; ``found`` is this tick's discovery (its process table is used,
+        its run recorded), else the process table is read here."""
+        runs: list[ProbeRun] = [found.run] if found is not None else []
+        table = found.table if found is not None else None
+        host = self._timed(runs, "host", lambda: self.host.sample(now, live, parents, table), [])
         node = self._timed(runs, "node", lambda: self.host.node(now), None)
         gpus: list[GpuSample] = (self._timed(runs, "nvml", lambda: self.nvml.sample(now), [])
                                  if self.gpus_on else [])
-        agents = self._timed(runs, "agent", lambda: self.agents.sample(known), {})
+        agents = self._timed(runs, "agent", lambda: self.agents.read(known), AgentRead({}),
+                             lambda read: read.skipped).states
         rank_pids = {r.pid: r.rank for r in known}
         return Tick(now, {s.rank: s for s in host}, node, attribute(gpus, rank_pids, parents),
                     agents, tuple(runs))
 
     @staticmethod
-    def _timed(runs: list[ProbeRun], name: str, fn: Callable[[], T], default: Any) -> T:
+    def _timed(runs: list[ProbeRun], name: str, fn: Callable[[], T], default: Any,
+               skipped: Callable[[T], int] = lambda value: 0) -> T:
         started = time.perf_counter()
         try:
             value = fn()
+            bad = skipped(value)
         except Exception as exc:  # noqa: BLE001 - one probe's failure never stops a tick
             runs.append(ProbeRun(name, time.time(), False, time.perf_counter() - started,
                                  f"{type(exc).__name__}: {exc}"))
             return default
-        runs.append(ProbeRun(name, time.time(), True, time.perf_counter() - started))
+        runs.append(ProbeRun(name, time.time(), True, time.perf_counter() - started,
+                             skipped=bad))
         return value
 
     def close(self) -> None:

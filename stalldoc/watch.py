@@ -14,8 +14,6 @@ import time
 from collections import Counter
 from typing import Iterable
 
-import psutil
-
 from stalldoc.agent.statefile import STATUS_EXCEPTION
 from stalldoc.check import failed, launch_window
 from stalldoc.detect.progress import ProgressTracker
@@ -32,13 +30,12 @@ from stalldoc.probes.agent_state import StartupCosts
 from stalldoc.probes.connections import external_peers
 from stalldoc.probes.exits import DeathWatch, from_wait_status
 from stalldoc.sidecar import RelayLink
-from stalldoc.probes.process_tree import find_ranks
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
 from stalldoc.report.text import render_findings
 from stalldoc.rules import STICKY, run_rules
 from stalldoc.rules.engine import FindingBook
 from stalldoc.rules.base import join_ranks
-from stalldoc.sampling import Sampler, Tick
+from stalldoc.sampling import Discovery, Sampler, Tick
 from stalldoc.store.db import RunStore
 
 EXIT_SETTLE_SECONDS = 2.0   # wait this long after a death for the launcher's report of it
@@ -71,6 +68,7 @@ class Watcher:
         self.explained: set[str] = set()
         self.deaths = DeathWatch()
         self.parents: dict[int, int] = {}
+        self.found: Discovery | None = None   # this tick's processes, from one table scan
         self.config: LaunchConfig | None = None
         self.finding_counts: Counter[tuple[str, str]] = Counter()
         self.stall_findings: list[Finding] = []   # of the stall going on
@@ -213,7 +211,8 @@ class Watcher:
         self._discover(now)
         self._sweep(now)
         live = [r for r in self.ranks.values() if r.rank not in self.exits]
-        sample = self.sampler.sample(now, live, list(self.ranks.values()), self.parents)
+        sample = self.sampler.sample(now, live, list(self.ranks.values()), self.parents,
+                                     self.found)
         agents = sample.agents
         self.history.add(sample)
         for stacks in self.background.done():
@@ -232,12 +231,11 @@ class Watcher:
         self.store.compact(now, self.tracker.threshold() + self.store.policy.around_before)
 
     def _discover(self, now: float) -> None:
-        procs = self.job.descendants(exclude=os.getpid())
-        self.parents = {p.pid: _ppid(p) for p in procs}
         # once ranks with RANK were seen, the job is distributed: no single-process fallback
         distributed = any(r.from_env for r in self.ranks.values())
-        for rank in find_ranks(procs, self.agents_probe.pids_with_state(), not distributed,
-                               root=self.job.pid):
+        self.found = self.sampler.discover(self.job, os.getpid(), not distributed)
+        self.parents = self.found.parents
+        for rank in self.found.ranks:
             known = self.ranks.get(rank.rank)
             if known is not None and known.pid == rank.pid:
                 continue
@@ -448,10 +446,3 @@ class Watcher:
 
     def say(self, message: str) -> None:
         self.link.send(say=message)
-
-
-def _ppid(proc: psutil.Process) -> int:
-    try:
-        return proc.ppid()
-    except psutil.Error:
-        return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -121,3 +122,42 @@ def test_without_nvml_the_report_says_why(tmp_path):
     probes = {p["probe"]: p for p in build_report(tmp_path)["probes"]}
     assert probes["nvml"]["available"] is False and "--no-gpu" in probes["nvml"]["unavailable"]
     assert probes["host"]["available"] is True
+
+
+# a launcher with rank 0 and a process whose RANK is beyond 64 bits, each with a forked worker
+LAUNCHER = ("import os, subprocess, sys, time\n"
+            "rank = \"import os, time\\nif os.fork() == 0:\\n    time.sleep(60)\\ntime.sleep(60)\"\n"
+            "ps = [subprocess.Popen([sys.executable, '-c', rank], env={**os.environ, 'RANK': r})"
+            " for r in ('0', '99999999999999999999')]\n"
+            "print(*(p.pid for p in ps), flush=True)\n"
+            "time.sleep(60)")
+
+
+def test_discovery_reads_the_process_table_once_and_counts_bad_ranks(tmp_path):
+    from stalldoc.launch.job import JobTree
+    job = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True)
+    good, bad = (int(pid) for pid in job.stdout.readline().split())
+    sampler = Sampler(str(tmp_path), gpus=False)
+    tree = JobTree(job.pid, os.getpid())
+    try:
+        for _ in range(100):   # until both forked workers are there
+            found = sampler.discover(tree, None, single=True)
+            if len(found.pids) == 5:
+                break
+            psutil.wait_procs([], timeout=0.05)
+        # THEN the job's five processes, rank 0 only; the bad RANK (the process and its worker)
+        # counted by the "procs" run
+        assert found.pids[0] == job.pid and {good, bad} <= set(found.pids)
+        assert [(r.rank, r.pid) for r in found.ranks] == [(0, good)]
+        assert found.run.probe == "procs" and found.run.ok and found.run.skipped == 2
+        assert found.parents[good] == job.pid and found.parents[job.pid] == os.getpid()
+        # AND the tick's host sample comes from that table, the run recorded with the others
+        tick = sampler.sample(time.time(), list(found.ranks), list(found.ranks), found.parents,
+                              found)
+        assert [r.probe for r in tick.probes] == ["procs", "host", "node", "agent"]
+        assert tick.host[0].pid == good and tick.host[0].children == 1
+    finally:
+        for proc in psutil.Process(job.pid).children(recursive=True):
+            proc.kill()
+        job.kill()
+        job.wait()

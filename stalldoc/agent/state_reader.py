@@ -5,13 +5,23 @@ stays small); this module is imported by the sidecar only.
 """
 from __future__ import annotations
 
+import errno
+import math
+import os
+import stat
 from dataclasses import dataclass
 
-from stalldoc.agent.statefile import (CUDA_OFFSET, ENTRY, ERROR_OFFSET, FLAG_ASYNC, GROUP_HEADER_SIZE,
-                                      GROUP_OFFSET, GROUP_SIZE, GROUP_SLOTS, IDENTITY_OFFSET, MAGIC,
-                                      PHASE_RING_OFFSET, PHASE_SLOTS, PHASE_STACK_OFFSET, RING_SLOTS,
-                                      SIZE, VERSION, _CUDA, _GROUP_HEADER, _HEADER, _IDENTITY,
+from stalldoc.agent.statefile import (CUDA_OFFSET, ENTRY, ERROR_OFFSET, ERROR_SIZE, FLAG_ASYNC,
+                                      GROUP_HEADER_SIZE, GROUP_OFFSET, GROUP_SIZE, GROUP_SLOTS,
+                                      IDENTITY_OFFSET, MAGIC, PHASE_RING_OFFSET, PHASE_SLOTS,
+                                      PHASE_STACK_OFFSET, PHASE_STACK_SIZE, RING_SLOTS, SIZE,
+                                      VERSION, _CUDA, _GROUP_HEADER, _HEADER, _IDENTITY,
                                       _PHASE_COUNT, _PHASE_ENTRY, _TEXT_LEN)
+
+# What an agent can write. A value beyond these is not an agent's (a crafted or damaged file):
+# the whole file is refused, so no such number reaches SQLite (int64) or the detector.
+MAX_COUNT = 2**53          # markers, collectives, phases, elements: never reached in a run
+MAX_SECONDS = 1e11         # times (seconds since the epoch, or durations): finite, before 5138
 
 
 @dataclass(frozen=True)
@@ -134,10 +144,23 @@ class StateFileError(Exception):
     """The file is not a state file this version can read."""
 
 
-def _decode_text(buf: bytes, offset: int) -> str:
+def _decode_text(buf: bytes, offset: int, size: int) -> str:
+    """The text in the region of ``size`` bytes at ``offset`` (a longer length is cut to it)."""
     (length,) = _TEXT_LEN.unpack_from(buf, offset)
     start = offset + _TEXT_LEN.size
-    return buf[start : start + length].decode("utf-8", "replace")
+    return buf[start : start + min(length, size - _TEXT_LEN.size)].decode("utf-8", "replace")
+
+
+def _count(what: str, value: int) -> int:
+    if not 0 <= value <= MAX_COUNT:
+        raise StateFileError(f"{what} out of range: {value}")
+    return value
+
+
+def _seconds(what: str, value: float) -> float:
+    if not (math.isfinite(value) and abs(value) <= MAX_SECONDS):
+        raise StateFileError(f"{what} out of range: {value!r}")
+    return value
 
 
 def _cstr(raw: bytes) -> str:
@@ -151,9 +174,11 @@ def _read_group(buf: bytes, slot: int) -> GroupState | None:
         return None
     entries = sorted(ENTRY.unpack_from(buf, offset + GROUP_HEADER_SIZE + i * ENTRY.size)
                      for i in range(RING_SLOTS))
-    started = entries[-1][0]
-    ring = tuple(CollectiveRecord(name, s, _cstr(op), numel, _cstr(dtype), t0,
-                                  t1 if t1 > 0.0 else None, bool(flags & FLAG_ASYNC))
+    started = _count("collective sequence", entries[-1][0])
+    ring = tuple(CollectiveRecord(name, s, _cstr(op), _count("numel", numel), _cstr(dtype),
+                                  _seconds("collective entered", t0),
+                                  _seconds("collective completed", t1) if t1 > 0.0 else None,
+                                  bool(flags & FLAG_ASYNC))
                  for s, numel, t0, t1, op, dtype, flags in entries
                  if s > 0 and s > started - RING_SLOTS)  # empty, or torn by a concurrent write
     in_flight = sum(1 for record in ring if not record.completed)
@@ -161,12 +186,13 @@ def _read_group(buf: bytes, slot: int) -> GroupState | None:
 
 
 def _read_phases(buf: bytes) -> tuple[int, tuple[PhaseRecord, ...]]:
-    (count,) = _PHASE_COUNT.unpack_from(buf, PHASE_RING_OFFSET)
+    count = _count("phase count", _PHASE_COUNT.unpack_from(buf, PHASE_RING_OFFSET)[0])
     records = []
     for n in range(max(1, count - PHASE_SLOTS + 1), count + 1):
         offset = PHASE_RING_OFFSET + _PHASE_COUNT.size + ((n - 1) % PHASE_SLOTS) * _PHASE_ENTRY.size
         name, t0, t1 = _PHASE_ENTRY.unpack_from(buf, offset)
-        records.append(PhaseRecord(_cstr(name), t0, t1))
+        records.append(PhaseRecord(_cstr(name), _seconds("phase start", t0),
+                                   _seconds("phase end", t1)))
     return count, tuple(records)
 
 
@@ -176,12 +202,14 @@ def _read_cuda(buf: bytes) -> CudaState | None:
     if not active:
         return None
     figures = [None if v < 0 else v for v in (allocated, reserved, peak, retries, ooms)]
-    return CudaState(*figures, sampled_at, host, gpu, _cstr(host_label), _cstr(gpu_label),
-                     gpu_at, oldest)
+    return CudaState(*figures, _seconds("CUDA sampled", sampled_at), _count("host marker", host),
+                     _count("GPU marker", gpu), _cstr(host_label), _cstr(gpu_label),
+                     _seconds("GPU done", gpu_at), _seconds("oldest pending", oldest))
 
 
 def parse_state(buf: bytes) -> AgentSnapshot:
-    """Decode a state file's bytes; raises StateFileError for a foreign or newer file."""
+    """Decode a state file's bytes; raises StateFileError for a foreign, newer or damaged file
+    (a number no agent writes)."""
     if len(buf) < SIZE:
         raise StateFileError(f"state file is {len(buf)} bytes, expected {SIZE}")
     (magic, version, status, pid, rank, local_rank, world, started, heartbeat, marker_seq,
@@ -190,34 +218,61 @@ def parse_state(buf: bytes) -> AgentSnapshot:
         raise StateFileError("not a stalldoc state file (bad magic)")
     if version != VERSION:
         raise StateFileError(f"state file version {version}; this stalldoc reads {VERSION}")
-    stack_text = _decode_text(buf, PHASE_STACK_OFFSET)
+    stack_text = _decode_text(buf, PHASE_STACK_OFFSET, PHASE_STACK_SIZE)
     count, phases = _read_phases(buf)
     groups = tuple(g for g in (_read_group(buf, s) for s in range(GROUP_SLOTS)) if g is not None)
     cuda = _read_cuda(buf)
     signum, dev, ino, startup, comm = _IDENTITY.unpack_from(buf, IDENTITY_OFFSET)
-    identity = AgentIdentity(signum, dev, ino, startup, _cstr(comm))
-    return AgentSnapshot(pid, rank, local_rank, world, status, started, heartbeat, marker_seq,
-                         marker_at, exit_code if exit_code >= 0 else None,
-                         tuple(p for p in stack_text.split("/") if p), _decode_text(buf, ERROR_OFFSET),
-                         count, phases, groups, cuda, identity)
+    identity = AgentIdentity(signum, dev, ino, _seconds("start-up", startup), _cstr(comm))
+    return AgentSnapshot(pid, rank, local_rank, world, status, _seconds("start", started),
+                         _seconds("heartbeat", heartbeat), _count("marker sequence", marker_seq),
+                         _seconds("last marker", marker_at),
+                         exit_code if exit_code >= 0 else None,
+                         tuple(p for p in stack_text.split("/") if p),
+                         _decode_text(buf, ERROR_OFFSET, ERROR_SIZE), count, phases, groups, cuda,
+                         identity)
 
 
 def read_state(path: str) -> AgentSnapshot:
     """Read and decode one state file."""
-    with open(path, "rb") as fh:
-        return parse_state(fh.read(SIZE))
-
-
+    return parse_state(_read_file(path, SIZE))
 
 
 def read_started_at(path: str) -> float | None:
     """When the agent that owns ``path`` started (its header only); None when unreadable."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(_HEADER.size)
-    except OSError:
+        head = _read_file(path, _HEADER.size)
+    except (OSError, StateFileError):
         return None
     if len(head) < _HEADER.size:
         return None
     fields = _HEADER.unpack(head)
-    return fields[7] if fields[0] == MAGIC else None
+    started = fields[7]
+    return started if fields[0] == MAGIC and math.isfinite(started) else None
+
+
+def _read_file(path: str, size: int) -> bytes:
+    """The first ``size`` bytes of the state file at ``path``: a regular file of the state
+    file's size, not a link, never waiting (a FIFO named like a state file is refused)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):   # a link, a socket
+            raise StateFileError(f"not a regular file ({exc.strerror})") from exc
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise StateFileError("not a regular file")
+        if info.st_size != SIZE:
+            raise StateFileError(f"state file is {info.st_size} bytes, expected {SIZE}")
+        chunks, left = [], size
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

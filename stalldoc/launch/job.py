@@ -13,6 +13,7 @@ import time
 import psutil
 
 from stalldoc.errors import CommandNotExecutable, CommandNotFound
+from stalldoc.probes.proc_table import ProcessTable, scan
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -73,22 +74,42 @@ class JobTree:
     def __init__(self, pid: int, reaper: int) -> None:
         self.pid = pid
         self.reaper = reaper
-        self.known: set[int] = {pid}
+        self.known: dict[int, int | None] = {pid: None}   # pid -> its start (clock ticks)
+
+    def pids(self, table: ProcessTable, exclude: int | None = None) -> list[int]:
+        """The job's processes in ``table``, its command first; a process once seen stays in the
+        job after its parent died, until it ends (a new process reusing its pid is not kept)."""
+        skip = {exclude, *table.subtree(exclude), self.reaper} if exclude else {self.reaper}
+        found: dict[int, None] = {}
+        for pid in [self.pid, *sorted(self.known), *(set(table.children.get(self.reaper, ()))
+                                                     - skip)]:
+            if pid in found or not self._alive(table, pid):
+                continue   # found: its tree is in already
+            found[pid] = None
+            for child in table.subtree(pid):
+                found.setdefault(child)
+        for pid in found:
+            if pid not in skip:
+                self.known[pid] = table.procs[pid].start_ticks
+        return [pid for pid in found if pid not in skip]
+
+    def _alive(self, table: ProcessTable, pid: int) -> bool:
+        info = table.get(pid)
+        start = self.known.get(pid)
+        if info is None or (start is not None and info.start_ticks != start):
+            self.known.pop(pid, None)
+            return False
+        return True
 
     def descendants(self, exclude: int | None = None) -> list[psutil.Process]:
-        found: dict[int, psutil.Process] = {}
-        skip = {*_tree_pids(exclude), self.reaper} if exclude else {self.reaper}
-        for pid in [self.pid, *sorted(self.known), *(_children_pids(self.reaper) - skip)]:
+        """The job's processes now, as psutil processes (to signal them)."""
+        procs = []
+        for pid in self.pids(scan(), exclude):
             try:
-                root = psutil.Process(pid)
-                found.setdefault(pid, root)
-                for child in root.children(recursive=True):
-                    found.setdefault(child.pid, child)
+                procs.append(psutil.Process(pid))
             except psutil.Error:
-                self.known.discard(pid)
-        self.known.update(found)
-        self.known -= skip
-        return [p for p in found.values() if p.pid not in skip]
+                continue
+        return procs
 
 
 class Ending:
@@ -124,18 +145,3 @@ def alive_process(proc: psutil.Process) -> bool:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def _children_pids(pid: int) -> set[int]:
-    try:
-        return {c.pid for c in psutil.Process(pid).children()}
-    except psutil.Error:
-        return set()
-
-
-def _tree_pids(pid: int) -> set[int]:
-    try:
-        root = psutil.Process(pid)
-        return {pid, *(c.pid for c in root.children(recursive=True))}
-    except psutil.Error:
-        return {pid}

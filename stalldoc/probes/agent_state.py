@@ -1,4 +1,6 @@
-"""Agent probe: read the state file of every rank that has one."""
+"""Agent probe: read the state file of every rank that has one. A file that is not an agent's
+(damaged, foreign, crafted: a FIFO, a directory, a link, a name that is no pid) is skipped and
+counted; it never stops the watcher nor makes it wait."""
 from __future__ import annotations
 
 import os
@@ -11,36 +13,58 @@ from stalldoc.agent.state_reader import AgentSnapshot, StateFileError, read_star
 from stalldoc.model import RankProcess
 
 
+PID_LIMIT = 2**22   # pids are below this (the kernel's PID_MAX_LIMIT)
+
+
+@dataclass(frozen=True)
+class AgentRead:
+    """The ranks' agent states at one tick, and how many files were skipped as not an agent's
+    (ranks' files refused, and names in the directory that name no process)."""
+
+    states: dict[int, AgentSnapshot]
+    skipped: int = 0
+
+
 class AgentStateProbe:
     name = "agent"
 
     def __init__(self, directory: str | None) -> None:
         self.directory = directory
+        self._odd_names = 0    # at the last listing of the directory
 
     def pids_with_state(self) -> set[int]:
         """Processes that started an agent (whether or not they are ranks)."""
         if not self.directory or not os.path.isdir(self.directory):
             return set()
-        pids = set()
+        pids, odd = set(), 0
         for name in os.listdir(self.directory):
             if name.startswith("agent-") and name.endswith(".state"):
-                try:
-                    pids.add(int(name[len("agent-"):-len(".state")]))
-                except ValueError:
-                    continue
+                pid = state_pid(name)
+                if pid is None:
+                    odd += 1
+                else:
+                    pids.add(pid)
+        self._odd_names = odd
         return pids
 
-    def sample(self, ranks: list[RankProcess]) -> dict[int, AgentSnapshot]:
-        """Rank → its agent's state; ranks without a readable state file are left out."""
+    def read(self, ranks: list[RankProcess]) -> AgentRead:
+        """Rank → its agent's state; ranks without a state file (not yet, or no agent) are left
+        out, and so are those whose file is not an agent's (counted)."""
         if not self.directory:
-            return {}
-        out = {}
+            return AgentRead({})
+        out, refused = {}, 0
         for rank in ranks:
             try:
                 out[rank.rank] = read_state(state_path(self.directory, rank.pid))
-            except (OSError, StateFileError):
+            except StateFileError:
+                refused += 1
+            except OSError:
                 continue
-        return out
+        return AgentRead(out, refused + self._odd_names)
+
+    def sample(self, ranks: list[RankProcess]) -> dict[int, AgentSnapshot]:
+        """Rank → its agent's state (``read`` without the count)."""
+        return self.read(ranks).states
 
     def sweep(self, keep: set[int], costs: StartupCosts) -> int:
         """Delete the files of agents whose process ended (or whose pid now belongs to another
@@ -67,6 +91,15 @@ class AgentStateProbe:
                     pass
             removed += 1
         return removed
+
+
+def state_pid(name: str) -> int | None:
+    """The pid in a state file's name (``agent-PID.state``); None when it names no process."""
+    digits = name[len("agent-"):-len(".state")]
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 7:
+        return None
+    pid = int(digits)
+    return pid if 0 < pid < PID_LIMIT else None
 
 
 def _still_running(pid: int, agent_started: float | None) -> bool:

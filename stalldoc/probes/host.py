@@ -10,6 +10,7 @@ from typing import Iterable, Mapping
 import psutil
 
 from stalldoc.model import HostMemory, HostSample, RankProcess
+from stalldoc.probes.proc_table import ProcessGone, ProcessTable, ProcInfo, read_io, scan
 
 
 @dataclass(frozen=True)
@@ -19,76 +20,88 @@ class _Usage:
     t: float
     cpu: float
     io: int | None
+    start: int          # when the process started (clock ticks after boot): with the pid,
+                        # which process this is
 
 
-def descendants(root: int, parents: Mapping[int, int], stop: set[int]) -> list[int]:
-    """Pids below ``root`` in the process table ``parents`` (pid -> ppid), not entering ``stop``
-    (other ranks: their work is their own)."""
+def _reading(now: float, info: ProcInfo) -> _Usage | None:
+    """The process's usage now (its I/O read at once); None when it ended since the scan."""
+    try:
+        return _Usage(now, info.cpu_seconds, read_io(info.pid), info.start_ticks)
+    except ProcessGone:
+        return None
+
+
+def children_of(parents: Mapping[int, int]) -> dict[int, list[int]]:
+    """ppid -> its children, from ``parents`` (pid -> ppid)."""
     children: dict[int, list[int]] = {}
     for pid, ppid in parents.items():
         children.setdefault(ppid, []).append(pid)
-    out, todo = [], list(children.get(root, ()))
+    return children
+
+
+def descendants(root: int, children: Mapping[int, list[int]], stop: set[int]) -> list[int]:
+    """Pids below ``root`` in the process tree ``children`` (ppid -> pids), not entering
+    ``stop`` (other ranks: their work is their own)."""
+    out: dict[int, None] = {}
+    todo = list(children.get(root, ()))
     while todo:
         pid = todo.pop()
         if pid in stop or pid in out:
             continue
-        out.append(pid)
+        out[pid] = None
         todo.extend(children.get(pid, ()))
-    return out
+    return list(out)
 
 
 class HostProbe:
     name = "host"
 
     def __init__(self) -> None:
-        self._procs: dict[int, psutil.Process] = {}
         self._usage: dict[int, _Usage] = {}                 # pid -> last reading
         self._swap: tuple[float, int, int] | None = None    # (t, sin, sout)
         self._last_tick: float | None = None                # when sample() last ran
-
-    def _process(self, pid: int) -> psutil.Process:
-        proc = self._procs.get(pid)
-        if proc is None:
-            proc = self._procs[pid] = psutil.Process(pid)
-        return proc
+        self._last_uptime: int | None = None                # and its table was read (ticks)
 
     def sample(self, now: float, ranks: list[RankProcess],
-               parents: Mapping[int, int] | None = None) -> list[HostSample]:
-        """One sample per live rank; a rank that is gone is skipped."""
+               parents: Mapping[int, int] | None = None,
+               table: ProcessTable | None = None) -> list[HostSample]:
+        """One sample per live rank; a rank that is gone is skipped. ``table`` is this tick's
+        snapshot of the process table (taken now when not given)."""
+        table = scan(now=now) if table is None else table
         available = psutil.virtual_memory().available
         rank_pids = {r.pid for r in ranks}
+        children = children_of(parents or {})
         out, seen = [], set()
         for rank in ranks:
-            tree = descendants(rank.pid, parents or {}, rank_pids)
+            tree = descendants(rank.pid, children, rank_pids)
             seen.update(tree, (rank.pid,))
-            try:
-                sample = self._rank_sample(now, rank, tree, available)
-            except psutil.Error:
-                sample = None
+            sample = self._rank_sample(now, rank, tree, available, table)
             if sample is not None:
                 out.append(sample)
         self._forget(set(self._usage) - seen)
-        self._last_tick = now
+        self._last_tick, self._last_uptime = now, table.uptime
         return out
 
-    def _rank_sample(self, now: float, rank: RankProcess, tree: list[int],
-                     available: int) -> HostSample | None:
-        proc = self._process(rank.pid)
-        with proc.oneshot():
-            status = proc.status()
-            if status == psutil.STATUS_ZOMBIE:  # dead: its memory reads 0, not a sample
-                return None
-            own = self._read(proc, now)
-            rss, threads = proc.memory_info().rss, proc.num_threads()
+    def _rank_sample(self, now: float, rank: RankProcess, tree: list[int], available: int,
+                     table: ProcessTable) -> HostSample | None:
+        info = table.get(rank.pid)
+        if info is None or info.dead:   # gone, or a zombie: its memory reads 0, not a sample
+            return None
+        own = _reading(now, info)
+        if own is None:
+            return None
         cpu_pct, own_io = self._rates(rank.pid, own)
-        child_cpu, child_io, live = self._tree_rates(now, tree)
+        child_cpu, child_io, live = self._tree_rates(now, tree, table)
         io = None if own_io is None else own_io + child_io
         self._usage[rank.pid] = own
-        return HostSample(now, rank.rank, rank.pid, own.cpu, rss, threads, status, available,
-                          cpu_pct, live, child_cpu if live or child_cpu else None,
+        return HostSample(now, rank.rank, rank.pid, own.cpu, info.rss_bytes, info.threads,
+                          info.status, available, cpu_pct, live,
+                          child_cpu if live or child_cpu else None,
                           None if io is None else round(io, 1))
 
-    def _tree_rates(self, now: float, tree: Iterable[int]) -> tuple[float, float, int]:
+    def _tree_rates(self, now: float, tree: Iterable[int],
+                    table: ProcessTable) -> tuple[float, float, int]:
         """CPU % and I/O bytes/s of a rank's descendants since the last tick; how many live.
 
         A descendant first seen now counts in full if it was born since the last tick (a
@@ -96,39 +109,34 @@ class HostProbe:
         cpu = io = 0.0
         live = 0
         for pid in tree:
-            try:
-                proc = self._process(pid)
-                with proc.oneshot():
-                    if proc.status() == psutil.STATUS_ZOMBIE:
-                        continue
-                    usage, born = self._read(proc, now), proc.create_time()
-            except psutil.Error:
+            info = table.get(pid)
+            if info is not None and info.dead:
+                continue
+            usage = None if info is None else _reading(now, info)
+            if usage is None:
                 self._forget([pid])
                 continue
             live += 1
-            pct, rate = self._rates(pid, usage, born)
+            pct, rate = self._rates(pid, usage, self._born_since_last(info))
             cpu += pct or 0.0
             io += rate or 0.0
             self._usage[pid] = usage
         return round(cpu, 1), io, live
 
-    @staticmethod
-    def _read(proc: psutil.Process, now: float) -> _Usage:
-        times = proc.cpu_times()
-        try:
-            counters = proc.io_counters()
-            io: int | None = counters.read_chars + counters.write_chars
-        except (psutil.AccessDenied, AttributeError, NotImplementedError):
-            io = None
-        return _Usage(now, times.user + times.system, io)
+    def _born_since_last(self, info: ProcInfo) -> bool:
+        """Started after the last tick's table was read: none of its work was seen yet."""
+        return self._last_uptime is not None and info.start_ticks >= self._last_uptime
 
     def _rates(self, pid: int, usage: _Usage,
-               born: float | None = None) -> tuple[float | None, float | None]:
-        """(CPU %, I/O bytes/s) since the last reading of ``pid``; None before one exists."""
+               born: bool = False) -> tuple[float | None, float | None]:
+        """(CPU %, I/O bytes/s) since the last reading of ``pid``; None before one exists (a
+        pid now held by a new process has none). With ``born`` (a process started since the last
+        tick) it counts from zero."""
         last = self._usage.get(pid)
-        if last is None and born is not None and self._last_tick is not None \
-                and born >= self._last_tick and usage.t > self._last_tick:
-            last = _Usage(self._last_tick, 0.0, 0)   # born since the last tick: all of it is new
+        if last is not None and last.start != usage.start:
+            last = None   # the pid was reused
+        if last is None and born and self._last_tick is not None and usage.t > self._last_tick:
+            last = _Usage(self._last_tick, 0.0, 0, usage.start)   # all of it is new
         if last is None or usage.t <= last.t:
             return None, None
         dt = usage.t - last.t
@@ -138,7 +146,6 @@ class HostProbe:
 
     def _forget(self, pids: Iterable[int]) -> None:
         for pid in list(pids):
-            self._procs.pop(pid, None)
             self._usage.pop(pid, None)
 
     def node(self, now: float) -> HostMemory:

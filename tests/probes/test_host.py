@@ -7,6 +7,7 @@ import time
 
 from stalldoc.model import RankProcess
 from stalldoc.probes.host import HostProbe
+from stalldoc.probes.proc_table import ProcInfo, ProcessTable
 
 
 def test_live_rank_sampled_with_cpu_percent_and_zombie_left_out():
@@ -68,3 +69,56 @@ def test_a_ranks_work_counts_its_children_and_its_bytes_but_not_other_ranks(tmp_
             proc.kill()
             proc.wait()
         os.kill(child, 9)
+
+
+SPAWNS_LATER = """
+import subprocess, sys
+sys.stdin.readline()
+burn = "import sys, time\\nwhile time.process_time() < 0.4: pass\\nprint('burnt', flush=True)\\ntime.sleep(60)"
+child = subprocess.Popen([sys.executable, "-c", burn])
+print(child.pid, flush=True)
+child.wait()
+"""
+
+
+def test_a_child_born_since_the_last_tick_counts_in_full():
+    # GIVEN a rank without children at one tick
+    rank = subprocess.Popen([sys.executable, "-c", SPAWNS_LATER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    ranks = [RankProcess(0, rank.pid, 0, ())]
+    probe = HostProbe()
+    child = None
+    try:
+        probe.sample(time.time(), ranks, {rank.pid: os.getpid()})
+        # WHEN it starts a child that burns 0.4 s of CPU before the next tick
+        rank.stdin.write("\n")
+        rank.stdin.flush()
+        child = int(rank.stdout.readline())
+        assert rank.stdout.readline() == "burnt\n"
+        [sample] = probe.sample(time.time(), ranks, {rank.pid: os.getpid(), child: rank.pid})
+        # THEN all of the child's CPU counts for the rank, not only what follows its first sight
+        assert sample.children == 1 and sample.children_cpu_percent > 5
+    finally:
+        if child:
+            os.kill(child, 9)
+        rank.kill()
+        rank.wait()
+
+
+def _table(cpu: float, start_ticks: int) -> ProcessTable:
+    me = os.getpid()
+    info = ProcInfo(me, os.getppid(), "python", "S", cpu, start_ticks, 1000.0 + start_ticks, 1,
+                    1 << 20, ())
+    return ProcessTable(0.0, {me: info}, {os.getppid(): (me,)}, uptime=100_000)
+
+
+def test_a_pid_taken_by_a_new_process_is_a_new_process():
+    # GIVEN a rank's pid seen with 50 s of CPU, then held by a process started later with 1 s
+    probe = HostProbe()
+    ranks = [RankProcess(0, os.getpid(), 0, ())]
+    probe.sample(10.0, ranks, {}, _table(50.0, start_ticks=100))
+    [sample] = probe.sample(11.0, ranks, {}, _table(1.0, start_ticks=900))
+    # THEN its CPU is not a rate against the old process's (it would read -4900 %)
+    assert sample.cpu_seconds == 1.0 and sample.cpu_percent is None
+    [sample] = probe.sample(12.0, ranks, {}, _table(1.5, start_ticks=900))
+    assert sample.cpu_percent == 50.0
