@@ -6,7 +6,6 @@ a database whose schema they do not know.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from dataclasses import asdict
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, Iterable
 from stalldoc.errors import RunDirError
 from stalldoc.model import (Finding, GpuSample, HostSample, RankExit, RankProcess, RankStacks,
                             StallEpisode)
+from stalldoc.redact import redact_argv as redact
 from stalldoc.sampling import Tick
 
 SCHEMA_VERSION = 3
@@ -63,33 +63,7 @@ CREATE TABLE phases (rank INTEGER NOT NULL, name TEXT NOT NULL, started_at REAL 
 CREATE TABLE logs (t REAL NOT NULL, stream TEXT NOT NULL, line TEXT NOT NULL);
 """
 
-_SECRET_FLAG = re.compile(r"(token|key|secret|password|passwd|credential|auth)", re.I)
-_SECRET_VALUE = re.compile(r"^(hf_|sk-|ghp_|xox[bp]-|AKIA)[A-Za-z0-9_\-]{8,}")
 MAX_LOG_LINES = 200_000
-
-
-def redact(argv: list[str]) -> list[str]:
-    """The command line with values of secret-looking flags and token-looking words hidden."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        flag, eq, value = arg.partition("=")
-        if arg.startswith("-") and _SECRET_FLAG.search(flag):
-            if eq:
-                out.append(f"{flag}=***")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        if "=" in arg and _SECRET_FLAG.search(flag):  # KEY=value environment-style words
-            out.append(f"{flag}=***")
-            continue
-        out.append("***" if _SECRET_VALUE.match(arg) else arg)
-    return out
 
 
 class RunStore:
