@@ -4,6 +4,8 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
+from stalldoc.redact import redact_text
+
 EXIT_STALL_KILLED = 124   # --on-stall kill ended the job after a stall was diagnosed
 EXIT_STALLDOC_FAILED = 125  # stalldoc could not start watching; the job was not launched
 EXIT_NOT_EXECUTABLE = 126
@@ -53,8 +55,9 @@ class PtraceDenied(StalldocError):
 
 
 def log_traceback(path: Path) -> str:
-    """Append the exception being handled to ``path`` (best effort); its last line, to say."""
-    text = traceback.format_exc()
+    """Append the exception being handled to ``path`` (best effort); its last line, to say.
+    Redacted: an exception's message may quote the job's output or its command line."""
+    text = redact_text(traceback.format_exc())
     try:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(text)

@@ -34,6 +34,7 @@ from stalldoc.probes.exits import DeathWatch, from_wait_status
 from stalldoc.sidecar import RelayLink
 from stalldoc.probes.process_tree import find_ranks
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
+from stalldoc.redact import redact_text
 from stalldoc.report.text import render_findings
 from stalldoc.rules import STICKY, run_rules
 from stalldoc.rules.engine import FindingBook
@@ -406,7 +407,9 @@ class Watcher:
                                             episode.id if episode else None))
 
     def say(self, message: str) -> None:
-        self.link.send(say=message)
+        """A message for stalldoc's stderr (and sidecar.log once the relay is gone), redacted:
+        some quote the job (findings, an unreadable config file, an internal error)."""
+        self.link.send(say=redact_text(message))
 
 
 def _ppid(proc: psutil.Process) -> int:
