@@ -1,7 +1,9 @@
 """Each way job-derived text enters stalldoc redacts it: the log feed, the rules' findings, the
-sidecar's messages, internal error logs, the metrics job name."""
+sidecar's messages and its uncaught exceptions, internal error logs, the metrics job name."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -64,3 +66,14 @@ def test_the_metrics_job_name_is_redacted():
     assert job_name(parse_command(["torchrun", "--nproc_per_node", "2", "train.py",
                                    "--hub_token", "hf_JobName0123456789abcdef"], {})) == "train.py"
 
+
+
+def test_the_sidecars_uncaught_exceptions_reach_its_log_redacted():
+    code = ("import threading; from stalldoc.sidecar import redact_uncaught; redact_uncaught(); "
+            "t = threading.Thread(target=lambda: {}['token=ThreadSecret-1']); t.start(); t.join(); "
+            "raise RuntimeError('bad line: http://u:MainSecret-2@h/x')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "ThreadSecret-1" not in out.stderr and "MainSecret-2" not in out.stderr
+    assert "KeyError: 'token=***'" in out.stderr
+    assert out.stderr.rstrip().endswith("RuntimeError: bad line: http://***@h/x")
