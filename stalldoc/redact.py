@@ -60,10 +60,11 @@ _TOKEN_SHAPES = re.compile(r"""\b(?:
     | eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*
     )(?![A-Za-z0-9])""", re.X)
 # A name that may be secret (the words decide), then how its value follows. Found without the
-# value, so that a name that is not secret never swallows the next one. Atomic: a long word that
-# fails is not tried again from each of its stems.
+# value, so that a name that is not secret never swallows the next one. The stem is looked for in
+# a lookahead, which never backtracks: a long word made of stems is scanned once, not once per
+# stem. (Python 3.10 compatible: the agent imports this module inside the job's interpreter.)
 _NAMED = re.compile(r"""(?<![\w.-])(?P<name>-p
-        | -{0,2}(?=[A-Za-z_])(?>[\w.-]*?(?i:pass|pwd|secret|cred|token|key|auth))[\w.-]*+)
+        | -{0,2}(?=[A-Za-z_])(?=[\w.-]*?(?i:pass|pwd|secret|cred|token|key|auth))[\w.-]*)
     (?P<sep>\\?["']?[ \t]*[:=][ \t]*|[ \t]+)""", re.X)
 _VALUE = re.compile(r"""(?P<open>\\?["'])(?P<body>(?:\\.|.)*?)(?:(?P<close>(?P=open))|$)
     | (?P<bare>[^\s'"`,;&)\]}]+)""", re.X)
