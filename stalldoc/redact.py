@@ -36,7 +36,7 @@ _KEPT_VALUES = frozenset({"", "None", "null", MASK})
 
 # The words each pass needs in the lower-cased line before it runs. Most lines hold none, and a
 # substring test, or an expression that starts with a literal, costs a fraction of an alternation
-# over the line (a case-insensitive one: a hundred times more). A word common in ordinary output
+# over the line (a case-insensitive one: ten times more again). A word common in ordinary output
 # counts only where its expression confirms it: ``tokens`` and ``key_value`` name no secret.
 _SHAPE_WORDS = frozenset({"hf_", "sk-", "gh", "github_pat_", "akia", "asia", "xox", "eyj"})
 _NAME_WORDS = frozenset({"pass", "pwd", "secret", "cred", "auth", "token", "key", "-p"})
