@@ -5,6 +5,8 @@ import os
 import traceback
 from pathlib import Path
 
+from stalldoc.redact import redact_text
+
 EXIT_STALL_KILLED = 124   # --on-stall kill ended the job after a stall was diagnosed
 EXIT_STALLDOC_FAILED = 125  # stalldoc could not start watching; the job was not launched
 EXIT_NOT_EXECUTABLE = 126
@@ -55,8 +57,9 @@ class PtraceDenied(StalldocError):
 
 def log_traceback(path: Path) -> str:
     """Append the exception being handled to ``path`` (best effort; created mode 0600, never
-    through a link); its last line, to say."""
-    text = traceback.format_exc()
+    through a link); its last line, to say. Redacted: an exception's message may quote the job's
+    output or its command line."""
+    text = redact_text(traceback.format_exc())
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)

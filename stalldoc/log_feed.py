@@ -1,6 +1,6 @@
 """The job's output as the watcher sees it: lines handed over by the relay, drained once a tick
 into the store, the rules' unread batch, a tail for the diagnosis, launcher exit reports and the
-job's own progress lines."""
+job's own progress lines. Every line is redacted as it is drained, before anything else sees it."""
 from __future__ import annotations
 
 import queue
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from stalldoc.detect.progress_lines import ProgressLines
 from stalldoc.model import LogLine
 from stalldoc.probes.exits import parse_launcher_line
+from stalldoc.redact import redact_text
 
 TAIL_LINES = 200
 QUEUE_LINES = 50_000   # lines waiting for the next tick; past this they are counted, not kept
@@ -45,7 +46,7 @@ class LogFeed:
         progress_at = None
         while True:
             try:
-                line = self.lines.get_nowait()
+                line = _redacted(self.lines.get_nowait())
             except queue.Empty:
                 return Drained(batch, progress_at)
             batch.append(line)
@@ -60,3 +61,8 @@ class LogFeed:
     def take_unread(self) -> tuple[LogLine, ...]:
         unread, self.unread = tuple(self.unread), []
         return unread
+
+
+def _redacted(line: LogLine) -> LogLine:
+    text = redact_text(line.text)
+    return line if text is line.text else LogLine(line.t, line.stream, text)

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from stalldoc.errors import StalldocError
 from stalldoc.launch.config import LaunchConfig
 from stalldoc.model import GpuSample, ProbeRun
+from stalldoc.redact import redact_text
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,13 @@ class MetricsState:
 
 
 def job_name(config: LaunchConfig | None) -> str:
-    """``swift rlhf`` or the script / module name: never its arguments."""
+    """``swift rlhf`` or the script / module name: never its arguments (and redacted: the
+    sub-command is just the word after ``swift``)."""
     if config is None:
         return ""
     if config.launcher == "swift":
-        return f"swift {config.swift_command or ''}".strip()
-    return os.path.basename(config.program) or config.launcher
+        return redact_text(f"swift {config.swift_command or ''}".strip())
+    return redact_text(os.path.basename(config.program) or config.launcher)
 
 
 class StateCollector(Collector):

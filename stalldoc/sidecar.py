@@ -13,12 +13,15 @@ import select
 import sys
 import threading
 import time
+import traceback
+from types import TracebackType
 from typing import Callable
 
 from stalldoc.launch.channel import LineSplitter, RecordReader, RelayRecord, encode_message
 from stalldoc.launch.options import WatchOptions
 from stalldoc.live import write_all
 from stalldoc.model import LogLine
+from stalldoc.redact import redact_text
 
 READ_BYTES = 1 << 20
 
@@ -135,6 +138,24 @@ def first_to_go_on_oom() -> None:
         pass
 
 
+def redact_uncaught() -> None:
+    """Exceptions nothing caught (in any thread) go to stderr, ``sidecar.log``, as Python prints
+    them, but redacted: their messages may quote the job's output or command line."""
+    sys.excepthook = _write_redacted
+    threading.excepthook = _thread_excepthook
+
+
+def _write_redacted(kind: type[BaseException], value: BaseException | None,
+                    tb: TracebackType | None) -> None:
+    sys.stderr.write(redact_text("".join(traceback.format_exception(kind, value, tb))))
+    sys.stderr.flush()
+
+
+def _thread_excepthook(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is not SystemExit:
+        _write_redacted(args.exc_type, args.exc_value, args.exc_traceback)
+
+
 def _streams(arg: str) -> list[tuple[int, int]]:
     pairs = [part.split(":") for part in arg.split(",") if part]
     return [(int(source), int(target)) for source, target in pairs]
@@ -145,6 +166,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("stalldoc.sidecar is started by `stalldoc watch` only\n")
         return 2
     first_to_go_on_oom()
+    redact_uncaught()
     from stalldoc.watch import Watcher
 
     link = RelayLink(int(argv[1]), int(argv[2]), _streams(argv[3]))

@@ -31,6 +31,7 @@ from stalldoc.probes.connections import external_peers
 from stalldoc.probes.exits import DeathWatch, from_wait_status
 from stalldoc.sidecar import RelayLink
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
+from stalldoc.redact import redact_text
 from stalldoc.report.text import render_findings
 from stalldoc.rules import STICKY, run_rules
 from stalldoc.rules.engine import FindingBook
@@ -445,4 +446,6 @@ class Watcher:
                                             episode.id if episode else None))
 
     def say(self, message: str) -> None:
-        self.link.send(say=message)
+        """A message for stalldoc's stderr (and sidecar.log once the relay is gone), redacted:
+        some quote the job (findings, an unreadable config file, an internal error)."""
+        self.link.send(say=redact_text(message))

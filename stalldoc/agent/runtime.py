@@ -139,7 +139,8 @@ class Agent:
         sys.excepthook = hook
 
     def _record_exception(self, text: str) -> None:
-        self.state.error(text)
+        from stalldoc.redact import redact_text   # only once, as the process dies
+        self.state.error(redact_text(text))
         self.state.status(statefile.STATUS_EXCEPTION)
 
     def _allow_ptrace(self) -> None:

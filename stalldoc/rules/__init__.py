@@ -1,7 +1,10 @@
 """The rule catalogue (one file per rule) and the engine that runs it over a Window."""
 from __future__ import annotations
 
+import dataclasses
+
 from stalldoc.model import Finding, Severity, Window
+from stalldoc.redact import redact_json, redact_text
 from stalldoc.rules.base import Rule
 from stalldoc.rules.sd101_rank_outside_collective import RankOutsideCollective
 from stalldoc.rules.sd102_collective_mismatch import CollectiveMismatch
@@ -63,9 +66,16 @@ def by_code(code: str) -> type[Rule] | None:
 
 
 def run_rules(window: Window, trigger: str) -> list[Finding]:
-    """Every rule of ``trigger``; fallback rules only when the others found nothing but info."""
+    """Every rule of ``trigger``; fallback rules only when the others found nothing but info.
+    Their summaries and evidence come back redacted: whatever a rule quotes (a log line, an
+    exception, a setting) is stored, printed and counted only this way."""
     rules = [rule() for rule in RULES if rule.trigger == trigger]
     findings = [f for rule in rules if not rule.fallback for f in rule.check(window)]
     if all(f.severity is Severity.INFO for f in findings):  # nothing explained it yet
         findings += [f for rule in rules if rule.fallback for f in rule.check(window)]
-    return findings
+    return [_redacted(f) for f in findings]
+
+
+def _redacted(finding: Finding) -> Finding:
+    return dataclasses.replace(finding, summary=redact_text(finding.summary),
+                               evidence=redact_json(finding.evidence))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import sqlite3
 from dataclasses import asdict
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from stalldoc.model import (Finding, GpuSample, HostSample, ProbeRun, RankExit, RankProcess,
                             RankStacks, StallEpisode)
+from stalldoc.redact import redact_argv as redact
 from stalldoc.sampling import Tick
 from stalldoc.store.journal import JournalChoice, choose_journal
 from stalldoc.store.phase_hist import duration_bin
@@ -27,34 +27,6 @@ from stalldoc.store.schema import (DB_NAME, DDL, GPU_COLUMNS, NODE_COLUMNS, READ
                                    SAMPLE_COLUMNS, SCHEMA_VERSION)
 
 __all__ = ["DB_NAME", "READABLE_VERSIONS", "SCHEMA_VERSION", "RunStore", "open_reader", "redact"]
-
-_SECRET_FLAG = re.compile(r"(token|key|secret|password|passwd|credential|auth)", re.I)
-_SECRET_VALUE = re.compile(r"^(hf_|sk-|ghp_|xox[bp]-|AKIA)[A-Za-z0-9_\-]{8,}")
-
-
-def redact(argv: list[str]) -> list[str]:
-    """The command line with values of secret-looking flags and token-looking words hidden."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        flag, eq, value = arg.partition("=")
-        if arg.startswith("-") and _SECRET_FLAG.search(flag):
-            if eq:
-                out.append(f"{flag}=***")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        if "=" in arg and _SECRET_FLAG.search(flag):  # KEY=value environment-style words
-            out.append(f"{flag}=***")
-            continue
-        out.append("***" if _SECRET_VALUE.match(arg) else arg)
-    return out
-
 
 F = TypeVar("F", bound=Callable[..., Any])
 
