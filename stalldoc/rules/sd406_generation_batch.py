@@ -5,7 +5,7 @@ from typing import Iterator
 
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule
-from stalldoc.rules.config_helpers import plan_of
+from stalldoc.rules.config_helpers import divisors, listing, plan_of
 
 
 class GenerationBatch(Rule):
@@ -54,7 +54,8 @@ class GenerationBatch(Rule):
             yield self.finding((), f"generation_batch_size ({gbs}) must be divisible by the "
                                    f"global batch size ({plan.global_batch_size}).", evidence)
         elif g > 1 and gbs % g:
-            valid = [n for n in range(2, gbs + 1) if gbs % n == 0]
+            valid, complete = divisors(gbs, start=2)
             yield self.finding((), f"generation_batch_size ({gbs}) must be evenly divisible by "
-                                   f"num_generations ({g}). Valid values: {valid}.",
-                               {**evidence, "valid": valid})
+                                   f"num_generations ({g}). Valid values: "
+                                   f"{listing(valid, complete)}.",
+                               {**evidence, "valid": valid, "valid_complete": complete})
