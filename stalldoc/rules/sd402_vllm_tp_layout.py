@@ -23,7 +23,8 @@ class VllmTpLayout(Rule):
         colocated run hangs or OOMs.
 
     Evidence
-        tensor parallel size, world size, num_infer_workers, GPUs.
+        tensor parallel size, world size (and its divisors, the first 24), num_infer_workers,
+        GPUs.
 
     Fix
         Pick vllm_tensor_parallel_size among the divisors of the world size, and keep

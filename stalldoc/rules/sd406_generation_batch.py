@@ -16,14 +16,15 @@ class GenerationBatch(Rule):
         Before launch, computes swift 4.x's generation batch Gb = per_device_train_batch_size x
         world size x steps_per_generation (or the generation_batch_size given) and checks what
         swift checks after loading the model: Gb divisible by the global batch B x W, and by
-        num_generations, listing the valid values.
+        num_generations, listing the valid values (the first 24, found in bounded time).
 
     Why is this bad?
         swift raises only after minutes of model loading (seed articles 000 and 004); batch
         sizes count completions, not prompts, which is what users get wrong.
 
     Evidence
-        B, W, S, Gb, num_generations, the valid num_generations values.
+        B, W, S, Gb, num_generations, the valid num_generations values (the first 24, and
+        whether that is all).
 
     Fix
         Pick num_generations among the valid values, or change per_device_train_batch_size /

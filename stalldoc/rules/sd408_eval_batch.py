@@ -22,7 +22,8 @@ class EvalBatch(Rule):
         = num_generations for this reason.
 
     Evidence
-        world size, per_device_eval_batch_size, num_generations_eval, the valid values.
+        world size, per_device_eval_batch_size, num_generations_eval, the valid values (the
+        first 24, and whether that is all).
 
     Fix
         per_device_eval_batch_size a multiple of num_generations_eval / W, or
