@@ -121,7 +121,7 @@ def _deepspeed_json(name: str, doc: Any) -> DeepSpeedChoice:
     stage = zero.get("stage")
     if stage is not None and (isinstance(stage, bool) or str(stage) not in ("0", "1", "2", "3")):
         raise ValueError(f"zero_optimization.stage is {json.dumps(stage)[:40]}, not 0, 1, 2 or 3")
-    devices = {}
+    devices: dict[str, str] = {}
     for key in ("offload_param", "offload_optimizer"):
         offload = zero.get(key) or {}
         if not isinstance(offload, dict):
