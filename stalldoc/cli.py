@@ -162,37 +162,46 @@ def report(run_dir: Path, fmt: str) -> None:
 @click.option("--gpu-memory", default=None, help="Memory per GPU (e.g. 80G), when NVML cannot say.")
 @click.option("--dataset-size", type=click.IntRange(1, MAX_DATASET_ROWS), default=None,
               help="Rows of the training dataset, when --dataset is not a local file.")
+@click.option("--time-budget", type=click.FloatRange(min=0.1, max=3600), default=20.0,
+              show_default=True, callback=_finite,
+              help="Seconds for counting the dataset, reading the model and running the rules; "
+                   "what does not finish in them is named as skipped.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
 @click.option("--strict", is_flag=True, help="Warnings fail the check too.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, fmt: str,
-          strict: bool, command: tuple[str, ...]) -> None:
+def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, time_budget: float,
+          fmt: str, strict: bool, command: tuple[str, ...]) -> None:
     """Check COMMAND (after --) before running it: batch arithmetic, GPUs, vLLM, offload.
 
     Example: stalldoc check --gpus 8 -- swift rlhf --rlhf_type grpo ...
 
     Exit 0 when nothing is an error, 1 when something is (--strict: or a warning), 2 for a
-    usage error.
+    usage error or bad input (a number swift would refuse, a config file that cannot be read),
+    said in one line.
     """
     from stalldoc.check import failed, finding_dict, run_check
     from stalldoc.report.text import render_findings
 
     try:
         memory = _gpu_memory(gpu_memory)
-        findings, plan, resources = run_check(list(command), gpus, memory, dataset_size)
+        checks = run_check(list(command), gpus, memory, dataset_size, time_budget)
     except StalldocError as error:
         fail(error)
+    plan = dataclasses.asdict(checks.plan) if checks.plan else None
     if fmt == "json":
-        click.echo(json.dumps({"findings": [finding_dict(f) for f in findings], "plan": plan,
-                               "resources": dataclasses.asdict(resources)}, indent=2))
+        click.echo(json.dumps({"findings": [finding_dict(f) for f in checks.findings],
+                               "plan": plan, "resources": dataclasses.asdict(checks.resources),
+                               "skipped": list(checks.skipped)}, indent=2))
     else:
-        click.echo(render_findings(findings) if findings else "no findings")
+        click.echo(render_findings(checks.findings) if checks.findings else "no findings")
         if plan:
             click.echo("plan:\n" + "\n".join(f"  {line}" for line in plan["arithmetic"]))
         if plan and plan["max_steps"] is None:
-            click.echo(f"  max_steps: unknown ({resources.dataset_note})")
-    sys.exit(1 if failed(findings, strict) else 0)
+            click.echo(f"  max_steps: unknown ({checks.resources.dataset_note})")
+        for skipped in checks.skipped:
+            click.echo(f"skipped: {skipped}")
+    sys.exit(1 if failed(checks.findings, strict) else 0)
 
 
 @main.command("rules")

@@ -1,12 +1,26 @@
 """`stalldoc check` as a user runs it: the seed articles' cases with swift's own words, the plan,
-exit codes, JSON, and `watch --strict`."""
+exit codes, JSON, and `watch --strict`; bad input as one line and exit 2; `launch_checks` within
+its time budget."""
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 
+import pytest
+from click.testing import CliRunner
+
+from stalldoc.check import launch_checks, run_check
+from stalldoc.cli import main
+from stalldoc.launch import files
+from stalldoc.launch.config import parse_command
+from stalldoc.launch.resources import count_rows, dataset_size
+from stalldoc.rules.sd402_vllm_tp_layout import VllmTpLayout
+from stalldoc.rules.sd404_processes_vs_gpus import ProcessesVsGpus
 from support import watch
 
 GRPO = ["swift", "rlhf", "--rlhf_type", "grpo", "--model", "Qwen/Qwen2.5-7B-Instruct"]
@@ -14,7 +28,7 @@ GRPO = ["swift", "rlhf", "--rlhf_type", "grpo", "--model", "Qwen/Qwen2.5-7B-Inst
 
 def check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "stalldoc", "check", *args], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})})
+                          text=True, env={**os.environ, **(env or {})}, timeout=60)
 
 
 def as_json(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict]:
@@ -95,3 +109,177 @@ def test_watch_strict_does_not_launch(tmp_path):
                               "1"], "--strict")
     assert result.code == 125 and not marker.exists()
     assert "[SD407 error]" in result.stderr and "job not launched" in result.stderr
+
+
+# ----- bad input: one line, exit 2, never a traceback, never a hang ---------------------------
+def assert_one_line(out: subprocess.CompletedProcess[str], line: str) -> None:
+    assert (out.returncode, out.stderr, out.stdout) == (2, f"stalldoc: {line}\n", "")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("args,env,line", [
+    (["--num_generations", "0"], {}, "--num_generations 0: must be a whole number from 1 to "
+                                     "1000000"),
+    (["--per_device_train_batch_size", "1e11", "--num_generations", "7"], {"NPROC_PER_NODE": "8"},
+     "--per_device_train_batch_size 1e11: must be a whole number from 1 to 1000000"),
+    (["--num_train_epochs", "inf"], {}, "--num_train_epochs inf: must be a finite number > 0, at "
+                                        "most 1000000"),
+    (["--num_generations", "7", "--use_vllm", "true"], {"NPROC_PER_NODE": "100000000000"},
+     "NPROC_PER_NODE 100000000000: must be a whole number from 1 to 1024"),
+])
+def test_numbers_out_of_range_are_one_line_exit_2(args, env, line):
+    assert_one_line(check("--", *GRPO, *args, env=env), line)
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_or_dev_zero_as_config_file_is_one_line_exit_2(tmp_path):
+    os.mkfifo(tmp_path / "fifo.yaml")
+    assert_one_line(check("--", "swift", "rlhf", str(tmp_path / "fifo.yaml")),
+                    f"cannot read {tmp_path / 'fifo.yaml'}: a FIFO, not a regular file")
+    assert_one_line(check("--", *GRPO, "--deepspeed", "/dev/zero"),
+                    "cannot read /dev/zero: a character device, not a regular file")
+
+
+def test_config_shapes_are_one_line_exit_2(tmp_path):
+    (tmp_path / "env.yaml").write_text("rlhf_type: grpo\nENV: [NPROC_PER_NODE]\n")
+    assert_one_line(check("--", "swift", "rlhf", str(tmp_path / "env.yaml")),
+                    f"cannot read {tmp_path / 'env.yaml'}: ENV is a list, not a mapping of "
+                    "variable names to values")
+    (tmp_path / "ds.json").write_text('{"zero_optimization": "zero3"}')
+    assert_one_line(check("--", *GRPO, "--deepspeed", str(tmp_path / "ds.json")),
+                    f"cannot read {tmp_path / 'ds.json'}: zero_optimization is a string, not an "
+                    "object")
+
+
+def test_memory_sizes_out_of_range_are_bad_input():
+    runner = CliRunner()
+    for size, line in (("0", "memory size '0' out of range (1 byte to 1 PiB)"),
+                       ("9" * 30 + "G", f"not a memory size: '{'9' * 30}G' (e.g. 80G)")):
+        result = runner.invoke(main, ["check", "--gpu-memory", size, "--", *GRPO])
+        assert (result.exit_code, result.output) == (2, f"stalldoc: {line}\n")
+
+
+# ----- datasets: their problems leave the size unknown, with the reason -------------------------
+def dataset_note(*entries: str) -> tuple[int | None, str]:
+    return dataset_size(parse_command([*GRPO, "--dataset", *entries], {}))
+
+
+@pytest.mark.timeout(30)
+def test_datasets_that_cannot_be_counted_say_why(tmp_path):
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    (tmp_path / "zero.jsonl").symlink_to("/dev/zero")
+    (tmp_path / "field.csv").write_text("a,b\n" + "x" * 200_000 + ",1\n")
+    (tmp_path / "bytes.csv").write_bytes(b"a\n\xff\n")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "sock.json"))
+        for name, why in (("fifo.jsonl", "a FIFO, not a regular file"),
+                          ("zero.jsonl", "a character device, not a regular file"),
+                          ("sock.json", "a socket, not a regular file"),
+                          ("field.csv", "field larger than field limit (131072)"),
+                          ("bytes.csv", "'utf-8' codec can't decode byte 0xff in position 2: "
+                                        "invalid start byte")):
+            assert dataset_note(str(tmp_path / name)) == (
+                None, f"cannot count {tmp_path / name}: {why} (give --dataset-size)")
+
+
+def test_a_csv_line_too_long_is_refused_not_read_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr("stalldoc.launch.resources.CSV_LINE_LIMIT", 1000)
+    (tmp_path / "long.csv").write_text("a,b\n" + "x" * 1001)
+    assert dataset_note(str(tmp_path / "long.csv"))[1].endswith(
+        "a line longer than 0 MiB (give --dataset-size)")
+
+
+def test_jsonl_rows_are_counted_across_chunks(tmp_path, monkeypatch):
+    text = '{"a": 1}\n\n  \n{"b": "' + "y" * 50 + '"}\r\n   {"c": 3}  \n\n{"d": 4}'
+    (tmp_path / "d.jsonl").write_text(text)
+    expected = sum(1 for line in text.splitlines() if line.strip())
+    for chunk in (1, 2, 3, 7, 64, 1 << 20):
+        monkeypatch.setattr(files, "CHUNK", chunk)
+        assert count_rows(str(tmp_path / "d.jsonl")) == expected == 4
+
+
+def test_sample_counts_are_ascii_digits_within_reason():
+    assert dataset_note("hub/name#2000", "other#300") == (2300, "counted from hub/name#2000, "
+                                                                "other#300")
+    assert dataset_note("hub/name#²")[0] is None
+    assert dataset_note("hub/name#" + "9" * 20)[0] is None
+
+
+# ----- the time budget ---------------------------------------------------------------------
+BAD_LAYOUT = [*GRPO, "--num_generations", "1", "--use_vllm", "true", "--async_generate", "true"]
+
+
+@pytest.mark.timeout(30)
+def test_a_dataset_count_that_never_ends_does_not_hold_the_checks(monkeypatch):
+    release = threading.Event()
+    monkeypatch.setattr("stalldoc.check.dataset_size", lambda config: (release.wait(), (1, ""))[1])
+    started = time.monotonic()
+    checks = launch_checks(parse_command([*BAD_LAYOUT, "--dataset", "d.jsonl"], {}), [], 1.0)
+    took = time.monotonic() - started
+    release.set()
+    assert took < 1.5 and checks.skipped == ("dataset row count (not finished in 0.75 s)",)
+    assert {f.code for f in checks.findings} == {"SD403", "SD407"}
+    assert checks.resources.dataset_size is None
+    assert checks.resources.dataset_note == "not counted within the time budget"
+    assert checks.plan is not None and checks.plan.max_steps is None
+
+
+@pytest.mark.timeout(30)
+def test_a_rule_that_never_ends_or_fails_is_named_and_the_others_count(monkeypatch):
+    release = threading.Event()
+    monkeypatch.setattr(VllmTpLayout, "check", lambda self, window: iter([release.wait()]))
+    monkeypatch.setattr(ProcessesVsGpus, "check", lambda self, window: iter([1 // 0]))
+    checks = launch_checks(parse_command(BAD_LAYOUT, {}), [], 1.0)
+    release.set()
+    assert checks.skipped == ("SD402 vllm-tp-layout (not finished in 1 s)",
+                              "SD404 processes-vs-gpus (error: ZeroDivisionError: integer "
+                              "division or modulo by zero)")
+    assert {f.code for f in checks.findings} == {"SD403", "SD407"}
+
+
+def test_a_number_out_of_range_in_watch_names_the_checks_it_stops():
+    config = parse_command([*BAD_LAYOUT, "--num_generations", "0"], {"NPROC_PER_NODE": "8"})
+    assert config.error == "--num_generations 0: must be a whole number from 1 to 1000000"
+    checks = launch_checks(config, [], 5.0)          # watch goes on; it must not raise
+    why = f"({config.error})"
+    assert checks.plan is None and checks.skipped == (
+        f"GRPO plan {why}", f"SD406 generation-batch {why}", f"SD407 num-generations {why}",
+        f"SD408 eval-batch {why}")
+    assert [f.code for f in checks.findings] == ["SD403"]
+
+
+def test_run_check_gives_the_same_as_the_rules(monkeypatch):
+    monkeypatch.setattr("stalldoc.check._node_gpus", lambda: [])
+    checks = run_check(BAD_LAYOUT, 8, None, 100)
+    assert checks.skipped == () and [f.code for f in checks.findings] == ["SD403", "SD407"]
+    assert checks.resources.dataset_note == "given with --dataset-size"
+
+
+def test_skipped_checks_are_printed(monkeypatch):
+    release = threading.Event()
+    monkeypatch.setattr("stalldoc.check.dataset_size", lambda config: (release.wait(), (1, ""))[1])
+    monkeypatch.setattr("stalldoc.check._node_gpus", lambda: [])
+    result = CliRunner().invoke(main, ["check", "--time-budget", "0.4", "--", *GRPO,
+                                       "--num_generations", "2", "--dataset", "d.jsonl"])
+    release.set()
+    assert result.exit_code == 1
+    assert result.output.endswith("  max_steps: unknown (not counted within the time budget)\n"
+                                  "skipped: dataset row count (not finished in 0.3 s)\n")
+    code, doc = as_json("--", *GRPO, "--num_generations", "2")
+    assert doc["skipped"] == [] and doc["resources"]["model_note"] == \
+        "Qwen/Qwen2.5-7B-Instruct is not a local directory"
+
+
+@pytest.mark.timeout(120)
+def test_watch_launches_the_job_whatever_the_numbers(tmp_path):
+    marker = tmp_path / "ran"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    swift = bindir / "swift"
+    swift.write_text(f"#!{sys.executable}\nopen({str(marker)!r}, 'w').close()\n")
+    swift.chmod(0o755)
+    result = watch(tmp_path, [str(swift), "rlhf", "--rlhf_type", "grpo", "--num_generations",
+                              "7", "--per_device_train_batch_size", "100000000000"],
+                   env={"NPROC_PER_NODE": "8"})
+    assert result.code == 0 and marker.exists()
+    assert "--per_device_train_batch_size 100000000000: must be a whole number" in result.stderr

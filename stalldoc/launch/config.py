@@ -3,16 +3,26 @@
 Recognises ``swift <sub-command> ...``, torchrun / ``python -m torch.distributed.run``,
 ``deepspeed``, ``accelerate launch`` and plain ``python``, finds the training program below the
 launcher, and reads its ``--flag value`` arguments. swift 3.x argument names are mapped to their
-4.x names, so rules ask for one name. Nothing is validated here: a rule that needs a number and
-finds none stays quiet.
+4.x names, so rules ask for one name. The numbers the plan and the rules use are checked
+(launch/arguments.py) and the files named are read without blocking and with a size cap
+(launch/files.py): what cannot be used is said in ``LaunchConfig.error``, one line, never raised.
+A rule that needs a number and finds none stays quiet; one whose number is out of range gets a
+BadArgument from ``number()``.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
+
+from stalldoc.launch.arguments import (NNODES, NPROC_PER_NODE, SWIFT_NUMBERS,
+                                       TORCHRUN_NPROC_WORDS, BadArgument, NumberSpec, checked,
+                                       swift_number, swift_problems)
+from stalldoc.launch.files import read_text, reason, shape
 
 # swift 3.x name -> 4.x name (../shared/notes/swift.md)
 SWIFT_RENAMES = {"tensor_parallel_size": "vllm_tensor_parallel_size", "train_type": "tuner_type"}
@@ -24,6 +34,8 @@ _SWIFT_MODULE = "swift.cli."
 _NPROC_FLAGS = {"--nproc_per_node", "--nproc-per-node", "--num_gpus", "--num-gpus",
                 "--num_processes", "--num-processes"}
 _NNODES_FLAGS = {"--nnodes", "--num_nodes", "--num-nodes", "--num_machines", "--num-machines"}
+_CONFIG_VALUES_MAX = 100_000     # values in a swift config file, aliases counted at each use
+_CONFIG_DEPTH_MAX = 64           # nesting of a swift config file's values
 
 
 @dataclass(frozen=True)
@@ -35,7 +47,7 @@ class LaunchConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     nproc_per_node: int | None = None
     nnodes: int | None = None
-    error: str = ""                                 # why part of the command could not be read
+    error: str = ""             # why part of the command could not be read or used (one line)
 
     def value(self, name: str) -> str | None:
         values = self.args.get(name)
@@ -46,12 +58,18 @@ class LaunchConfig:
         values = self.args.get(name)
         return values is not None and (not values or values[-1].lower() in _TRUE)
 
-    def number(self, name: str) -> float | None:
+    def number(self, name: str) -> int | float | None:
+        """The value of a numeric argument; None when not given. A swift argument the plan and
+        rules use (arguments.SWIFT_NUMBERS) out of its range raises BadArgument (one line);
+        any other name that is not a finite number is None."""
+        if name in SWIFT_NUMBERS:
+            return swift_number(name, self.args[name]) if name in self.args else None
+        value = self.value(name)
         try:
-            value = self.value(name)
-            return float(value) if value is not None else None
+            number = float(value) if value is not None else None
         except ValueError:
             return None
+        return number if number is not None and math.isfinite(number) else None
 
     @property
     def is_grpo(self) -> bool:
@@ -79,55 +97,110 @@ class DeepSpeedChoice:
 
 
 def deepspeed_choice(value: str) -> DeepSpeedChoice:
-    """A swift preset by name, or the ``zero_optimization`` of a DeepSpeed JSON file."""
+    """A swift preset by name, or the ``zero_optimization`` of a DeepSpeed JSON file (read
+    without blocking, at most files.CONFIG_LIMIT bytes); never raises."""
     preset = re.fullmatch(r"zero([0-3])(_offload)?", value)
     if preset:
         offload = bool(preset.group(2))
         return DeepSpeedChoice(value, int(preset.group(1)), offload and preset.group(1) == "3",
                                offload)
     try:
-        with open(value, encoding="utf-8") as fh:
-            zero = json.load(fh).get("zero_optimization", {})
-    except (OSError, ValueError, AttributeError) as exc:
-        return DeepSpeedChoice(value, None, False, False, f"cannot read {value}: {exc}")
-    devices = {key: (zero.get(key) or {}).get("device", "none") for key in
-               ("offload_param", "offload_optimizer")}
+        return _deepspeed_json(value, json.loads(read_text(value)))
+    except (OSError, ValueError, RecursionError) as exc:
+        return DeepSpeedChoice(value, None, False, False, f"cannot read {value}: {reason(exc)}")
+
+
+def _deepspeed_json(name: str, doc: Any) -> DeepSpeedChoice:
+    """The ZeRO stage and offload devices of a DeepSpeed JSON document; ValueError for a shape
+    DeepSpeed would refuse."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"the top level is {shape(doc)}, not an object")
+    zero = doc.get("zero_optimization") or {}
+    if not isinstance(zero, dict):
+        raise ValueError(f"zero_optimization is {shape(zero)}, not an object")
     stage = zero.get("stage")
-    return DeepSpeedChoice(value, stage if isinstance(stage, int) else None,
+    if stage is not None and (isinstance(stage, bool) or str(stage) not in ("0", "1", "2", "3")):
+        raise ValueError(f"zero_optimization.stage is {json.dumps(stage)[:40]}, not 0, 1, 2 or 3")
+    devices: dict[str, str] = {}
+    for key in ("offload_param", "offload_optimizer"):
+        offload = zero.get(key) or {}
+        if not isinstance(offload, dict):
+            raise ValueError(f"zero_optimization.{key} is {shape(offload)}, not an object")
+        devices[key] = str(offload.get("device", "none")).lower()
+    return DeepSpeedChoice(name, None if stage is None else int(stage),
                            devices["offload_param"] in ("cpu", "nvme"),
                            devices["offload_optimizer"] in ("cpu", "nvme"))
 
 
-def _load_config_file(path: str) -> dict:
-    with open(path, encoding="utf-8") as fh:
-        if path.endswith(".json"):
-            return json.load(fh)
-        try:
-            import yaml  # swift depends on PyYAML; stalldoc itself does not
-        except ImportError as exc:
-            raise ValueError("PyYAML is not installed") from exc
-        return yaml.safe_load(fh) or {}
-
-
-def expand_config_file(argv: Sequence[str]) -> tuple[list[str], dict[str, str], str]:
-    """swift's config-file form, ``swift rlhf config.yaml [--more flags]``: the file's keys become
-    flags (lists as several values, dicts as JSON) and its ``ENV`` block environment variables.
-    Returns (argv, environment from the file, why the file could not be read)."""
-    argv = list(argv)
-    if not argv or not argv[0].endswith((".json", ".yaml", ".yml")):
-        return argv, {}, ""
+def _load_config_file(path: str) -> Any:
+    text = read_text(path)
+    if path.endswith(".json"):
+        return json.loads(text)
     try:
-        config = dict(_load_config_file(argv[0]))
-    except (OSError, ValueError, TypeError) as exc:
-        return argv[1:], {}, f"cannot read {argv[0]}: {exc}"
-    env = {str(k): str(v) for k, v in (config.pop("ENV", None) or {}).items()}
+        import yaml  # swift depends on PyYAML; stalldoc itself does not
+    except ImportError as exc:
+        raise ValueError("PyYAML is not installed") from exc
+    try:  # swift's safe_load; never libyaml's C loader, whose recursion overflows the C stack
+        return yaml.load(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ValueError(f"not valid YAML: {exc.problem or exc.context}{where}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not valid YAML: {exc}") from None
+
+
+def _check_size(value: Any) -> None:
+    """ValueError when a config file's values are nested too deep or too many (YAML aliases
+    counted at every use, so an alias bomb or a cycle is refused before it is expanded)."""
+    stack, seen = [(value, 0)], 0
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if seen > _CONFIG_VALUES_MAX or depth > _CONFIG_DEPTH_MAX:
+            raise ValueError(f"more than {_CONFIG_VALUES_MAX} values or nested deeper than "
+                             f"{_CONFIG_DEPTH_MAX} levels")
+        if isinstance(item, dict):
+            stack += [(v, depth + 1) for pair in item.items() for v in pair]
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack += [(v, depth + 1) for v in item]
+
+
+def _config_flags(config: Any) -> tuple[list[str], dict[str, str]]:
+    """swift's ``parse_yaml_args``: keys as flags (lists as several values, dicts as JSON), the
+    ``ENV`` mapping as environment variables; ValueError for a shape swift cannot use."""
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise ValueError(f"the top level is {shape(config)}, not a mapping of argument names")
+    _check_size(config)
+    config = dict(config)
+    env = config.pop("ENV", None) or {}
+    if not isinstance(env, dict):
+        raise ValueError(f"ENV is {shape(env)}, not a mapping of variable names to values")
     flags: list[str] = []
     for key, value in config.items():
         flags.append(f"--{key}")
         if isinstance(value, list):
             flags += [str(v) for v in value]
         else:
-            flags.append(json.dumps(value) if isinstance(value, dict) else str(value))
+            flags.append(json.dumps(value, ensure_ascii=False) if isinstance(value, dict)
+                         else str(value))
+    return flags, {str(k): str(v) for k, v in env.items()}
+
+
+def expand_config_file(argv: Sequence[str]) -> tuple[list[str], dict[str, str], str]:
+    """swift's config-file form, ``swift rlhf config.yaml [--more flags]``: the file's keys become
+    flags (lists as several values, dicts as JSON) and its ``ENV`` block environment variables.
+    Returns (argv, environment from the file, why the file could not be read). Never raises,
+    never blocks on a FIFO or a device, reads at most files.CONFIG_LIMIT bytes."""
+    argv = list(argv)
+    if not argv or not argv[0].endswith((".json", ".yaml", ".yml")):
+        return argv, {}, ""
+    try:
+        flags, env = _config_flags(_load_config_file(argv[0]))
+    except (OSError, ValueError, TypeError, RecursionError) as exc:
+        return argv[1:], {}, f"cannot read {argv[0]}: {reason(exc)}"
     return flags + argv[1:], env, ""
 
 
@@ -147,11 +220,36 @@ def parse_flags(argv: Sequence[str]) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
+@dataclass(frozen=True)
+class _Count:
+    """Where the processes per node or the nodes come from: an environment variable or a
+    launcher's flag (``strict``: the launcher reads it, so a word that is not a number is bad)."""
+
+    label: str
+    text: str | None
+    strict: bool
+
+    def read(self, spec: NumberSpec) -> tuple[int | None, str]:
+        """(the number, "") when usable; (None, why) when out of range, or not a number and
+        strict; (None, "") when not given, torchrun's auto / cpu / gpu / xpu, or a word nobody
+        reads."""
+        text = self.text
+        if text is None or text.strip().lower() in TORCHRUN_NPROC_WORDS:
+            return None, ""
+        if not self.strict and not text.strip().lstrip("+-").isdigit():
+            return None, ""
+        try:
+            return int(checked(self.label, text, spec)), ""
+        except BadArgument as exc:
+            return None, str(exc)
+
+
+def _env_count(env: Mapping[str, str], key: str, strict: bool) -> _Count:
+    return _Count(key, env.get(key), strict)
+
+
+def _flag_count(opts: Mapping[str, str], flags: set[str], fallback: _Count) -> _Count:
+    return next((_Count(k, v, True) for k, v in opts.items() if k in flags), fallback)
 
 
 def _split_launcher(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
@@ -189,19 +287,34 @@ def _program(argv: list[str]) -> tuple[str, str | None, list[str]]:
 
 
 def parse_command(argv: Sequence[str], env: Mapping[str, str]) -> LaunchConfig:
-    """What the watched command is; never raises."""
-    argv = list(argv)
+    """What the watched command is; never raises. What cannot be read or used (a config file,
+    a DeepSpeed JSON, a number out of range) is said in ``error``, one line."""
+    config, nproc, nnodes, file_error = _read_command(list(argv), env)
+    nproc_per_node, nproc_error = nproc.read(NPROC_PER_NODE)
+    nodes, nnodes_error = nnodes.read(NNODES)
+    problems = [file_error, nproc_error, nnodes_error]
+    if config.swift_command is not None:       # swift reads these numbers and this file
+        deepspeed = config.deepspeed()
+        problems += [*swift_problems(config.args), deepspeed.error if deepspeed else ""]
+    return dataclasses.replace(config, nproc_per_node=nproc_per_node, nnodes=nodes,
+                               error="; ".join(p for p in problems if p))
+
+
+def _read_command(argv: list[str], env: Mapping[str, str]) -> tuple[LaunchConfig, _Count,
+                                                                     _Count, str]:
+    """The command's launcher, program and arguments; where its processes per node and nodes
+    come from; why its swift config file could not be read."""
     name = os.path.basename(argv[0]) if argv else ""
     kept = {k: env[k] for k in ENV_KEYS if k in env}
-    nproc, nnodes = _int(env.get("NPROC_PER_NODE")), _int(env.get("NNODES"))
+    nproc, nnodes = _env_count(env, "NPROC_PER_NODE", False), _env_count(env, "NNODES", False)
     if name == "swift":
         sub = argv[1] if len(argv) > 1 else None
         args, file_env, error = expand_config_file(argv[2:])
         for key, value in file_env.items():  # swift: the environment wins over the file's ENV
             if key in ENV_KEYS and key not in env:
                 kept[key] = value
-        nproc, nnodes = _int(kept.get("NPROC_PER_NODE")), _int(kept.get("NNODES"))
-        return LaunchConfig("swift", "swift", sub, parse_flags(args), kept, nproc, nnodes, error)
+        return (LaunchConfig("swift", "swift", sub, parse_flags(args), kept),
+                _env_count(kept, "NPROC_PER_NODE", True), _env_count(kept, "NNODES", True), error)
     rest = argv[1:]
     if name.startswith("python"):
         while rest and rest[0] in ("-u", "-O", "-B"):
@@ -210,12 +323,12 @@ def parse_command(argv: Sequence[str], env: Mapping[str, str]) -> LaunchConfig:
             name, rest = "torchrun", rest[2:]
         else:
             program, sub, args = _program(rest)
-            return LaunchConfig("python", program, sub, parse_flags(args), kept, nproc, nnodes)
+            return LaunchConfig("python", program, sub, parse_flags(args), kept), nproc, nnodes, ""
     if name in ("torchrun", "deepspeed") or (name == "accelerate" and rest[:1] == ["launch"]):
         opts, prog = _split_launcher(rest[1:] if name == "accelerate" else rest)
-        nproc = next((_int(v) for k, v in opts.items() if k in _NPROC_FLAGS), nproc)
-        nnodes = next((_int(v) for k, v in opts.items() if k in _NNODES_FLAGS), nnodes)
         program, sub, args = _program(prog)
-        return LaunchConfig(name, program, sub, parse_flags(args), kept, nproc, nnodes)
-    return LaunchConfig("other", argv[0] if argv else "", None, parse_flags(rest), kept, nproc,
-                        nnodes)
+        return (LaunchConfig(name, program, sub, parse_flags(args), kept),
+                _flag_count(opts, _NPROC_FLAGS, nproc), _flag_count(opts, _NNODES_FLAGS, nnodes),
+                "")
+    return (LaunchConfig("other", argv[0] if argv else "", None, parse_flags(rest), kept), nproc,
+            nnodes, "")

@@ -54,7 +54,9 @@ def train_prompts(dataset_size: int | None, config: LaunchConfig) -> int | None:
 
 
 def grpo_plan(config: LaunchConfig, dataset_size: int | None) -> GrpoPlan | None:
-    """The plan of a swift GRPO command whose world size is known; None otherwise."""
+    """The plan of a swift GRPO command whose world size is known; None otherwise. Raises
+    BadArgument (launch/arguments.py) when a number it needs is out of range, as parse_command
+    has then said in ``config.error``; within range every step is finite."""
     world = config.world_size or (1 if config.launcher in ("swift", "python") else None)
     if not config.is_grpo or world is None:
         return None

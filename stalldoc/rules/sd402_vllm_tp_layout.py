@@ -5,7 +5,7 @@ from typing import Iterator
 
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule
-from stalldoc.rules.config_helpers import visible_gpus
+from stalldoc.rules.config_helpers import divisors, listing, visible_gpus
 
 
 class VllmTpLayout(Rule):
@@ -23,7 +23,8 @@ class VllmTpLayout(Rule):
         colocated run hangs or OOMs.
 
     Evidence
-        tensor parallel size, world size, num_infer_workers, GPUs.
+        tensor parallel size, world size (and its divisors, the first 24), num_infer_workers,
+        GPUs.
 
     Fix
         Pick vllm_tensor_parallel_size among the divisors of the world size, and keep
@@ -47,11 +48,11 @@ class VllmTpLayout(Rule):
         tp = int(config.number("vllm_tensor_parallel_size") or 1)
         world = config.world_size
         if world and world % tp:
-            divisors = [d for d in range(1, world + 1) if world % d == 0]
+            valid, complete = divisors(world)
             yield self.finding((), f"vllm_tensor_parallel_size ({tp}) must divide world size "
-                                   f"({world}) evenly; valid: {divisors}",
+                                   f"({world}) evenly; valid: {listing(valid, complete)}",
                                {"tensor_parallel_size": tp, "world_size": world,
-                                "valid": divisors})
+                                "valid": valid, "valid_complete": complete})
         workers, gpus = config.number("num_infer_workers"), visible_gpus(window)
         if workers and gpus and workers * tp > gpus:
             yield self.finding((), f"num_infer_workers {workers:.0f} x vllm_tensor_parallel_size "

@@ -5,7 +5,7 @@ from typing import Iterator
 
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule
-from stalldoc.rules.config_helpers import plan_of
+from stalldoc.rules.config_helpers import divisors, listing, plan_of
 
 
 class GenerationBatch(Rule):
@@ -16,14 +16,15 @@ class GenerationBatch(Rule):
         Before launch, computes swift 4.x's generation batch Gb = per_device_train_batch_size x
         world size x steps_per_generation (or the generation_batch_size given) and checks what
         swift checks after loading the model: Gb divisible by the global batch B x W, and by
-        num_generations, listing the valid values.
+        num_generations, listing the valid values (the first 24, found in bounded time).
 
     Why is this bad?
         swift raises only after minutes of model loading (seed articles 000 and 004); batch
         sizes count completions, not prompts, which is what users get wrong.
 
     Evidence
-        B, W, S, Gb, num_generations, the valid num_generations values.
+        B, W, S, Gb, num_generations, the valid num_generations values (the first 24, and
+        whether that is all).
 
     Fix
         Pick num_generations among the valid values, or change per_device_train_batch_size /
@@ -54,7 +55,8 @@ class GenerationBatch(Rule):
             yield self.finding((), f"generation_batch_size ({gbs}) must be divisible by the "
                                    f"global batch size ({plan.global_batch_size}).", evidence)
         elif g > 1 and gbs % g:
-            valid = [n for n in range(2, gbs + 1) if gbs % n == 0]
+            valid, complete = divisors(gbs, start=2)
             yield self.finding((), f"generation_batch_size ({gbs}) must be evenly divisible by "
-                                   f"num_generations ({g}). Valid values: {valid}.",
-                               {**evidence, "valid": valid})
+                                   f"num_generations ({g}). Valid values: "
+                                   f"{listing(valid, complete)}.",
+                               {**evidence, "valid": valid, "valid_complete": complete})

@@ -6,7 +6,7 @@ from typing import Iterator
 from stalldoc.launch.plan import setting
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule
-from stalldoc.rules.config_helpers import plan_of
+from stalldoc.rules.config_helpers import divisors, listing, plan_of
 
 
 class EvalBatch(Rule):
@@ -22,7 +22,8 @@ class EvalBatch(Rule):
         = num_generations for this reason.
 
     Evidence
-        world size, per_device_eval_batch_size, num_generations_eval, the valid values.
+        world size, per_device_eval_batch_size, num_generations_eval, the valid values (the
+        first 24, and whether that is all).
 
     Fix
         per_device_eval_batch_size a multiple of num_generations_eval / W, or
@@ -50,9 +51,10 @@ class EvalBatch(Rule):
         g_eval = int(config.number("num_generations_eval") or plan.num_generations)
         total = plan.world_size * per_device
         if total % g_eval:
-            valid = [n for n in range(1, total + 1) if total % n == 0]
+            valid, complete = divisors(total)
             yield self.finding((), f"The global eval batch size ({plan.world_size} x {per_device}) "
                                    f"must be evenly divisible by num_generations_eval ({g_eval}). "
-                                   f"Valid values: {valid}.",
+                                   f"Valid values: {listing(valid, complete)}.",
                                {"world_size": plan.world_size, "per_device_eval_batch_size":
-                                per_device, "num_generations_eval": g_eval, "valid": valid})
+                                per_device, "num_generations_eval": g_eval, "valid": valid,
+                                "valid_complete": complete})

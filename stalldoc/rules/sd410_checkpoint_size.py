@@ -19,7 +19,7 @@ class CheckpointSize(Rule):
 
     What it does
         Before launch, for a swift GRPO command with tuner_type full (3.x: train_type), saving
-        on, and no save_total_limit: estimates one checkpoint (weights in their dtype, plus the
+        on, and no save_total_limit (or one <= 0, which transformers reads as none): estimates one checkpoint (weights in their dtype, plus the
         optimizer state unless save_only_model) from the local model's config.json, and the
         disk for all checkpoints when max_steps is known.
 
@@ -51,19 +51,27 @@ class CheckpointSize(Rule):
         config, res = window.config, window.resources
         if config is None or res is None or res.model is None or not config.is_grpo:
             return
-        if (config.value("tuner_type") or "lora") != "full" or config.value("save_total_limit") \
+        if (config.value("tuner_type") or "lora") != "full" \
+                or (config.number("save_total_limit") or 0) > 0 \
                 or (config.value("save_strategy") or "steps") == "no":
             return
         weights = res.model.weight_bytes
         optimizer = 0 if config.flag("save_only_model") else res.model.params * \
             OPTIMIZER_BYTES_PER_PARAM
         plan = plan_of(window)
-        every = int(config.number("save_steps") or SWIFT_SAVE_STEPS)
-        count = math.ceil(plan.max_steps / every) if plan and plan.max_steps else None
+        every = config.number("save_steps") or SWIFT_SAVE_STEPS
+        count = checkpoints(plan.max_steps, every) if plan and plan.max_steps else None
         total = f"; {count} checkpoints = {gib(count * (weights + optimizer))}" if count else ""
         yield self.finding((), f"full fine-tuning without save_total_limit: one checkpoint "
                                f"{gib(weights)} weights + {gib(optimizer)} optimizer state{total}",
                            {"params": res.model.params, "weights_bytes": weights,
                             "optimizer_bytes": optimizer, "checkpoints": count,
-                            "save_steps": every,
+                            "save_steps": int(every) if every >= 1 else every,
                             "epochs": setting(config, "num_train_epochs")})
+
+
+def checkpoints(max_steps: int, save_steps: float) -> int:
+    """Checkpoints written in ``max_steps``: every ``save_steps`` steps, or every that share of
+    max_steps when below 1 (transformers)."""
+    every = math.ceil(save_steps * max_steps) if save_steps < 1 else int(save_steps)
+    return math.ceil(max_steps / max(every, 1))

@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import math
+
+import pytest
+
+from stalldoc.launch.arguments import BadArgument
 from stalldoc.launch.config import parse_command
 from stalldoc.launch.plan import grpo_plan
 
@@ -32,3 +37,29 @@ def test_max_steps_given_wins_and_unknown_world_has_no_plan():
     torchrun = parse_command(["torchrun", "-m", "swift.cli.rlhf", "--rlhf_type", "grpo"], {})
     assert grpo_plan(torchrun, 10) is None
     assert grpo_plan(parse_command(["python", "train.py"], {}), 10) is None
+
+
+@pytest.mark.parametrize("flag,value", [
+    ("num_generations", "0"), ("per_device_train_batch_size", "0"), ("num_train_epochs", "inf"),
+    ("num_train_epochs", "nan"), ("gradient_accumulation_steps", "0"), ("max_steps", "inf"),
+    ("generation_batch_size", "1e11"), ("split_dataset_ratio", "2"), ("num_iterations", "-1"),
+])
+def test_a_number_out_of_range_is_a_bad_argument_not_a_crash(flag, value):
+    config = grpo(f"--{flag}", value)
+    assert config.error.startswith(f"--{flag} {value}: must be ")
+    with pytest.raises(BadArgument, match=f"^--{flag} {value}: must be "):
+        grpo_plan(config, 100)
+
+
+def test_the_largest_values_allowed_plan_finitely():
+    config = grpo("--per_device_train_batch_size", "1000000", "--num_generations", "1000000",
+                  "--gradient_accumulation_steps", "1000000", "--num_iterations", "1000000",
+                  "--num_train_epochs", "1000000", env={"NPROC_PER_NODE": "1024",
+                                                        "NNODES": "100000"})
+    assert config.error == ""
+    plan = grpo_plan(config, 10**12)
+    assert plan.generation_batch_size == 10**6 * 1024 * 100000 * 10**6 and plan.max_steps == 0
+    many = grpo_plan(grpo("--num_generations", "1000000", "--gradient_accumulation_steps",
+                          "1000000", "--num_iterations", "1000000", "--num_train_epochs",
+                          "1000000"), 10**12)
+    assert math.isclose(many.max_steps, 10**24)          # E * R * I * S / GA, in floats as swift

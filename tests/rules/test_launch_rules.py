@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from stalldoc.launch.arguments import BadArgument
 from stalldoc.launch.config import parse_command
 from stalldoc.model import Severity, Window
 from stalldoc.rules import run_rules
+from stalldoc.rules.config_helpers import DIVISORS_SHOWN, divisors, listing
 
 SEED_002 = ["swift", "rlhf", "--rlhf_type", "grpo", "--model", "Qwen/Qwen2.5-32B-Instruct",
             "--use_vllm", "true", "--vllm_gpu_memory_utilization", "0.5",
@@ -91,3 +95,48 @@ def test_unreadable_deepspeed_json_is_said_not_raised(tmp_path):
     config = parse_command(["swift", "rlhf", "--deepspeed", str(tmp_path / "missing.json")], {})
     choice = config.deepspeed()
     assert choice.stage is None and choice.error.startswith("cannot read")
+
+
+# ----- valid values listed in bounded time ----------------------------------------------------
+@pytest.mark.parametrize("start", [1, 2])
+def test_divisors_agree_with_brute_force(start):
+    for n in range(1, 3000):
+        every = [d for d in range(start, n + 1) if n % d == 0]
+        assert divisors(n, start) == (every[:DIVISORS_SHOWN], len(every) <= DIVISORS_SHOWN), n
+
+
+@pytest.mark.timeout(10)
+def test_divisors_of_huge_numbers_are_quick_and_say_they_are_not_all():
+    assert divisors(10**30, 2) == ([2, 4, 5, 8, 10, 16, 20, 25, 32, 40, 50, 64, 80, 100, 125, 128,
+                                    160, 200, 250, 256, 320, 400, 500, 512], False)
+    prime = 1_000_000_000_039                # no divisor up to the trial limit (10**5)
+    assert divisors(prime) == ([1], False)
+    assert listing([1], False) == "[1, ...]" and listing([2, 3], True) == "[2, 3]"
+
+
+@pytest.mark.timeout(20)
+def test_sd406_with_the_largest_batch_lists_a_bounded_prefix():
+    argv = ["swift", "rlhf", "--rlhf_type", "grpo", "--per_device_train_batch_size", "1000000",
+            "--steps_per_generation", "1000000", "--num_generations", "7"]
+    [finding] = launch_findings(argv, {"NPROC_PER_NODE": "1024", "NNODES": "100000"})["SD406"]
+    gbs = 10**6 * 1024 * 100000 * 10**6
+    assert finding.summary.startswith(f"generation_batch_size ({gbs}) must be evenly divisible "
+                                      "by num_generations (7). Valid values: [2, 4, 5, 8,")
+    assert finding.summary.endswith(", ...].") and not finding.evidence["valid_complete"]
+    assert len(finding.evidence["valid"]) == DIVISORS_SHOWN
+
+
+@pytest.mark.timeout(20)
+def test_sd402_and_sd408_with_huge_worlds_are_quick():
+    argv = [*GOOD[:GOOD.index("--vllm_tensor_parallel_size")], "--vllm_tensor_parallel_size",
+            "7", "--per_device_eval_batch_size", "1000000", "--num_generations_eval", "7",
+            "--split_dataset_ratio", "0.1"]
+    found = launch_findings(argv, {"NPROC_PER_NODE": "1000", "NNODES": "99999"})
+    assert "valid: [1, 2, 3, 4, 5, 6, 8, 9, 10," in found["SD402"][0].summary
+    assert found["SD408"][0].summary.endswith(", ...].")
+
+
+def test_a_rule_given_a_number_out_of_range_says_which_not_a_zero_division():
+    argv = ["swift", "rlhf", "--rlhf_type", "grpo", "--num_generations", "0"]
+    with pytest.raises(BadArgument, match="^--num_generations 0: must be a whole number"):
+        launch_findings(argv, EIGHT)

@@ -3,11 +3,12 @@ their published config.json numbers) written into local model directories."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from stalldoc.launch.config import parse_command
-from stalldoc.launch.resources import Resources, model_info
+from stalldoc.launch.resources import Resources, model_info, read_model
 from stalldoc.model import Severity, Window
 from stalldoc.rules import by_code
 
@@ -86,3 +87,43 @@ def test_sd410_good(models):
     assert findings("SD410", models["7b"], "--tuner_type", "full", "--save_total_limit", "2") == []
     assert findings("SD410", models["7b"]) == []                       # LoRA by default
     assert findings("SD410", models["7b"], "--train_type", "full", "--save_strategy", "no") == []
+
+
+@pytest.mark.parametrize("doc,why", [
+    ([1, 2], "the top level is a list, not an object"),
+    ({**QWEN_7B, "hidden_size": "big"}, 'hidden_size is "big", not a whole number from 1 to '
+                                        '1000000'),
+    ({**QWEN_7B, "num_attention_heads": 0}, "num_attention_heads is 0, not a whole number from 1 "
+                                            "to 100000"),
+    ({**QWEN_7B, "num_hidden_layers": True}, "num_hidden_layers is true, not a whole number "
+                                             "from 1 to 100000"),
+    ({**QWEN_7B, "vocab_size": 1e400}, "vocab_size is Infinity, not a whole number from 1 to "
+                                       "100000000"),
+    ({**QWEN_7B, "num_key_value_heads": [4]}, "num_key_value_heads is [4], not a whole number "
+                                              "from 1 to 100000"),
+    ({"text_config": "qwen"}, "text_config is a string, not an object"),
+])
+def test_config_json_of_the_wrong_shape_leaves_the_model_unknown_with_the_reason(tmp_path, doc,
+                                                                                  why):
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    model, note = read_model(parse_command(["swift", "rlhf", "--model", str(tmp_path)], {}))
+    assert model is None and note == f"cannot read {tmp_path / 'config.json'}: {why}"
+
+
+@pytest.mark.timeout(20)
+def test_config_json_that_is_a_fifo_is_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "config.json")
+    model, note = read_model(parse_command(["swift", "rlhf", "--model", str(tmp_path)], {}))
+    assert model is None and note.endswith("config.json: a FIFO, not a regular file")
+
+
+def test_multimodal_config_reads_its_text_config(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": QWEN_7B}))
+    model, note = read_model(parse_command(["swift", "rlhf", "--model", str(tmp_path)], {}))
+    assert round(model.params / 1e9, 1) == 7.6 and note.startswith("read from ")
+
+
+def test_sd410_a_limit_of_zero_is_no_limit_and_save_steps_below_one_is_a_share(models):
+    [f] = findings("SD410", models["7b"], "--tuner_type", "full", "--save_total_limit", "0",
+                   "--num_train_epochs", "1", "--save_steps", "0.25", rows=8000)
+    assert f.evidence["checkpoints"] == 4 and f.evidence["save_steps"] == 0.25
