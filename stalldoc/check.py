@@ -18,7 +18,7 @@ from stalldoc.launch.plan import GrpoPlan, grpo_plan
 from stalldoc.launch.resources import ModelInfo, Resources, dataset_size, read_model
 from stalldoc.model import Finding, GpuSample, Severity, Window
 from stalldoc.probes.nvml import NvmlProbe
-from stalldoc.rules import RULES, Rule
+from stalldoc.rules import RULES, Rule, redacted
 
 DEFAULT_BUDGET_S = 20.0      # stalldoc check --time-budget
 RESOURCES_SHARE = 0.75       # of the budget, for counting the dataset and reading the model
@@ -169,7 +169,7 @@ def launch_checks(config: LaunchConfig, gpus: list[GpuSample], budget_s: float,
     if all(f.severity is Severity.INFO for f in findings):   # as run_rules does
         findings += _findings(_rules([r for r in launch if r.fallback], window), deadline,
                               budget_s, skipped)
-    return LaunchChecks(tuple(findings), plan, resources, tuple(skipped))
+    return LaunchChecks(tuple(redacted(f) for f in findings), plan, resources, tuple(skipped))
 
 
 def run_check(argv: list[str], gpus: int | None, gpu_memory: int | None, size: int | None,

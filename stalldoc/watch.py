@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Iterable
 
 from stalldoc.agent.statefile import STATUS_EXCEPTION
-from stalldoc.check import failed, launch_window
+from stalldoc.check import failed, launch_checks
 from stalldoc.detect.progress import ProgressTracker
 from stalldoc.errors import StalldocError, log_traceback
 from stalldoc.history import Histories, gpu_util_by_rank
@@ -42,6 +42,7 @@ from stalldoc.store.db import RunStore
 EXIT_SETTLE_SECONDS = 2.0   # wait this long after a death for the launcher's report of it
 INTERNAL_ERRORS = "stalldoc-errors.log"
 SWEEP_SECONDS = 5.0
+LAUNCH_CHECK_SECONDS = 10.0   # the job launches after this even if a check has not finished
 MAX_ERROR_KINDS = 20   # distinct tick errors written out in full; later ones are only counted
 
 
@@ -376,10 +377,13 @@ class Watcher:
         """What the command line says before anything runs; printed, never blocking."""
         try:
             gpus = self.sampler.nvml.sample(time.time()) if self.sampler.gpus_on else []
-            findings = run_rules(launch_window(self.config, gpus), "launch")
+            checks = launch_checks(self.config, gpus, LAUNCH_CHECK_SECONDS)
         except Exception:  # noqa: BLE001 - a rule's failure must not stop the launch
             self._internal_error("launch checks skipped")
             return []
+        for skipped in checks.skipped:
+            self.say(f"launch check skipped: {skipped}")
+        findings = list(checks.findings)
         if findings:
             self.say("before launch:\n" + render_findings(findings))
         return findings

@@ -283,3 +283,4 @@ def test_watch_launches_the_job_whatever_the_numbers(tmp_path):
                    env={"NPROC_PER_NODE": "8"})
     assert result.code == 0 and marker.exists()
     assert "--per_device_train_batch_size 100000000000: must be a whole number" in result.stderr
+    assert "launch check skipped: GRPO plan (--per_device_train_batch_size" in result.stderr

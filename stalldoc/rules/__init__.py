@@ -73,9 +73,10 @@ def run_rules(window: Window, trigger: str) -> list[Finding]:
     findings = [f for rule in rules if not rule.fallback for f in rule.check(window)]
     if all(f.severity is Severity.INFO for f in findings):  # nothing explained it yet
         findings += [f for rule in rules if rule.fallback for f in rule.check(window)]
-    return [_redacted(f) for f in findings]
+    return [redacted(f) for f in findings]
 
 
-def _redacted(finding: Finding) -> Finding:
+def redacted(finding: Finding) -> Finding:
+    """The finding with its summary and evidence redacted."""
     return dataclasses.replace(finding, summary=redact_text(finding.summary),
                                evidence=redact_json(finding.evidence))
