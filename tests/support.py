@@ -142,6 +142,21 @@ def why_no_tmpfs() -> str:
     return "" if probe.returncode == 0 else f"cannot mount a tmpfs here: {probe.stderr.strip()}"
 
 
+def watch_on_tmpfs(tmp_path: Path, size: str, job: str, *options: str,
+                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``stalldoc watch OPTIONS -- sh -c JOB`` with its run directory on a tmpfs of ``size``
+    (a private mount namespace); the job finds the mount in $RUN_FS and Python in $PY."""
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    watch_cmd = (f'mount -t tmpfs -o size={size} tmpfs "{mount}" && '
+                 f'exec "{sys.executable}" -m stalldoc watch --run-dir "{mount}/run" '
+                 f'{" ".join(options)} -- sh -c "$JOB"')
+    return subprocess.run(["unshare", "-rm", "sh", "-c", watch_cmd], capture_output=True,
+                          text=True, timeout=180, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "JOB": job, "RUN_FS": str(mount),
+                               "PY": sys.executable, **(env or {})})
+
+
 def synthetic_tick(t: float, ranks: int, gpus: int, phase: str, seed: int = 0,
                    phases: tuple[Any, ...] = ()) -> Any:
     """One tick of a GRPO-like job as the probes would give it: ranks in ``phase`` with memory

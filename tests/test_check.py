@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -98,13 +99,19 @@ def test_unreadable_config_file_is_one_line_exit_2(tmp_path):
     assert len(out.stderr.strip().splitlines()) == 1
 
 
-def test_watch_strict_does_not_launch(tmp_path):
+def _fake_swift(tmp_path: Path) -> tuple[Path, Path]:
+    """A ``swift`` that only leaves a marker file: whether watch launched the job."""
     marker = tmp_path / "ran"
     bindir = tmp_path / "bin"
     bindir.mkdir()
     swift = bindir / "swift"
     swift.write_text(f"#!{sys.executable}\nopen({str(marker)!r}, 'w').close()\n")
     swift.chmod(0o755)
+    return swift, marker
+
+
+def test_watch_strict_does_not_launch(tmp_path):
+    swift, marker = _fake_swift(tmp_path)
     result = watch(tmp_path, [str(swift), "rlhf", "--rlhf_type", "grpo", "--num_generations",
                               "1"], "--strict")
     assert result.code == 125 and not marker.exists()
@@ -272,12 +279,7 @@ def test_skipped_checks_are_printed(monkeypatch):
 
 @pytest.mark.timeout(120)
 def test_watch_launches_the_job_whatever_the_numbers(tmp_path):
-    marker = tmp_path / "ran"
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    swift = bindir / "swift"
-    swift.write_text(f"#!{sys.executable}\nopen({str(marker)!r}, 'w').close()\n")
-    swift.chmod(0o755)
+    swift, marker = _fake_swift(tmp_path)
     result = watch(tmp_path, [str(swift), "rlhf", "--rlhf_type", "grpo", "--num_generations",
                               "7", "--per_device_train_batch_size", "100000000000"],
                    env={"NPROC_PER_NODE": "8"})

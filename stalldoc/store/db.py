@@ -292,7 +292,7 @@ def _json(value: Any) -> str:
 
 
 def _probe_row(p: ProbeRun) -> tuple[Any, ...]:
-    return (p.probe, int(not p.ok), getattr(p, "skipped", 0), p.seconds, p.seconds, p.error)
+    return (p.probe, int(not p.ok), p.skipped, p.seconds, p.seconds, p.error)
 
 
 def _sample_row(tick: Tick, s: HostSample) -> tuple[Any, ...]:

@@ -12,7 +12,7 @@ import pytest
 
 from stalldoc.launch.inject import agent_environment
 from stalldoc.probes import faulthandler_dump
-from support import watch, why_no_tmpfs
+from support import watch, watch_on_tmpfs, why_no_tmpfs
 
 
 def test_a_user_sitecustomize_keeps_what_it_added_to_sys_path(tmp_path):
@@ -100,15 +100,7 @@ def test_a_full_disk_under_the_run_directory_turns_the_agent_off_not_the_job(tmp
     why = why_no_tmpfs()
     if why:
         pytest.skip(why)
-    mount = tmp_path / "fs"
-    mount.mkdir()
-    watch_cmd = (f'mount -t tmpfs -o size=2m tmpfs "{mount}" && '
-                 f'exec "{sys.executable}" -m stalldoc watch --run-dir "{mount}/run" '
-                 f'--interval 0.5 -- sh -c "$JOB"')
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", watch_cmd], capture_output=True,
-                          text=True, timeout=180, stdin=subprocess.DEVNULL,
-                          env={**os.environ, "JOB": FILL_THEN_RUN, "RUN_FS": str(mount),
-                               "PY": sys.executable})
+    proc = watch_on_tmpfs(tmp_path, "2m", FILL_THEN_RUN, "--interval", "0.5")
     # WHEN Python processes start after the disk is full, THEN they all run and print, none dies
     # of SIGBUS, and the job's exit code comes back
     out = proc.stdout

@@ -2,13 +2,9 @@
 diagnosis go on, said once, and the job is untouched."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from support import SCENARIOS, why_no_tmpfs
+from support import SCENARIOS, watch_on_tmpfs, why_no_tmpfs
 
 FILL_THEN_HANG = r"""
 sleep 2
@@ -23,15 +19,9 @@ def test_a_full_disk_under_the_run_store_leaves_the_diagnosis_on_the_terminal(tm
     why = why_no_tmpfs()
     if why:
         pytest.skip(why)
-    mount = tmp_path / "fs"
-    mount.mkdir()
-    watch_cmd = (f'mount -t tmpfs -o size=3m tmpfs "{mount}" && '
-                 f'exec "{sys.executable}" -m stalldoc watch --run-dir "{mount}/run" '
-                 f'--stall-timeout 3 --interval 0.5 --kill-grace 3 --on-stall kill -- sh -c "$JOB"')
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", watch_cmd], capture_output=True,
-                          text=True, timeout=180, stdin=subprocess.DEVNULL,
-                          env={**os.environ, "JOB": FILL_THEN_HANG, "RUN_FS": str(mount),
-                               "PY": sys.executable, "SCENARIO": str(SCENARIOS / "single_wait.py"),
+    proc = watch_on_tmpfs(tmp_path, "3m", FILL_THEN_HANG, "--stall-timeout", "3", "--interval",
+                          "0.5", "--kill-grace", "3", "--on-stall", "kill",
+                          env={"SCENARIO": str(SCENARIOS / "single_wait.py"),
                                "WAIT_FUNC": "await_reply"})
     # THEN the store's failure is said once, the stall is still found and named on the terminal,
     # and --on-stall kill still ends the job after it (exit 124)
