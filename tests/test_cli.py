@@ -91,7 +91,8 @@ BAD_NUMBERS = [
     ("demo", "--stall-timeout", "inf", "is not in the range 1<=x<=2592000"),
     ("check", "--gpus", HUGE, "is not in the range 1<=x<=1024"),
     ("check", "--dataset-size", HUGE, "is not in the range 1<=x<=1000000000000000"),
-    ("check", "--gpu-memory", HUGE + "G", "not a memory size a GPU has"),
+    ("check", "--gpu-memory", HUGE + "G", "not a memory size"),
+    ("check", "--gpu-memory", "0G", "out of range (1 byte to 1 PiB)"),
 ]
 
 

@@ -36,6 +36,15 @@ def run_both(tiny: Path, rows: int, nproc: int, *extra: str) -> tuple[dict, subp
     return {"code": checked.returncode, **json.loads(checked.stdout)}, swift
 
 
+def _aborted_after_training(swift: subprocess.CompletedProcess, steps: list[tuple[str, str]]) -> bool:
+    """swift's training ran to its last step and a rank then aborted on its way out: torch
+    2.13's gloo worker frees its last work while Python finalizes and aborts through a noexcept
+    frame (pytorch PR 179291; the same race made healthy_phases.py leave with os._exit). Seen
+    under load in 1 of a few full-suite runs; the steps swift logged are still its own."""
+    finished = any(done == total for done, total in steps)
+    return finished and "exitcode  : -6" in swift.stderr
+
+
 def test_refused_by_swift_refused_by_check_with_the_same_message(tiny):
     doc, swift = run_both(tiny, 6, 1, "--num_generations", "2", "--per_device_train_batch_size",
                           "3", "--num_train_epochs", "1")
@@ -55,8 +64,9 @@ def test_refused_by_swift_refused_by_check_with_the_same_message(tiny):
 ])
 def test_accepted_by_swift_passes_check_with_swifts_max_steps(tiny, rows, nproc, extra):
     doc, swift = run_both(tiny, rows, nproc, *extra)
-    assert swift.returncode == 0, swift.stderr[-2000:]
-    logged = {int(total) for _, total in _STEPS.findall(swift.stdout + swift.stderr)}
+    steps = _STEPS.findall(swift.stdout + swift.stderr)
+    assert swift.returncode == 0 or _aborted_after_training(swift, steps), swift.stderr[-2000:]
+    logged = {int(total) for _, total in steps}
     assert doc["code"] == 0 and doc["findings"] == []
     assert logged == {doc["plan"]["max_steps"]}
     assert doc["plan"]["world_size"] == nproc
