@@ -44,6 +44,8 @@ def _wait_state(pid: int, state: str) -> None:
 
 def test_one_scan_holds_the_tree_with_what_psutil_says(forking_parent):
     parent, kids = forking_parent
+    for pid in (parent, *kids):   # settled in their sleep: the state compared below holds still
+        _wait_state(pid, "S")
     table = scan()
     # the tree: parents and children, both ways
     assert table.ppid(parent) == os.getpid() and parent in table.children[os.getpid()]
