@@ -105,7 +105,7 @@ def report_cost(run_dir: Path) -> tuple[float, float]:
     """(seconds, peak MB) of ``stalldoc report --format json`` on the run, in a fresh process."""
     code = ("import resource, sys; from stalldoc.cli import main\n"
             "try:\n    main(['report', sys.argv[1], '--format', 'json'])\n"
-            "except SystemExit:\n    pass\n"
+            "except SystemExit as end:\n    assert not end.code, 'the report failed'\n"
             "sys.stderr.write(f'{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n')")
     started = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.DEVNULL,

@@ -39,13 +39,29 @@ def _thinned(conn: sqlite3.Connection, columns: str, table: str, key: str) -> li
         WHERE i % ((c + {MAX_POINTS - 1}) / {MAX_POINTS}) = 0 ORDER BY {key}, t""")
 
 
+def _bucketed(conn: sqlite3.Connection, columns: str, table: str, key: str) -> list[dict[str, Any]]:
+    """Rows of ``table`` ordered by key and time, the last of each of MAX_POINTS equal spans of
+    the run per value of ``key`` (so the latest row is always there): even in time, where the
+    rows are not (schema 4 keeps full resolution around events and one row a minute
+    elsewhere)."""
+    lo, hi = conn.execute(f"SELECT MIN(t), MAX(t) FROM {table}").fetchone()
+    if lo is None:
+        return []
+    span = (hi - lo) / (MAX_POINTS - 1) or 1.0    # spans 0 .. MAX_POINTS - 1
+    return _rows(conn, f"SELECT {columns} FROM {table} WHERE rowid IN (SELECT MAX(rowid) FROM "
+                       f"{table} GROUP BY {key}, CAST((t - ?) / ? AS INTEGER)) ORDER BY {key}, t",
+                 lo, span)
+
+
 def timeseries(conn: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
-    gpus = _thinned(conn, _GPU_SERIES, "gpu_samples", "gpu")
+    """At most about MAX_POINTS points per rank, GPU and for the node."""
+    thin = _bucketed if version(conn) >= 4 else _thinned
+    gpus = thin(conn, _GPU_SERIES, "gpu_samples", "gpu")
     for row in gpus:
         row["ranks"] = json.loads(row["ranks"])
-    return {"ranks": _thinned(conn, _RANK_SERIES, "samples", "rank"),
+    return {"ranks": thin(conn, _RANK_SERIES, "samples", "rank"),
             "gpus": gpus,
-            "node": _thinned(conn, _NODE_SERIES, "node_samples", "1")}
+            "node": thin(conn, _NODE_SERIES, "node_samples", "'node'")}
 
 
 _SUMMED_PEAKS = ("MAX(peak_rss_bytes) AS peak_rss_bytes, "

@@ -142,3 +142,19 @@ def test_stacks_of_the_first_and_latest_stalls_stay(tmp_path):
     assert sorted({s["stall_id"] for s in doc["stacks"]}) == [1, 2, 8, 9, 10]
     assert doc["run"]["pruned_stall_stacks"] == 5
     assert len(doc["stalls"]) == 10
+
+
+def test_time_series_are_thinned_evenly_in_time_to_1000_points(tmp_path):
+    store = RunStore(tmp_path, RetentionPolicy(full_resolution_seconds=1e9))
+    for i in range(3000):   # full resolution for the first 1000 s, then a row a minute (as kept)
+        store.add_tick(synthetic_tick(T0 + (i if i < 1000 else 1000 + (i - 1000) * 60), 1, 1,
+                                      "train"))
+    store.close()
+    series = build_report(tmp_path)["timeseries"]
+    for rows in (series["ranks"], series["gpus"], series["node"]):
+        times = [row["t"] for row in rows]
+        assert len(times) <= 1000 and times == sorted(times)
+        assert times[-1] == T0 + 1000 + 1999 * 60                    # the latest is there
+        span = (times[-1] - T0) / 999
+        early = [t for t in times if t < T0 + 1000]
+        assert len(early) <= 1000 / span + 1      # the dense first part does not crowd it out
