@@ -45,7 +45,7 @@ def test_findings_come_out_of_the_rules_redacted():
 def test_what_the_sidecar_says_is_redacted():
     sent: list[dict[str, object]] = []
     watcher = SimpleNamespace(link=SimpleNamespace(send=lambda **message: sent.append(message)))
-    Watcher.say(watcher, f"launch checks: cannot read /cfg/run.yaml: bad line 'hub_token: "
+    Watcher.say(watcher, "launch checks: cannot read /cfg/run.yaml: bad line 'hub_token: "
                          "hf_SayToken0123456789abcdef'")
     assert sent == [{"say": "launch checks: cannot read /cfg/run.yaml: bad line 'hub_token: ***'"}]
 

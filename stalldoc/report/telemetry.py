@@ -7,6 +7,8 @@ import json
 import sqlite3
 from typing import Any
 
+from stalldoc.store.retention import weighted_mean
+
 MAX_POINTS = 1000   # per rank / per GPU in the time series; longer runs are thinned evenly
 
 _RANK_SERIES = ("t, rank, status, phase, cpu_percent, rss_bytes, gpu_memory_bytes, "
@@ -108,9 +110,7 @@ def gpus(conn: sqlite3.Connection) -> list[dict[str, Any]]:
 def _mean(conn: sqlite3.Connection, column: str) -> str:
     """The SQL mean of ``column`` over samples, each downsampled row weighted by the samples it
     stands for (schema 4; earlier rows are one sample each)."""
-    if version(conn) < 4:
-        return f"AVG({column})"
-    return f"SUM({column} * n) * 1.0 / NULLIF(SUM(CASE WHEN {column} IS NOT NULL THEN n END), 0)"
+    return f"AVG({column})" if version(conn) < 4 else weighted_mean(column)
 
 
 def gpu_phases(conn: sqlite3.Connection) -> list[dict[str, Any]]:

@@ -35,7 +35,8 @@ class RetentionPolicy:
     stacks_last_stalls: int = 30
 
 
-def _weighted(column: str) -> str:
+def weighted_mean(column: str) -> str:
+    """The SQL mean of ``column``, each row weighted by the samples it stands for (``n``)."""
     return (f"SUM({column} * n) * 1.0 / NULLIF(SUM(CASE WHEN {column} IS NOT NULL THEN n END), 0)")
 
 
@@ -45,20 +46,20 @@ _SAMPLES = ("rank", {
     "rss_bytes": "MAX(rss_bytes)", "threads": "MAX(threads)", "status": "MAX(last_status)",
     "host_available_bytes": "MIN(host_available_bytes)", "marker_seq": "MAX(marker_seq)",
     "collective_seq": "MAX(collective_seq)", "phase": "MAX(last_phase)",
-    "cpu_percent": _weighted("cpu_percent"), "gpu_memory_bytes": "MAX(gpu_memory_bytes)",
+    "cpu_percent": weighted_mean("cpu_percent"), "gpu_memory_bytes": "MAX(gpu_memory_bytes)",
     "cuda_allocated": "MAX(cuda_allocated)", "cuda_reserved": "MAX(cuda_reserved)",
     "cuda_peak_allocated": "MAX(cuda_peak_allocated)",
     "cuda_alloc_retries": "MAX(cuda_alloc_retries)", "cuda_ooms": "MAX(cuda_ooms)",
     "cuda_host_marker": "MAX(cuda_host_marker)", "cuda_gpu_marker": "MAX(cuda_gpu_marker)",
     "cuda_host_label": "MAX(last_cuda_host_label)", "cuda_gpu_label": "MAX(last_cuda_gpu_label)",
-    "children": "MAX(children)", "children_cpu_percent": _weighted("children_cpu_percent"),
-    "io_bps": _weighted("io_bps"), "n": "SUM(n)"}, ("status", "phase", "cuda_host_label",
+    "children": "MAX(children)", "children_cpu_percent": weighted_mean("children_cpu_percent"),
+    "io_bps": weighted_mean("io_bps"), "n": "SUM(n)"}, ("status", "phase", "cuda_host_label",
                                                     "cuda_gpu_label"))
 _GPUS = ("gpu", {
     "t": "MAX(t)", "gpu": "gpu", "uuid": "MAX(uuid)", "name": "MAX(name)",
     "memory_used": "MAX(memory_used)", "memory_total": "MAX(memory_total)",
-    "util_gpu": _weighted("util_gpu"), "util_memory": _weighted("util_memory"),
-    "pcie_tx_bps": _weighted("pcie_tx_bps"), "pcie_rx_bps": _weighted("pcie_rx_bps"),
+    "util_gpu": weighted_mean("util_gpu"), "util_memory": weighted_mean("util_memory"),
+    "pcie_tx_bps": weighted_mean("pcie_tx_bps"), "pcie_rx_bps": weighted_mean("pcie_rx_bps"),
     "power_w": "MAX(power_w)", "processes": "MAX(processes)", "ranks": "MAX(last_ranks)",
     "phase": "MAX(last_phase)", "n": "SUM(n)"}, ("ranks", "phase"))
 _NODE = ("", {
