@@ -4,7 +4,9 @@ A tick rule reports what holds now. The book turns that into events: a finding i
 first tick it appears (stored and printed once), *updated* while it keeps appearing (its evidence
 and count refreshed, nothing printed), and *resolved* the first tick it is gone. A finding is the
 same finding when its code and ranks are the same. Sticky rules (log signatures: events, not
-states) are never resolved by silence; a repeat of one counts up and adds its ranks.
+states) are never resolved by silence; a repeat of one counts up and adds its ranks, and keeps
+the evidence of its first occurrence (the first watchdog line is the one that matters): its
+first lines, figures and summary, with the later lines counted and the newest one kept apart.
 """
 from __future__ import annotations
 
@@ -53,9 +55,8 @@ class FindingBook:
                 tracked = self.open[key] = Tracked(finding, now, sticky=finding.code in sticky)
                 opened.append(tracked)
             else:
-                if tracked.sticky:  # an event again: the ranks it came from add up
-                    ranks = tuple(sorted(set(tracked.finding.ranks) | set(finding.ranks)))
-                    finding = dataclasses.replace(finding, ranks=ranks)
+                if tracked.sticky:
+                    finding = repeated_event(tracked.finding, finding)
                 tracked.finding = finding
                 tracked.occurrences += 1
                 updated.append(tracked)
@@ -63,3 +64,23 @@ class FindingBook:
         for tracked in resolved:
             del self.open[key_of(tracked.finding, sticky)]
         return Changes(tuple(opened), tuple(updated), tuple(resolved))
+
+
+EVENT_LINES = 5   # lines of an event kept in its evidence: the first ones
+
+
+def repeated_event(first: Finding, again: Finding) -> Finding:
+    """An event seen again: the ranks it came from add up; the first occurrence's summary,
+    figures and lines stay, later lines fill the kept lines up to ``EVENT_LINES`` and are
+    counted; the newest line is kept apart as ``last_line``."""
+    ranks = tuple(sorted(set(first.ranks) | set(again.ranks)))
+    old, new = first.evidence, again.evidence
+    evidence = dict(old)
+    if "lines" in old or "lines" in new:
+        lines = list(old.get("lines", ()))
+        evidence["lines"] = (lines + list(new.get("lines", ())))[:max(EVENT_LINES, len(lines))]
+        evidence["count"] = int(old.get("count", len(lines))) + int(new.get("count", 0))
+        if new.get("lines"):
+            evidence["last_line"] = new.get("last_line", new["lines"][-1])
+            evidence["last_at"] = new.get("last_at", new.get("first_at"))
+    return dataclasses.replace(first, ranks=ranks, evidence=evidence)
