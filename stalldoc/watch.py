@@ -74,6 +74,7 @@ class Watcher:
         self.config: LaunchConfig | None = None
         self.finding_counts: Counter[tuple[str, str]] = Counter()
         self.stall_findings: list[Finding] = []   # of the stall going on
+        self.stall_stacks: dict[int, RankStacks] = {}   # taken at its diagnosis, for tick rules
         self.gpu_peaks: dict[int, int] = {}
         self.exporter: Exporter | None = None
         self.job = JobTree(0, os.getppid())
@@ -325,7 +326,7 @@ class Watcher:
         if ended is not None:
             self.store.save_stall(ended)
             self.store.resolve_stall_findings(ended.id, now)
-            self.stall_findings = []
+            self.stall_findings, self.stall_stacks = [], {}
             self.say(f"progress resumed after stall #{ended.id}")
         if started is None:
             return
@@ -349,6 +350,7 @@ class Watcher:
         window = dataclasses.replace(self._window(now, agents, episode, stacks),
                                      peers=external_peers(live, self.parents.keys()))
         self.store.add_stacks(episode.id, stacks.values())
+        self.stall_stacks = stacks
         self._report(run_rules(window, "stall"), episode.id)
 
     def _explain_fallbacks(self, stacks: Iterable[RankStacks]) -> None:
@@ -390,7 +392,7 @@ class Watcher:
 
     def _tick_rules(self, now: float, agents: dict) -> None:
         """The cheap rules, every tick: open, update and resolve their findings."""
-        window = self._window(now, agents, self.tracker.episode)
+        window = self._window(now, agents, self.tracker.episode, self.stall_stacks)
         self.logs.take_unread()
         changes = self.book.update(now, run_rules(window, "tick"), STICKY)
         if changes.opened:

@@ -23,11 +23,14 @@ OPS = (
     "monitored_barrier", "all_to_all", "all_to_all_single", "gather", "scatter", "send", "recv",
     "isend", "irecv", "all_gather_object", "broadcast_object_list", "gather_object",
     "scatter_object_list",
+    # torch 2.13's names (all_gather_into_tensor / reduce_scatter_tensor now call these)
+    "all_gather_single", "reduce_scatter_single", "all_reduce_coalesced", "all_gather_coalesced",
+    "batch_isend_irecv", "send_object_list", "recv_object_list",
 )
 _PAYLOAD_PARAMS = ("tensor", "input_tensor", "input", "input_list", "input_tensor_list",
-                   "tensor_list", "obj", "object_list", "scatter_object_input_list")
+                   "tensor_list", "tensors", "obj", "object_list", "scatter_object_input_list")
 _OBJECT_PARAMS = ("obj", "object_list", "scatter_object_input_list")
-_ALWAYS_ASYNC = {"isend", "irecv"}
+_ALWAYS_ASYNC = {"isend", "irecv", "batch_isend_irecv"}
 
 
 class _Depth(threading.local):

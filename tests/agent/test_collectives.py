@@ -41,3 +41,27 @@ def test_a_process_without_torch_never_imports_it(tmp_path):
                          env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     assert list((tmp_path / "agents").glob("agent-*.state"))
+
+
+NEW_NAMES = textwrap.dedent("""
+    import os, warnings, torch, torch.distributed as dist
+    warnings.simplefilter("ignore")
+    dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:%d")
+    out = torch.empty(6)
+    dist.all_gather_into_tensor(out, torch.ones(6))      # deprecated: calls all_gather_single
+    dist.all_gather_single(out, torch.ones(6))
+    dist.all_reduce_coalesced([torch.ones(2), torch.ones(3)])
+    dist.reduce_scatter_single(torch.empty(6), torch.ones(6))
+    print(os.getpid())
+""")
+
+
+def test_torch_2_13_collective_names_are_recorded_once_each(tmp_path):
+    """torch 2.13 deprecates all_gather_into_tensor for all_gather_single (which it calls): a
+    ZeRO-3 gather is one entry either way, and the new names are seen."""
+    from support import free_port, run_with_agent
+    state = run_with_agent(tmp_path, NEW_NAMES % free_port())
+    world = next(g for g in state.groups if g.name == "world")
+    assert [(r.op, r.numel, r.is_async) for r in world.ring] == [
+        ("all_gather_into_tensor", 6, False), ("all_gather_single", 6, False),
+        ("all_reduce_coalesced", 5, False), ("reduce_scatter_single", 6, False)]
