@@ -185,3 +185,28 @@ def test_rank_waiting_on_a_silent_server_is_named_with_the_server(run_watch, npr
     assert f"waits for a server's reply from 127.0.0.1:{port}" in finding["summary"]
     [outside] = result.findings("SD101")          # and it is the one the others wait for
     assert outside["ranks"] == [wait_rank]
+
+
+@pytest.mark.parametrize("nproc,stuck_rank,func", [(3, 2, "score_completions"),
+                                                   (4, 0, "load_reference_shard")])
+def test_a_watchdog_timeout_is_matched_with_the_rings(tmp_path, nproc, stuck_rank, func):
+    # GIVEN a ZeRO-3-like job whose waiting ranks' (stand-in) NCCL watchdog prints its timeout,
+    # numbered by the process group's own sequence, long after stalldoc saw the stall
+    env = {"STUCK_RANK": str(stuck_rank), "STUCK_FUNC": func, "WATCHDOG_S": "15"}
+    result = watch(tmp_path, torchrun(nproc, "zero3_watchdog.py"), env=env)
+    # THEN the watchdog finding says which collective of the ring timed out, who never entered
+    # it and where that rank is, and keeps the first line it saw
+    [finding] = result.findings("SD501")
+    ring = finding["evidence"]["ring"]
+    waiting = sorted(set(range(nproc)) - {stuck_rank})
+    assert ring["missing_ranks"] == [stuck_rank], result.stderr
+    assert ring["op"] == "all_gather_into_tensor" and ring["op_agrees"]
+    assert set(ring["waiting_ranks"]) <= set(waiting) and ring["waiting_ranks"]
+    culprit = ring["culprits"][str(stuck_rank)]
+    assert culprit["frame"].startswith(f"{func} (")
+    assert f"never entered #{ring['seq']}; rank {stuck_rank} is in {func} (" in finding["summary"]
+    first = finding["evidence"]["lines"][0]
+    assert f"SeqNum={finding['evidence']['seq']}," in first and "Watchdog caught" in first
+    # AND the stall came first, with the same culprit
+    [sd101] = result.findings("SD101")
+    assert sd101["ranks"] == [stuck_rank]
