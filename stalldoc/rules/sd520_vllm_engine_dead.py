@@ -16,7 +16,9 @@ class VllmEngineDead(LogSignature):
     Why is this bad?
         The engine does not come back. In colocate GRPO the rank that owns it waits forever at
         its next rollout while the other ranks wait for it in a collective; in server mode every
-        request of the trainer fails or hangs until the server is restarted.
+        request of the trainer fails or hangs until the server is restarted. (Some vLLM versions
+        also print ``died unexpectedly`` when a finished script shuts the engine down,
+        vllm-project/vllm#32468: at the very end of a completed run it is harmless.)
 
     Evidence
         the lines (the root cause is the EngineCore traceback printed just before them); the
@@ -33,7 +35,8 @@ class VllmEngineDead(LogSignature):
         vllm-project/vllm#17276, vllm-project/vllm#19668 (fatal error after an RPC timeout),
         vllm-project/vllm#41647, vllm-project/vllm#29955, LMCache/LMCache#2306,
         gpustack/gpustack#2738, llm-d/llm-d-kv-cache#49, deepseek-ai/DeepSeek-OCR#110,
-        modelscope/ms-swift#7933 (a swift rollout data-parallel engine died).
+        modelscope/ms-swift#7933 (a swift rollout data-parallel engine died),
+        vllm-project/vllm#32468 (the message at a normal shutdown).
     """
 
     code = "SD520"
