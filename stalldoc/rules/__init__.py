@@ -44,6 +44,15 @@ from stalldoc.rules.sd507_rollout_server_unreachable import RolloutServerUnreach
 from stalldoc.rules.sd508_max_model_len_too_small import MaxModelLenTooSmall
 from stalldoc.rules.sd509_async_generate_failed import AsyncGenerateFailed
 from stalldoc.rules.sd510_vllm_preemption import VllmPreemption
+from stalldoc.rules.sd520_vllm_engine_dead import VllmEngineDead
+from stalldoc.rules.sd521_vllm_shm_broadcast_wait import VllmShmBroadcastWait
+from stalldoc.rules.sd522_vllm_rpc_timeout import VllmRpcTimeout
+from stalldoc.rules.sd523_vllm_worker_method_failed import VllmWorkerMethodFailed
+from stalldoc.rules.sd524_vllm_server_not_up import VllmServerNotUp
+from stalldoc.rules.sd525_rollout_request_failed import RolloutRequestFailed
+from stalldoc.rules.sd526_rollout_connection_dropped import RolloutConnectionDropped
+from stalldoc.rules.sd527_deepspeed_cache_flushes import DeepspeedCacheFlushes
+from stalldoc.rules.sd528_zero3_param_not_available import Zero3ParamNotAvailable
 
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
@@ -57,7 +66,11 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  NcclWatchdogTimeout, DeviceMismatch, VllmKvCacheMemory,
                                  ExpandableSegmentsPool, CumemAllocatorError, CudaOom,
                                  RolloutServerUnreachable, MaxModelLenTooSmall, AsyncGenerateFailed,
-                                 VllmPreemption)
+                                 VllmPreemption,
+                                 VllmEngineDead, VllmShmBroadcastWait, VllmRpcTimeout,
+                                 VllmWorkerMethodFailed, VllmServerNotUp, RolloutRequestFailed,
+                                 RolloutConnectionDropped, DeepspeedCacheFlushes,
+                                 Zero3ParamNotAvailable)
 STICKY: frozenset[str] = frozenset(rule.code for rule in RULES if rule.sticky)
 
 

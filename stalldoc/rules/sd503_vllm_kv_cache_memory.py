@@ -10,8 +10,8 @@ class VllmKvCacheMemory(LogSignature):
 
     What it does
         Matches ``No available memory for the cache blocks``, ``... KV cache is needed, which is
-        larger than the available KV cache memory`` and ``Free memory on device (a/b GiB) on startup
-        is less than desired GPU memory utilization``.
+        larger than the available KV cache memory`` and ``Free memory on device [cuda:N] (a/b GiB)
+        on startup is less than desired GPU memory utilization``.
 
     Why is this bad?
         vLLM cannot start, or runs with a KV cache so small that rollouts crawl or preempt. In
@@ -22,12 +22,14 @@ class VllmKvCacheMemory(LogSignature):
         the lines; free and total GiB on the device when vLLM printed them.
 
     Fix
-        Free the GPU for vLLM: offload_model / offload_optimizer, sleep_level 1; set
-        vllm_gpu_memory_utilization to what is really free (0.6-0.7 typical for colocate); lower
-        vllm_max_model_len or raise tensor_parallel_size.
+        Free the GPU for vLLM: --offload_model true / --offload_optimizer true, --sleep_level 1;
+        set --vllm_gpu_memory_utilization below the free share the line prints (free / total,
+        0.6-0.7 typical for colocate); lower --vllm_max_model_len or raise
+        --vllm_tensor_parallel_size.
 
     References
-        seed articles (vllm_gpu_memory_utilization), ms-swift GRPO docs, vLLM engine args.
+        seed articles (vllm_gpu_memory_utilization), ms-swift GRPO docs, vLLM engine args;
+        pytorch/pytorch#175666, vllm-project/vllm#33297, noonghunna/club-3090#4.
     """
 
     code = "SD503"
@@ -37,7 +39,7 @@ class VllmKvCacheMemory(LogSignature):
     patterns = (
         r"No available memory for the cache blocks",
         r"KV cache is needed, which is larger than the available KV cache memory",
-        r"Free memory on device \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on startup "
+        r"Free memory on device(?: \S+)? \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on startup "
         r"is less than desired GPU memory utilization",
     )
     fix = ("Free the GPU for vLLM (offload_model / offload_optimizer, sleep_level 1), set "

@@ -6,25 +6,32 @@ from stalldoc.rules.log_signature import LogSignature
 
 
 class CumemAllocatorError(LogSignature):
-    """vLLM's sleep-mode allocator (cumem) failed.
+    """vLLM's sleep-mode allocator (cumem) failed, or is missing.
 
     What it does
-        Matches errors raised from vLLM's ``cumem_allocator.cpp``.
+        Matches errors raised from vLLM's ``cumem_allocator.cpp`` (``CUDA Error: out of memory at
+        .../cumem_allocator.cpp:56``) and ``cumem allocator is not available`` (vllm-ascend:
+        ``camem``), the sleep-mode errors of colocate GRPO.
 
     Why is this bad?
         The cumem allocator maps and unmaps the engine's memory on sleep / wake-up; when it fails in
-        colocate mode the engine is left half asleep and the rank hangs at the next rollout.
+        colocate mode the engine is left half asleep (older vLLM went on and crashed later in a
+        memcpy) and the rank hangs at the next rollout. Without the allocator, sleep mode cannot
+        start at all.
 
     Evidence
         the lines, the ranks that printed them.
 
     Fix
-        Lower vllm_gpu_memory_utilization or sleep_level, make sure nothing else holds the memory
-        being woken into (offload the training model first), or upgrade vLLM; without a fix,
-        disable sleep mode.
+        ``out of memory`` at wake-up: the training side still holds the memory — set
+        --offload_model true and --offload_optimizer true, lower --vllm_gpu_memory_utilization.
+        ``invalid argument``: upgrade vLLM (wake-up error handling was reworked). ``allocator is
+        not available``: vLLM was built without it (vllm-ascend: reinstall with
+        COMPILE_CUSTOM_KERNELS=1); until then --sleep_level 0.
 
     References
-        ms-swift issue #9144 (vLLM-side colocate hang with a cumem_allocator.cpp error).
+        modelscope/ms-swift#9144 (colocate hang with a cumem_allocator.cpp error),
+        vllm-project/vllm#12981 (the wake-up OOM lines), vllm-project/vllm-ascend#556.
     """
 
     code = "SD505"
@@ -33,6 +40,8 @@ class CumemAllocatorError(LogSignature):
     headline = "vLLM cumem allocator error"
     patterns = (
         r"cumem_allocator\.cpp",
+        r"c[au]mem allocator is not available",
     )
-    fix = ("Lower vllm_gpu_memory_utilization or sleep_level, offload the training model before waking "
-           "vLLM, or upgrade vLLM; otherwise disable sleep mode.")
+    fix = ("OOM at wake-up: --offload_model true --offload_optimizer true and a lower "
+           "--vllm_gpu_memory_utilization; invalid argument: upgrade vLLM; allocator not available: "
+           "reinstall vLLM with it (vllm-ascend: COMPILE_CUSTOM_KERNELS=1), until then --sleep_level 0.")

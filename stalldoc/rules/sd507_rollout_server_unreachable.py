@@ -18,12 +18,13 @@ class RolloutServerUnreachable(LogSignature):
         the lines, how long swift waited.
 
     Fix
-        Check that ``swift rollout`` is running and healthy, and that vllm_server_host /
-        vllm_server_port point at it (a port taken by another process makes the server bump to the
-        next one).
+        Check that ``swift rollout`` is running and healthy, and that --vllm_server_host /
+        --vllm_server_port point at it (a port taken by another process makes the server bump to
+        the next one); unset http_proxy / https_proxy for the trainer; raise
+        --vllm_server_timeout while the server still loads.
 
     References
-        ms-swift GRPO server mode docs; issue #4306.
+        ms-swift GRPO server mode docs; modelscope/ms-swift#4306, modelscope/ms-swift#5911.
     """
 
     code = "SD507"

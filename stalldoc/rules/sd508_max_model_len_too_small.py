@@ -20,11 +20,13 @@ class MaxModelLenTooSmall(LogSignature):
         the lines; max_model_len, prompt tokens and requested tokens where printed.
 
     Fix
-        Set vllm_max_model_len >= longest prompt (max_length) + max_completion_length, or truncate
-        prompts (truncation_strategy) / lower max_completion_length.
+        Set --vllm_max_model_len >= longest prompt (--max_length) + --max_completion_length, or
+        truncate prompts (--truncation_strategy left; TRL: max_prompt_length) / lower
+        --max_completion_length.
 
     References
-        seed articles (vllm_max_model_len), ms-swift GRPO docs.
+        seed articles (vllm_max_model_len), ms-swift GRPO docs; huggingface/open-r1#672,
+        xorbitsai/inference#3785, unslothai/unsloth#2666 (GRPO with use_vllm).
     """
 
     code = "SD508"

@@ -9,7 +9,9 @@ class AsyncGenerateFailed(LogSignature):
     """An asynchronous rollout failed; the queue it should fill stays empty.
 
     What it does
-        Matches ``Inference task failed:`` and ``Error in async_generate_rollout callback:``.
+        Matches ``Inference task failed:``, ``Error in async_generate_rollout callback:`` and
+        Python's ``exception calling callback for <Future ...>``, printed when the rollout future
+        of async_generate raised.
 
     Why is this bad?
         With async_generate the trainer waits on a queue that the failed task was to fill: the
@@ -19,11 +21,13 @@ class AsyncGenerateFailed(LogSignature):
         the lines (the exception follows them in the log), the ranks that printed them.
 
     Fix
-        Read the exception after the line and fix it; until then run without async_generate
+        Read the exception after the line and fix it; until then run with --async_generate false
         (colocate mode does not support it anyway), which makes such errors fatal and visible.
 
     References
-        ms-swift issue #3401 (zero3_offload + async_generate hang); ms-swift GRPO docs.
+        ms-swift issue #3401 (zero3_offload + async_generate hang); ms-swift GRPO docs;
+        modelscope/ms-swift#3666 (AssertionError in the callback, gone with --async_generate
+        false).
     """
 
     code = "SD509"
@@ -33,6 +37,8 @@ class AsyncGenerateFailed(LogSignature):
     patterns = (
         r"Inference task failed:",
         r"Error in async_generate_rollout callback:",
+        r"exception calling callback for <Future at 0x[0-9a-f]+ state=finished raised "
+        r"(?P<exception>\w+)>",
     )
     fix = ("Read the exception that follows the line and fix it; until then run without async_generate, "
            "so that such errors stop the job instead of hanging it.")

@@ -26,12 +26,13 @@ class VllmPreemption(LogSignature):
         (NVML), which says whether raising vllm_gpu_memory_utilization has room to work.
 
     Fix
-        Raise vllm_gpu_memory_utilization towards 0.6-0.7 when the GPU has memory to spare
-        (colocate: offload the training model during rollout first), or lower
-        vllm_max_num_seqs / vllm_max_model_len, or raise vllm_tensor_parallel_size.
+        Raise --vllm_gpu_memory_utilization towards 0.6-0.7 when the GPU has memory to spare
+        (colocate: --offload_model true during rollout first), or lower --vllm_max_num_seqs /
+        --vllm_max_model_len, or raise --vllm_tensor_parallel_size.
 
     References
-        seed article 002 (32B with vllm_gpu_memory_utilization 0.5); vLLM docs on preemption.
+        seed article 002 (32B with vllm_gpu_memory_utilization 0.5); vLLM docs on preemption;
+        GAIR-NLP/LIMO#29 (a 32B evaluation, 101 cumulative preemptions).
     """
 
     code = "SD510"

@@ -1,0 +1,78 @@
+"""The serving-side log signatures (vLLM, swift rollout, TRL, DeepSpeed) on real tracebacks:
+one crash prints several lines, each rule finds its own and no other rule's."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stalldoc.model import LogLine, Window
+from stalldoc.rules import RULES, by_code
+from stalldoc.rules.log_signature import LogSignature
+
+FIXTURES = Path(__file__).parent / "fixtures" / "log"
+SERVING = ("SD503", "SD505", "SD507", "SD508", "SD509", "SD510", "SD520", "SD521", "SD522",
+           "SD523", "SD524", "SD525", "SD526", "SD527", "SD528")
+
+# intel/llm-scaler#77: an execute_model RPC timeout kills the engine core (lines as pasted)
+RPC_TIMEOUT_CRASH = (
+    "ERROR 09-06 04:14:11 [core.py:640]     (output, ) = self.collective_rpc(",
+    "ERROR 09-06 04:14:11 [core.py:640]                  ^^^^^^^^^^^^^^^^^^^^",
+    'ERROR 09-06 04:14:11 [core.py:640]     raise TimeoutError(f"RPC call to {method} timed out.") '
+    "from e",
+    "ERROR 09-06 04:14:11 [core.py:640] TimeoutError: RPC call to execute_model timed out.",
+    "ERROR 09-06 04:14:11 [async_llm.py:416] AsyncLLM output_handler failed.",
+)
+# gpustack/gpustack#2738: the API server's side of a dead engine
+ENGINE_DEAD = (
+    "ERROR 08-15 17:38:13 [async_llm.py:416]     raise self._format_exception(outputs) from None",
+    "ERROR 08-15 17:38:13 [async_llm.py:416] vllm.v1.engine.exceptions.EngineDeadError: EngineCore "
+    "encountered an issue. See stack trace (above) for the root cause.",
+)
+
+
+def window(*texts: str) -> Window:
+    return Window(100.0, (), log=tuple(LogLine(99.0, "stderr", t) for t in texts))
+
+
+def found_codes(*texts: str) -> dict[str, int]:
+    w = window(*texts)
+    return {r.code: f.evidence["count"] for r in RULES if issubclass(r, LogSignature)
+            for f in r().check(w)}
+
+
+def good_lines(code: str) -> list[str]:
+    lines, good = [], False
+    for raw in (FIXTURES / f"{code}.txt").read_text(encoding="utf-8").splitlines():
+        if raw.strip() == "# good":
+            good = True
+        elif raw.startswith("# source:"):
+            good = False
+        elif good and raw.strip() and not raw.startswith("#"):
+            lines.append(raw)
+    return lines
+
+
+def test_rpc_timeout_traceback_is_one_timeout_not_the_raise_statement():
+    assert found_codes(*RPC_TIMEOUT_CRASH) == {"SD522": 1}
+    [finding] = by_code("SD522")().check(window(*RPC_TIMEOUT_CRASH))
+    assert finding.evidence["method"] == "execute_model"
+    assert finding.severity.name == "CRITICAL"
+
+
+def test_timeout_then_dead_engine_gives_both_findings():
+    assert found_codes(*RPC_TIMEOUT_CRASH, *ENGINE_DEAD) == {"SD522": 1, "SD520": 1}
+
+
+@pytest.mark.parametrize("code", SERVING)
+def test_pasted_look_alikes_alarm_no_log_rule(code):
+    """A good line of one of these rules is found by no log rule at all."""
+    for line in good_lines(code):
+        assert found_codes(line) == {}, (code, line)
+
+
+def test_weak_signal_is_info():
+    line = ("[2024-04-08 13:02:16,577] [WARNING] [stage3.py:2069:step] 27 pytorch allocator cache "
+            "flushes since last step. this happens when there is high memory pressure")
+    [finding] = by_code("SD527")().check(window(line))
+    assert finding.severity.name == "INFO" and finding.evidence["flushes"] == "27"
