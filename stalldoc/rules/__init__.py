@@ -44,6 +44,13 @@ from stalldoc.rules.sd507_rollout_server_unreachable import RolloutServerUnreach
 from stalldoc.rules.sd508_max_model_len_too_small import MaxModelLenTooSmall
 from stalldoc.rules.sd509_async_generate_failed import AsyncGenerateFailed
 from stalldoc.rules.sd510_vllm_preemption import VllmPreemption
+from stalldoc.rules.sd511_nccl_watchdog_stuck import NcclWatchdogStuck
+from stalldoc.rules.sd512_nccl_desync_report import NcclDesyncReport
+from stalldoc.rules.sd513_nccl_watchdog_abort import NcclWatchdogAbort
+from stalldoc.rules.sd514_c10d_store_timeout import C10dStoreTimeout
+from stalldoc.rules.sd515_c10d_socket_connect import C10dSocketConnect
+from stalldoc.rules.sd516_nccl_network_error import NcclNetworkError
+from stalldoc.rules.sd517_nccl_error import NcclError
 
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
@@ -57,7 +64,9 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  NcclWatchdogTimeout, DeviceMismatch, VllmKvCacheMemory,
                                  ExpandableSegmentsPool, CumemAllocatorError, CudaOom,
                                  RolloutServerUnreachable, MaxModelLenTooSmall, AsyncGenerateFailed,
-                                 VllmPreemption)
+                                 VllmPreemption, NcclWatchdogStuck, NcclDesyncReport,
+                                 NcclWatchdogAbort, C10dStoreTimeout, C10dSocketConnect,
+                                 NcclNetworkError, NcclError)
 STICKY: frozenset[str] = frozenset(rule.code for rule in RULES if rule.sticky)
 
 
