@@ -9,9 +9,12 @@ class C10dSocketConnect(LogSignature):
     """A rank cannot reach torch.distributed's rendezvous store (TCPStore) yet.
 
     What it does
-        Matches c10d's socket warnings: ``[c10d] The client socket has failed to connect to
-        [host]:port (errno: N - reason)`` and ``The client socket has timed out after N while
-        trying to connect to``.
+        Matches c10d's warning for each failed attempt: ``[c10d] The client socket has failed to
+        connect to [host]:port (errno: N - reason)``. The final errors after the retries (``timed
+        out after 60s while trying to connect``, ``failed to connect to any network address``)
+        are SD514's. ``The client socket cannot be initialized to connect to ... (errno: 97 -
+        Address family not supported by protocol)`` is not a finding: torch tries IPv6 first and
+        goes on with IPv4.
 
     Why is this bad?
         The rank retries until the store timeout, then dies with a store timeout (SD514); the
@@ -30,7 +33,9 @@ class C10dSocketConnect(LogSignature):
         ``init_communicator`` / ``vllm_server_host``.
 
     References
-        gensyn-ai/rl-swarm#197 (errno 110 - Connection timed out).
+        gensyn-ai/rl-swarm#197 (errno 110 - Connection timed out), hpcaitech/Open-Sora#667,
+        ofsoundof/GRL-Image-Restoration#27 (behind a launcher's ``trainer/0 [1]:`` prefix),
+        sgl-project/sglang#2561 (the harmless errno 97 attempts).
     """
 
     code = "SD515"
@@ -38,10 +43,8 @@ class C10dSocketConnect(LogSignature):
     severity = Severity.WARNING
     headline = "cannot reach the c10d store"
     patterns = (
-        r"\[c10d\] The client socket has failed to connect to (?P<peer>\S+) \(errno: "
-        r"(?P<errno>\d+) - (?P<reason>[^)]*)\)",
-        r"The client socket has timed out after (?P<waited>\S+) while trying to connect to "
-        r"(?P<peer>.+?)\.?$",
+        r"\[c10d\] The client socket has failed to connect to (?P<peer>\S+) \((?:errno|system "
+        r"error): (?P<errno>\d+) - (?P<reason>[^)]*)\)",
     )
     fix = ("Check MASTER_ADDR/MASTER_PORT on every node (same values, reachable: nc -zv ADDR PORT), "
            "that rank 0 is alive, and that no firewall blocks the port; for a vLLM/TRL communicator "
