@@ -52,6 +52,7 @@ from stalldoc.rules.sd515_c10d_socket_connect import C10dSocketConnect
 from stalldoc.rules.sd516_nccl_network_error import NcclNetworkError
 from stalldoc.rules.sd517_nccl_error import NcclError
 from stalldoc.rules.sd518_c10d_port_in_use import C10dPortInUse
+from stalldoc.rules.sd519_flight_recorder_off import FlightRecorderOff
 
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
@@ -67,7 +68,7 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  RolloutServerUnreachable, MaxModelLenTooSmall, AsyncGenerateFailed,
                                  VllmPreemption, NcclWatchdogStuck, NcclDesyncReport,
                                  NcclWatchdogAbort, C10dStoreTimeout, C10dSocketConnect,
-                                 NcclNetworkError, NcclError, C10dPortInUse)
+                                 NcclNetworkError, NcclError, C10dPortInUse, FlightRecorderOff)
 STICKY: frozenset[str] = frozenset(rule.code for rule in RULES if rule.sticky)
 
 

@@ -37,7 +37,8 @@ class NcclWatchdogAbort(LogSignature):
         OpenRLHF/OpenRLHF#1126, pytorch/pytorch#152623 (failure detected ... last completed
         work far behind the last enqueued), hiyouga/LlamaFactory#6269,
         modelscope/DiffSynth-Studio#458 (some NCCL operations have failed ... taking the entire
-        process down), huggingface/open-r1#620 (GRPO stuck: the watchdog thread terminated).
+        process down), huggingface/open-r1#620 (GRPO stuck: the watchdog thread terminated),
+        snowflakedb/ArcticTraining#219.
     """
 
     code = "SD513"
