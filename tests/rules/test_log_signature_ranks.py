@@ -6,7 +6,7 @@ import pytest
 
 from stalldoc.model import LogLine, Window
 from stalldoc.rules import by_code
-from stalldoc.rules.log_signature import line_group, line_rank
+from stalldoc.rules.log_signature import line_group, line_rank, required_literal
 
 WATCHDOG = ("[rank4]:[E318 07:39:53.792630246 ProcessGroupNCCL.cpp:616] [Rank 4] Watchdog caught "
             "collective operation timeout: WorkNCCL(SeqNum=610, OpType=COALESCED, NumelIn=56320, "
@@ -89,3 +89,27 @@ def test_store_timeout_says_who_waits_on_the_store(line, waiting_for):
 def test_store_timeout_of_an_unknown_key_claims_no_waiter():
     [finding] = by_code("SD514")().check(window("RuntimeError: Socket Timeout"))
     assert "waiting_for" not in finding.evidence
+
+
+@pytest.mark.parametrize("pattern,literal", [
+    (r"NET/IB ?: Got completion from peer (?P<peer>\S+)", ": Got completion from peer "),
+    (r"Timeout\(ms\)=(?P<timeout_ms>\d+)", "Timeout(ms)="),
+    (r"\[c10d\] waitForInput: socket .*timed out", "[c10d] waitForInput: socket "),
+    (r"ab{2}cdef", "cdef"),
+    (r"\d+ items in a row", " items in a row"),
+    (r"x[^)\]]yz and more", "yz and more"),
+    (r"(?:Process group|NCCL) watchdog thread", " watchdog thread"),
+    (r"torch\.(cuda\.)?OutOfMemoryError", "OutOfMemoryError"),
+    (r"this|that", ""),                 # an alternation at the top: nothing is certain
+    (r"(?i)watchdog", ""),              # case-insensitive: 'in' would miss WATCHDOG
+])
+def test_required_literal_is_text_every_match_contains(pattern, literal):
+    assert required_literal(pattern) == literal
+
+
+def test_every_log_rule_pattern_has_a_literal_its_matches_contain():
+    from stalldoc.rules import RULES
+    from stalldoc.rules.log_signature import LogSignature
+    for rule in (r for r in RULES if issubclass(r, LogSignature)):
+        for pattern in rule.patterns:
+            assert required_literal(pattern) in pattern.replace("\\", ""), (rule.code, pattern)
