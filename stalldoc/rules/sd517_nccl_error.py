@@ -23,8 +23,10 @@ class NcclError(LogSignature):
         ncclSystemError: a system call failed (socket, shared memory: /dev/shm too small in a
         container, a wrong interface). ncclUnhandledCudaError: a CUDA call inside NCCL failed
         (an earlier CUDA error on that GPU, broken peer-to-peer, driver / CUDA mismatch).
-        ncclInvalidUsage / ncclInvalidArgument: ranks called mismatched collectives or a rank
-        reused a communicator after an error.
+        ncclInternalError: with NCCL 2.18 network errors were reported as internal errors
+        (NVIDIA/nccl#1092). ncclInvalidUsage / ncclInvalidArgument: ranks called mismatched
+        collectives, a rank reused a communicator after an error, or the NCCL library and
+        torch's build disagree.
 
     Evidence
         the lines; ``reason`` / ``nccl_error``, ``where``, ``nccl_version``, ``seq`` and ``op``
@@ -44,7 +46,10 @@ class NcclError(LogSignature):
         NVIDIA/nccl#2076 and NVIDIA/nccl#934 (remote process exited or there was a network
         error: nodes with IB issues), pytorch/pytorch#149984 (async ncclSystemError),
         NVIDIA/nccl#1024, pytorch/pytorch#17349 (NCCL_SOCKET_IFNAME fixed an unhandled system
-        error).
+        error), vllm-project/vllm#10453, NVIDIA/nccl#1247 and NVIDIA/nccl#520
+        (ncclInternalError in vLLM workers and under DeepSpeed's launcher), NVIDIA/nccl#1092
+        (NCCL 2.18 reported network errors as internal), SpursGoZmy/Table-LLaVA#4
+        (ncclInvalidArgument).
     """
 
     code = "SD517"
@@ -64,5 +69,6 @@ class NcclError(LogSignature):
     fix = ("Rerun with NCCL_DEBUG=WARN for NCCL's 'Last error'. Remote error: find the rank/node that "
            "failed first and check the fabric (SD516). System error: --shm-size/--ipc=host, "
            "NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE=1 without IB. Unhandled CUDA error: the first CUDA "
-           "error/Xid on that GPU; NCCL_P2P_DISABLE=1 where P2P is broken. Invalid usage: make ranks "
+           "error/Xid on that GPU; NCCL_P2P_DISABLE=1 where P2P is broken. Internal error on NCCL 2.18: "
+           "often a network error (NCCL_DEBUG=WARN, NCCL_SOCKET_IFNAME). Invalid usage: make ranks "
            "issue the same collectives.")
