@@ -8,8 +8,9 @@ The ranks a finding blames are global ranks, read only where the line really car
 (``line_rank``): torch's own ``[rankN]:`` prefix first; then a ProcessGroupNCCL tag of the default
 group (``[PG ID 0 PG GUID 0(default_pg) Rank 3]``, ``[PG 0 Rank 3]``, ``[PG 0 (default_pg) Rank 3]``),
 whose rank is the global one; a tag of any other group names a rank *in that group* and blames
-nobody; last a bare ``[Rank N]`` (DeepSpeed's ``log_dist``, torch <= 2.1's watchdog, which knew no
-other). Launcher prefixes (torchrun's ``[default3]:``, mpirun's ``[1,3]<stderr>:``, srun's ``3: ``)
+nobody; last a bare ``[Rank N]`` (DeepSpeed's ``log_dist``; torch <= 2.1's watchdog, whose only
+rank it is: the global one for the default group, a subgroup's own rank otherwise, which such a
+line cannot tell). Launcher prefixes (torchrun's ``[default3]:``, mpirun's ``[1,3]<stderr>:``, srun's ``3: ``)
 carry *local* ranks or task ids and are never read.
 
 Every line of the job passes every log rule, so each pattern first looks for its required
