@@ -44,6 +44,15 @@ from stalldoc.rules.sd507_rollout_server_unreachable import RolloutServerUnreach
 from stalldoc.rules.sd508_max_model_len_too_small import MaxModelLenTooSmall
 from stalldoc.rules.sd509_async_generate_failed import AsyncGenerateFailed
 from stalldoc.rules.sd510_vllm_preemption import VllmPreemption
+from stalldoc.rules.sd511_nccl_watchdog_stuck import NcclWatchdogStuck
+from stalldoc.rules.sd512_nccl_desync_report import NcclDesyncReport
+from stalldoc.rules.sd513_nccl_watchdog_abort import NcclWatchdogAbort
+from stalldoc.rules.sd514_c10d_store_timeout import C10dStoreTimeout
+from stalldoc.rules.sd515_c10d_socket_connect import C10dSocketConnect
+from stalldoc.rules.sd516_nccl_network_error import NcclNetworkError
+from stalldoc.rules.sd517_nccl_error import NcclError
+from stalldoc.rules.sd518_c10d_port_in_use import C10dPortInUse
+from stalldoc.rules.sd519_flight_recorder_off import FlightRecorderOff
 from stalldoc.rules.sd520_vllm_engine_dead import VllmEngineDead
 from stalldoc.rules.sd521_vllm_shm_broadcast_wait import VllmShmBroadcastWait
 from stalldoc.rules.sd522_vllm_rpc_timeout import VllmRpcTimeout
@@ -66,7 +75,9 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  NcclWatchdogTimeout, DeviceMismatch, VllmKvCacheMemory,
                                  ExpandableSegmentsPool, CumemAllocatorError, CudaOom,
                                  RolloutServerUnreachable, MaxModelLenTooSmall, AsyncGenerateFailed,
-                                 VllmPreemption,
+                                 VllmPreemption, NcclWatchdogStuck, NcclDesyncReport,
+                                 NcclWatchdogAbort, C10dStoreTimeout, C10dSocketConnect,
+                                 NcclNetworkError, NcclError, C10dPortInUse, FlightRecorderOff,
                                  VllmEngineDead, VllmShmBroadcastWait, VllmRpcTimeout,
                                  VllmWorkerMethodFailed, VllmServerNotUp, RolloutRequestFailed,
                                  RolloutConnectionDropped, DeepspeedCacheFlushes,

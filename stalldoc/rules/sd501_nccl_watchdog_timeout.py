@@ -2,37 +2,55 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Iterator
 
 from stalldoc.analysis.watchdog import align
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import describe, join_ranks, rank_evidence
-from stalldoc.rules.log_signature import _RANK, LogSignature
+from stalldoc.rules.log_signature import LogSignature, line_rank
 
 
 class NcclWatchdogTimeout(LogSignature):
-    """A collective timed out in PyTorch's NCCL watchdog (or the watchdog itself got stuck).
+    """A collective timed out in PyTorch's NCCL watchdog.
 
     What it does
-        Matches ``Watchdog caught collective operation timeout: WorkNCCL(SeqNum=N, OpType=X, ...)``
-        and ``ProcessGroupNCCL's watchdog got stuck for N seconds`` in the job's output.
+        Matches the watchdog's timeout lines of PyTorch 2.1-2.13 behind any prefix
+        (``[rankN]:``, ``[E1121 14:02:11.123456 ProcessGroupNCCL.cpp:632]``, ``[Rank N]``,
+        ``[PG ID 0 PG GUID 0(default_pg) Rank N]``): ``Watchdog caught collective operation
+        timeout: WorkNCCL(SeqNum=N, OpType=X, NumelIn=.., NumelOut=.., Timeout(ms)=..)``,
+        ``Timeout at NCCL work: N, last enqueued NCCL work: N, last completed NCCL work: M`` and
+        ``Received a dump signal due to a collective timeout from rank N`` (the rank that saw the
+        timeout first tells the others through the store).
 
     Why is this bad?
         By the time the watchdog fires the job has been stuck for the whole NCCL timeout (10-30
         minutes, or never with swift's ~208-day default); the rank that prints it is usually a
-        victim, waiting for a peer that is slow, stuck outside the collective, or dead.
+        victim, waiting for a peer that is slow, stuck outside the collective, or dead. The
+        watchdog then takes the process down (SD513).
 
     Evidence
-        the lines, the sequence number and op type of the collective, the ranks that printed it.
+        the lines; ``seq`` and ``op`` of the collective, ``numel_in`` / ``numel_out``,
+        ``timeout_ms``, ``last_enqueued`` / ``last_completed`` work, ``pg`` (the group's
+        description or id) and ``timed_out_rank`` where the lines carry them; the global ranks
+        that printed them.
 
     Fix
         Look for the rank that is *not* in collective SeqNum N: stalldoc's stall finding (SD101,
-        SD103) names it with its frame. Fix that rank's cause first; raise the timeout only for
-        collectives that are legitimately slow.
+        SD103) names it with its frame. Fix that rank's cause first (a rank in rollout / vLLM /
+        a reward call while the others gather is the GRPO classic); raise the timeout only for
+        collectives that are legitimately slow (swift / HF: ``--ddp_timeout``; torch:
+        ``init_process_group(timeout=...)``). Next time record the collectives: set
+        ``TORCH_FR_BUFFER_SIZE=2000`` (older torch: ``TORCH_NCCL_TRACE_BUFFER_SIZE``) and
+        ``TORCH_NCCL_DUMP_ON_TIMEOUT=1`` and read the dumps with ``torchfrtrace``.
 
     References
-        ms-swift issues #4306 (_ALLGATHER_BASE timeout while rank 0 waits on the rollout server),
-        #3934; PyTorch ProcessGroupNCCL watchdog.
+        modelscope/ms-swift#4306 (_ALLGATHER_BASE timeout while rank 0 waits on the rollout
+        server), OpenRLHF/OpenRLHF#1126 (the dump signal from the rank that timed out),
+        pytorch/pytorch#152623, pytorch/pytorch#118369, NVIDIA/nccl#1610 (``[rank13]`` prints
+        ``[Rank 1]``: the rank in its group), vllm-project/vllm-omni#2928,
+        modelscope/DiffSynth-Studio#458 and sgl-project/sglang#1693 (``Timeout at NCCL work`` of
+        a non-default group); PyTorch ProcessGroupNCCL watchdog and Flight Recorder.
     """
 
     code = "SD501"
@@ -40,12 +58,21 @@ class NcclWatchdogTimeout(LogSignature):
     severity = Severity.CRITICAL
     headline = "NCCL watchdog timeout"
     patterns = (
-        r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)",
-        r"ProcessGroupNCCL's watchdog got stuck for (?P<stuck_seconds>\d+) seconds",
+        r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), "
+        r"OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel_in>-?\d+))?(?:, NumelOut=(?P<numel_out>-?\d+))?"
+        r"(?:(?:, \w+=[^,)]*)*?, Timeout\(ms\)=(?P<timeout_ms>\d+))?",
+        r"Timeout at NCCL work: (?P<seq>\d+), last enqueued NCCL work: (?P<last_enqueued>-?\d+), "
+        r"last completed NCCL work: (?P<last_completed>-?\d+)",
+        r"Received a dump signal due to a collective timeout from\s+(?:this local rank|"
+        r"rank (?P<timed_out_rank>\d+))(?:.*?Last enqueued NCCL work: (?P<last_enqueued>-?\d+), "
+        r"last completed NCCL work: (?P<last_completed>-?\d+))?",
+        r"Received a timeout signal from this local rank",
     )
     fix = ("Find the rank that is not in that collective (stalldoc's stall finding names it with its "
-           "frame) and fix its cause; raise the NCCL timeout only for collectives that are legitimately "
-           "slow.")
+           "frame) and fix its cause; raise the timeout (--ddp_timeout, init_process_group(timeout=)) "
+           "only for collectives that are legitimately slow. To record the next one set "
+           "TORCH_FR_BUFFER_SIZE=2000 (older torch: TORCH_NCCL_TRACE_BUFFER_SIZE) and "
+           "TORCH_NCCL_DUMP_ON_TIMEOUT=1, then read the dumps with torchfrtrace.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         for finding in super().check(window):
@@ -56,10 +83,12 @@ def with_rings(window: Window, finding: Finding) -> Finding:
     """The finding with what the agents' rings say about the collective that timed out: the
     printing rank's pending entry, who waits with it, who never entered it and where they are."""
     evidence = finding.evidence
-    match = _RANK.search(evidence["lines"][0]) if evidence.get("lines") else None
-    if match is None or "seq" not in evidence:
+    if "seq" not in evidence:
         return finding
-    rank, printed_at = int(match.group(1)), float(evidence.get("first_at", window.now))
+    rank = _printing_rank(evidence["lines"], str(evidence["seq"]))
+    if rank is None:
+        return finding
+    printed_at = float(evidence.get("first_at", window.now))
     live = {r.rank for r in window.ranks} - {e.rank for e in window.exits if e.t < printed_at}
     found = align(rank, evidence.get("op"), evidence.get("pg"), window.agents, live | {rank})
     if found is None:
@@ -77,3 +106,10 @@ def with_rings(window: Window, finding: Finding) -> Finding:
     elif found.passed:
         said += f"; {join_ranks(found.passed)} completed #{pending.seq} (ranks disagree)"
     return dataclasses.replace(finding, summary=said, evidence={**evidence, "ring": ring})
+
+
+def _printing_rank(lines: list[str], seq: str) -> int | None:
+    """The rank of the first line that names collective ``seq`` (the line the figures came
+    from), else of the first line that names a rank."""
+    named = [line for line in lines if re.search(rf"\b{seq}\b", line)] + list(lines)
+    return next((rank for line in named if (rank := line_rank(line)) is not None), None)

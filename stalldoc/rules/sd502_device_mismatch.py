@@ -17,14 +17,17 @@ class DeviceMismatch(LogSignature):
         CPU or another GPU, or from a device_map that splits the model.
 
     Evidence
-        the lines, the ranks that printed them.
+        the lines, the two devices (``device_a``, ``device_b``) and the operation (``op``, e.g.
+        ``wrapper_CUDA_cat``) where torch names them, the ranks that printed them.
 
     Fix
         Check offload_model / offload_optimizer reloads and device_map; upgrade vLLM (>= 0.7.2 per the
         seed article) and set the vLLM device explicitly.
 
     References
-        seed article on swift GRPO hangs; ms-swift GRPO docs.
+        huggingface/trl#3008 (torch.cat of prompt and completion ids on cuda:0 and cuda:1 with
+        vLLM on a second GPU), vllm-project/vllm#2108 (a vLLM model and a second model on another
+        GPU), huggingface/trl#2851 (GRPOTrainer with vLLM, two GPUs); seed article on swift GRPO hangs; ms-swift GRPO docs.
     """
 
     code = "SD502"
@@ -32,6 +35,9 @@ class DeviceMismatch(LogSignature):
     severity = Severity.ERROR
     headline = "device mismatch"
     patterns = (
+        r"Expected all tensors to be on the same device, but found at least two devices, "
+        r"(?P<device_a>[\w:]+) and (?P<device_b>[\w:]+)!(?: \(when checking argument for argument "
+        r"\w+ in method (?P<op>\w+)\))?",
         r"Expected all tensors to be on the same device, but found at least two devices",
     )
     fix = ("Check the offload/reload of the model (offload_model, offload_optimizer) and device_map; "

@@ -23,6 +23,7 @@ class CudaOom(LogSignature):
         tensor_parallel_size, or reduce the per-device batch / max lengths.
 
     References
+        huggingface/trl#3172 (GRPO with LoRA and ZeRO-3 on 8xH100), huggingface/trl#2776;
         ms-swift GRPO docs; PyTorch CUDA memory management.
     """
 

@@ -59,4 +59,5 @@ def test_a_repeated_event_keeps_its_first_lines_and_figures():
     assert evidence["lines"][1:] == later[:EVENT_LINES - 1]
     assert evidence["count"] == 1 + len(later) and evidence["first_at"] == 9.5
     assert evidence["last_at"] == 10.5 and held.finding.summary == opened.finding.summary
+    assert evidence["last_line"] == later[-1]
     assert held.finding.ranks == tuple(range(8)) and held.occurrences == 2

@@ -1,0 +1,97 @@
+"""SD514 c10d-store-timeout."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from stalldoc.model import Severity
+from stalldoc.rules.log_signature import LogSignature
+
+# who waits on the store, read from the key or the message
+_WAITERS = (
+    (re.compile(r"/broadcast_from/|/send_to/"),
+     "a vLLM StatelessProcessGroup (the trainer <-> rollout weight-sync communicator)"),
+    (re.compile(r"ncclUniqueId|//cuda//"), "NCCL communicator setup (ncclUniqueId from rank 0)"),
+    (re.compile(r"clients joined|workers joined"), "rendezvous (the TCPStore server waits for ranks)"),
+    (re.compile(r"trying to connect to|any network address|C10d store has failed"),
+     "rendezvous (this rank cannot reach the TCPStore server)"),
+)
+
+
+class C10dStoreTimeout(LogSignature):
+    """A wait on torch.distributed's key-value store (TCPStore) timed out.
+
+    What it does
+        Matches ``torch.distributed.DistStoreError: wait timeout after Nms, keys: /...``,
+        ``Timed out after N seconds waiting for clients. A/B clients joined.``, ``... is setting
+        up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key
+        'K', but store->get('K') got error: ...``, ``[c10d] waitForInput: socket ... timed out
+        after Nms``, the older ``Socket Timeout``, and a store that never answered at all: ``[c10d]
+        The client socket has timed out after 60s while trying to connect to HOST:PORT``, ``The
+        client socket has failed to connect to any network address of (...)`` and torchrun's
+        ``RendezvousConnectionError: The connection to the C10d store has failed``.
+
+    Why is this bad?
+        A rank waited for a key that its peer never wrote: the peer is stuck, dead, or never got
+        there. Keys ``/broadcast_from/<rank>/<n>`` are vLLM's StatelessProcessGroup: the
+        weight-sync communicator between the trainer and a vLLM / SGLang server (TRL, swift
+        ``vllm_client``, OpenRLHF) lost its other side (server restarted, crashed, or busy in a
+        long generation). ncclUniqueId keys: a rank is late to create the NCCL communicator
+        (rank 0 still loading, or another branch). ``clients joined``: ranks never reached the
+        rendezvous.
+
+    Evidence
+        the lines; ``timeout_ms`` / ``waited_seconds``, ``keys`` / ``key``, ``joined`` /
+        ``expected``, ``waiting_for`` (who waits on the store); the global ranks that printed
+        them.
+
+    Fix
+        For /broadcast_from/ keys: check the rollout server's own log and that it is alive
+        (stalldoc's SD107 / SD507); restart it together with the trainer so both sides recreate
+        the communicator; use one server per trainer group. For ncclUniqueId: find what rank 0
+        was doing (the stall finding); raise the store timeout (``init_process_group(timeout=)``,
+        swift / HF ``--ddp_timeout``) only for legitimately slow starts. For clients joined:
+        check that every node started with the same ``--nnodes`` / ``MASTER_ADDR`` /
+        ``MASTER_PORT`` and can reach it. Cannot connect: MASTER_ADDR / ``--rdzv-endpoint`` must
+        be an address of rank 0's node that the others reach (``nc -zv ADDR PORT``), rank 0 must
+        be up, no firewall on the port.
+
+    References
+        modelscope/ms-swift#4906 (``/broadcast_from/0/75465`` in swift's vllm_client weight
+        sync), OpenRLHF/OpenRLHF#1040 (1/3 clients joined), huggingface/open-r1#690
+        (waitForInput timed out in a swift GRPO run), NVIDIA-NeMo/Speech#14399 and
+        hiyouga/LlamaFactory#3698 (ncclUniqueId), pytorch/pytorch#107177, pytorch/pytorch#55571
+        (``Socket Timeout``: before pytorch/pytorch#131808 the timeout named no key),
+        pytorch/pytorch#107021 (timed out after 60s while trying to connect; the rendezvous
+        failed), hpcaitech/Open-Sora#667 (failed to connect to any network address).
+    """
+
+    code = "SD514"
+    name = "c10d-store-timeout"
+    severity = Severity.CRITICAL
+    headline = "c10d store timeout"
+    patterns = (
+        r"is setting up NCCL communicator and retr(?:ie|ei)ving ncclUniqueId from \[(?P<root>\d+)\] "
+        r"via c10d key-value store by key '(?P<key>[^']*)', but store->get\('[^']*'\) got "
+        r"(?:error|exception): (?P<store_error>.+)",
+        r"wait timeout after (?P<timeout_ms>\d+) ?ms, keys: (?P<keys>\S+)",
+        r"Timed out after (?P<waited_seconds>\d+) seconds waiting for (?:clients|workers)\. "
+        r"(?P<joined>\d+)/(?P<expected>\d+) (?:clients|workers) joined",
+        r"\[c10d\] waitForInput: socket .*timed out after (?P<timeout_ms>\d+) ?ms",
+        r"Timeout waiting for key: (?P<key>\S+) after",
+        r"(?:DistStoreError|RuntimeError): Socket Timeout",
+        r"The client socket has timed out after (?P<waited>\w+) while trying to connect to "
+        r"(?P<peer>[^\s(]+)",
+        r"The client socket has failed to connect to any network address of \((?P<peer>[^)]*)\)",
+        r"RendezvousConnectionError: The connection to the C10d store has failed",
+    )
+    fix = ("Keys /broadcast_from/...: the weight-sync communicator with the vLLM/SGLang server lost its "
+           "peer: check the server is alive (its log, SD107/SD507), restart both sides together. "
+           "ncclUniqueId: find what rank 0 was doing; raise --ddp_timeout / init_process_group(timeout=) "
+           "only for slow starts. Clients joined / cannot connect: same --nnodes/MASTER_ADDR/MASTER_PORT "
+           "on every node, reachable from all (nc -zv ADDR PORT), rank 0 up, no firewall.")
+
+    def details(self, match: re.Match[str]) -> dict[str, Any]:
+        figures = super().details(match)
+        waiter = next((who for pattern, who in _WAITERS if pattern.search(match.string)), None)
+        return {**figures, "waiting_for": waiter} if waiter else figures
