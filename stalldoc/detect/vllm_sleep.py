@@ -29,10 +29,10 @@ def engine_of(text: str) -> str:
 
 
 def woken_tags(tags: str | None) -> tuple[str, ...]:
-    """The tags a wake-up line names (all of them when it names none)."""
-    if tags is None:
-        return _TAG_NAMES
-    return tuple(t for t in _TAG_NAMES if t in tags)
+    """The tags a wake-up line names (all of them when it names none that are known: vLLM
+    prints the sleeping tags for a wake_up() without tags)."""
+    named = tuple(t for t in _TAG_NAMES if t in (tags or ""))
+    return named or _TAG_NAMES
 
 
 @dataclass
