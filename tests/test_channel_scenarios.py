@@ -77,3 +77,19 @@ def test_engine_put_to_sleep_and_never_woken_is_named(run_watch, nproc, wait_ran
     evidence = finding["evidence"]
     assert (evidence["state"], evidence["source"], evidence["level"]) == ("asleep", "agent", 1)
     assert evidence["sleeps"] == evidence["wakes"] + 1 == 3
+
+
+def test_engine_never_woken_is_named_from_its_log_lines_without_the_agent(run_watch):
+    # GIVEN the same job without the agent: only the engines' own log lines, one per rank
+    # (torchrun --tee prefixes them), tell that they slept
+    command = torchrun(2, "vllm_never_woken.py")
+    command[3:3] = ["--tee", "3"]
+    result = run_watch(command, "--no-agent", "--on-stall", "kill",
+                       env=_with_vllm({"WAIT_RANK": "0"}))
+    assert result.code == 124, result.stderr
+    # THEN SD112 names the engine of the rank that waits in vLLM's generate
+    [finding] = result.findings("SD112")
+    assert finding["ranks"] == [0]
+    assert finding["summary"].startswith("vLLM ([default0]) put to sleep at ")
+    assert "rank 0 waits in LLM.generate" in finding["summary"]
+    assert (finding["evidence"]["source"], finding["evidence"]["state"]) == ("log", "asleep")

@@ -130,6 +130,7 @@ class EngineSleepState:
     wakes: int = 0
     woken_tags: tuple[str, ...] = ()
     source: str = "agent"        # "agent" or "log"
+    local_rank: int | None = None   # log lines with a launcher's rank prefix: that local rank
 
     @property
     def asleep(self) -> bool:

@@ -4,7 +4,9 @@
 vLLM's executor logs ``It took %.6f seconds to fall asleep.`` once an engine sleeps and
 ``It took %.6f seconds to wake up tags %s.`` (older versions: ``... to wake up.``) once it woke
 (vllm/v1/executor/abstract.py). A line's engine is the process prefix vLLM puts in front of its
-worker processes' lines (``(EngineCore_DP0 pid=4123)``), else one engine for the job.
+worker processes' lines (``(EngineCore_DP0 pid=4123)``), else the launcher's prefix of the rank
+that printed it (torchrun ``--tee``: ``[default1]:``), else one engine for the job: colocated
+engines of several ranks printing without a prefix are told apart by the agent only.
 """
 from __future__ import annotations
 
@@ -18,14 +20,19 @@ from stalldoc.model import LogLine
 _ASLEEP = re.compile(r"It took [0-9.]+ seconds to fall asleep\.")
 _WOKEN = re.compile(r"It took [0-9.]+ seconds to wake up(?: tags (?P<tags>.*?))?\.?\s*$")
 _PROCESS = re.compile(r"\((?P<name>[A-Za-z_][\w ]*?) pid=(?P<pid>\d+)\)")
+_LAUNCHER = re.compile(r"^\[(?P<tag>[A-Za-z_]+(?P<local_rank>\d+))\]:")
 _TAG_NAMES = ("weights", "kv_cache")
 MAX_ENGINES = 64   # distinct prefixes kept; a job with more engines keeps its first ones
 
 
 def engine_of(text: str) -> str:
-    """The engine a vLLM log line comes from: its process prefix, else 'vLLM engine'."""
+    """The engine a vLLM log line comes from: its process prefix, else the rank's launcher
+    prefix, else 'vLLM engine'."""
     match = _PROCESS.search(text)
-    return f"{match['name']} pid={match['pid']}" if match else "vLLM engine"
+    if match:
+        return f"{match['name']} pid={match['pid']}"
+    rank = _LAUNCHER.match(text)
+    return f"[{rank['tag']}]" if rank else "vLLM engine"
 
 
 def woken_tags(tags: str | None) -> tuple[str, ...]:
@@ -83,5 +90,11 @@ class SleepLog:
     def states(self) -> tuple[EngineSleepState, ...]:
         """Every engine seen falling asleep, as the rules see it."""
         return tuple(EngineSleepState(name, e.state(), e.asleep_at, e.woken_at, None, e.sleeps,
-                                      e.wakes, tuple(sorted(e.tags)), "log")
+                                      e.wakes, tuple(sorted(e.tags)), "log", local_rank(name))
                      for name, e in self.engines.items())
+
+
+def local_rank(engine: str) -> int | None:
+    """The local rank of an engine named by the launcher's prefix ('[default1]' -> 1)."""
+    match = _LAUNCHER.match(engine + ":")
+    return int(match["local_rank"]) if match else None

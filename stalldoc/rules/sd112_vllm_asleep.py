@@ -93,9 +93,13 @@ class VllmAsleep(Rule):
         ended = {e.rank for e in window.exits}
         live = sorted(r.rank for r in window.ranks if r.rank not in ended)
         waiting = {r: w for r in live if (w := waits_in_vllm(window, r))}
+        local = {r.rank: r.local_rank for r in window.ranks}
         for rank, engine in asleep_engines(window):
-            ranks = [rank] if rank is not None else sorted(waiting)
-            ranks = [r for r in ranks if r in waiting]
+            if rank is not None:
+                ranks = [rank] if rank in waiting else []
+            else:   # from the log: the ranks of its local rank, when the line said which
+                ranks = [r for r in sorted(waiting)
+                         if engine.local_rank is None or local.get(r) == engine.local_rank]
             if ranks:
                 yield self._finding(window, engine, ranks, waiting)
 

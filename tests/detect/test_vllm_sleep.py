@@ -14,7 +14,8 @@ def lines(*texts: tuple[float, str]) -> list[LogLine]:
 
 def test_asleep_and_never_woken_from_the_engine_core_line():
     log = SleepLog()
-    log.feed(lines((10.0, "[rank0]: loss 1.2"), (11.0, CORE + "It took 0.512 seconds to fall asleep.")))
+    log.feed(lines((10.0, "[rank0]: loss 1.2"),
+                   (11.0, CORE + "It took 0.512 seconds to fall asleep.")))
     [state] = log.states()
     assert (state.engine, state.state, state.asleep_at, state.woken_at) == (
         "EngineCore_DP0 pid=4123", "asleep", 11.0, None)
@@ -33,8 +34,9 @@ def test_woken_for_weights_only_then_for_the_kv_cache():
 
 def test_a_wake_up_without_tags_and_the_older_wording_wake_everything():
     log = SleepLog()
-    log.feed(lines((1.0, "INFO 05-01 10:00:00 executor_base.py:208] It took 0.7 seconds to fall asleep."),
-                   (2.0, "INFO 05-01 10:00:09 executor_base.py:219] It took 0.8 seconds to wake up."),
+    old = "INFO 05-01 10:00:00 executor_base.py:208] "
+    log.feed(lines((1.0, old + "It took 0.7 seconds to fall asleep."),
+                   (2.0, old + "It took 0.8 seconds to wake up."),
                    (3.0, "It took 0.3 seconds to fall asleep."),
                    (4.0, "It took 0.3 seconds to wake up tags {'weights', 'kv_cache'}.")))
     [state] = log.states()
@@ -61,3 +63,12 @@ def test_a_wake_up_of_an_engine_never_seen_asleep_and_other_lines_are_ignored():
                    (2.0, "It took 3 s to load the model"), (3.0, "fall asleep")))
     assert log.states() == ()
     assert engine_of("(VllmWorker TP1 pid=77) It took 1 seconds") == "VllmWorker TP1 pid=77"
+    assert engine_of("[default1]:INFO 11-23 19:50:16 [abstract.py:231] It took") == "[default1]"
+
+
+def test_the_launchers_rank_prefix_names_the_local_rank():
+    log = SleepLog()
+    log.feed(lines((1.0, "[default1]:INFO 11-23 19:50:16 [abstract.py:231] It took 0.5 seconds "
+                         "to fall asleep."), (2.0, CORE + "It took 0.5 seconds to fall asleep.")))
+    assert {s.engine: s.local_rank for s in log.states()} == {"[default1]": 1,
+                                                              "EngineCore_DP0 pid=4123": None}

@@ -105,6 +105,17 @@ def test_sd112_bad_partly_woken_and_from_the_log_lines_alone():
     assert " only for weights; rank 0 waits in generate" in finding.summary
 
 
+def test_sd112_log_engine_of_a_local_rank_is_that_ranks_only():
+    mine = EngineSleepState("[default1]", "asleep", NOW - 60, None, source="log", local_rank=1)
+    other = EngineSleepState("[default2]", "asleep", NOW - 60, None, source="log", local_rank=2)
+    win = window(agents={}, stacks={r: stacks(r, *GENERATE) for r in (1, 2)} | {0: stacks(0, USER)},
+                 vllm_sleep=(mine, other))
+    found = [f.ranks for f in by_code("SD112")().check(win)]
+    assert found == [(1,), (2,)]
+    win = window(stacks={1: stacks(1, *GENERATE), 2: stacks(2, USER)}, vllm_sleep=(mine, other))
+    assert [f.ranks for f in by_code("SD112")().check(win)] == [(1,)]   # rank 2 trains
+
+
 def test_sd112_good_asleep_while_training_and_log_ignored_when_the_agent_tracks():
     # asleep during the training step is what colocate mode does: nobody waits in vLLM
     win = window(agents={0: agent(0, ("step", "backward"), engines=(ASLEEP,))},
