@@ -108,9 +108,9 @@ def _swift_client(module: str) -> tuple[Hook, ...]:
 
 CHANNEL_HOOKS: tuple[Hook, ...] = (
     *_trl_client("trl.generation.vllm_client"),                  # TRL >= 0.24
-    *_trl_client("trl.extras.vllm_client"),                      # TRL 0.17-0.23
+    *_trl_client("trl.extras.vllm_client"),                      # older TRL
     *_swift_client("swift.rlhf_trainers.vllm_client"),           # ms-swift 4.x
-    *_swift_client("swift.trainers.rlhf_trainer.vllm_client"),   # ms-swift 3.x
+    *_swift_client("swift.trainers.rlhf_trainer.vllm_client"),   # older ms-swift layout
     Hook("swift.infer_engine.infer_client", "InferClient.infer", "reward_server",
          channels.channel(channels.swift_infer_client)),        # a deployed reward model
 )
