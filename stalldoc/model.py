@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
-from stalldoc.agent.state_reader import AgentSnapshot, CudaState
+from stalldoc.agent.state_reader import AgentSnapshot, CudaState, EngineSleepState
 from stalldoc.launch.config import LaunchConfig
 from stalldoc.launch.resources import Resources
 
@@ -262,3 +262,4 @@ class Window:
     work: Mapping[int, RankWork] = field(default_factory=dict)   # each live rank's latest verdict
     busy_timeout: float = 600.0              # busy in one stack this long: a possible livelock
     floor: float = 45.0                      # the stall timeout: slow counts from there
+    vllm_sleep: tuple[EngineSleepState, ...] = ()   # engines' sleep state from their log lines

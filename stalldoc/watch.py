@@ -17,6 +17,7 @@ from typing import Iterable
 from stalldoc.agent.statefile import STATUS_EXCEPTION
 from stalldoc.check import failed, launch_checks
 from stalldoc.detect.progress import ProgressTracker
+from stalldoc.detect.vllm_sleep import SleepLog
 from stalldoc.errors import StalldocError, log_traceback
 from stalldoc.history import Histories, gpu_util_by_rank
 from stalldoc.launch.config import LaunchConfig, parse_command
@@ -63,6 +64,7 @@ class Watcher:
         self.exits: dict[int, RankExit] = {}
         self.pending_exits: list[RankExit] = []
         self.logs = LogFeed()
+        self.sleep_log = SleepLog()   # vLLM engines' sleep state from their log lines
         link.on_line = self.logs.put
         self.history = Histories()
         self.book = FindingBook()
@@ -254,6 +256,7 @@ class Watcher:
 
     def _drain_logs(self) -> None:
         drained = self.logs.drain()
+        self.sleep_log.feed(drained.lines)
         if drained.progress_at is not None:
             self.tracker.job_progressed(drained.progress_at)
         self.store.add_logs(drained.lines)
@@ -373,7 +376,7 @@ class Watcher:
                       tuple(ended.values()), episode, self.tracker.last_progress(),
                       tuple(self.logs.tail), gpus, node, tuple(self.logs.unread), {}, cuda,
                       self.config, work=self.tracker.work(), busy_timeout=self.opts.busy_timeout,
-                      floor=self.opts.stall_timeout)
+                      floor=self.opts.stall_timeout, vllm_sleep=self.sleep_log.states())
 
     def _launch_rules(self) -> list[Finding]:
         """What the command line says before anything runs; printed, never blocking."""

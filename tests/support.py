@@ -2,6 +2,7 @@
 reports. Imported by the tests as ``support``; conftest.py only holds fixtures."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,7 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 STALL_TIMEOUT = "3"
@@ -42,6 +43,51 @@ def launcher(name: str, nproc: int, scenario: str) -> list[str]:
         return [str(bindir / "deepspeed"), "--num_nodes", "1", "--num_gpus", str(nproc),
                 "--master_port", port, script]
     raise ValueError(name)
+
+
+STAND_INS = Path(__file__).resolve().parent / "stand_ins" / "site-packages"   # vLLM's
+
+
+@contextlib.contextmanager
+def silent_rollout_server() -> Iterator[int]:
+    """A local HTTP server on a free port (yielded) that answers a vLLM rollout server's health
+    and world-size checks (and init_communicator), and takes every other request without ever
+    answering it, until the block ends."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    import threading
+    release = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:   # noqa: N802 - http.server's name
+            self._answer({"world_size": 1} if "get_world_size" in self.path else {})
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if "init_communicator" in self.path:
+                self._answer({})
+            else:
+                release.wait()      # holds the request: the client waits on its socket
+
+        def _answer(self, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
 
 
 def run_with_agent(run_dir: Path, code: str) -> Any:

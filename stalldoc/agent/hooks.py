@@ -6,7 +6,9 @@ call on the main thread enters the phase and leaves it on return; a call on anot
 hook without a phase (vLLM's engine step), only bumps the marker, which counts as progress. A
 qualified name that does not resolve (another version of the library) switches that hook off; each
 outcome is written to ``hooks-<pid>.txt`` in the agent directory. A phase already innermost is not
-entered twice (an override calling its base).
+entered twice (an override calling its base). Channel hooks (``channels.py``: weight sync,
+rollout and reward servers) give their phase a detail, the method and the remote endpoint; vLLM's
+sleep / wake_up hooks also record the engine's sleep state.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import _thread
 import functools
 import os
 
-from stalldoc.agent import post_import, runtime
+from stalldoc.agent import channels, post_import, runtime
 
 TYPE_CHECKING = False   # not typing's: the agent does not import typing (start-up cost)
 if TYPE_CHECKING:
@@ -26,12 +28,15 @@ class Hook:
     """A function to wrap once ``module`` is imported (a plain class: no dataclass machinery in
     every process of the job)."""
 
-    __slots__ = ("module", "qualname", "phase")
+    __slots__ = ("module", "qualname", "phase", "wrap")
 
-    def __init__(self, module: str, qualname: str, phase: str | None) -> None:
+    def __init__(self, module: str, qualname: str, phase: str | None,
+                 wrap: Callable[[Callable[..., Any], str | None], Callable[..., Any]] | None
+                 = None) -> None:
         self.module = module
         self.qualname = qualname
         self.phase = phase      # None: progress heartbeat only
+        self.wrap = wrap        # None: ``marked``
 
 
 def _swift(module: str) -> tuple[Hook, ...]:
@@ -50,6 +55,66 @@ def _swift(module: str) -> tuple[Hook, ...]:
             Hook(mixin, "RolloutTrainerMixin._wait_queue", "async_wait"))
 
 
+def _sleep(waking: bool) -> Callable[[Callable[..., Any], str | None], Callable[..., Any]]:
+    return lambda fn, phase: marked(channels.sleep_tracked(fn, waking), phase)
+
+
+def _vllm() -> tuple[Hook, ...]:
+    """vLLM's engines (v0 and v1 layouts, the LLM entry point), PyNccl weight broadcast and the
+    weight-update group's rendezvous."""
+    sleep, wake = _sleep(False), _sleep(True)
+    engines = tuple(h for module in ("vllm.engine.llm_engine", "vllm.v1.engine.llm_engine")
+                    for h in (Hook(module, "LLMEngine.step", None),
+                              Hook(module, "LLMEngine.sleep", "vllm_sleep", sleep),
+                              Hook(module, "LLMEngine.wake_up", "vllm_wake_up", wake)))
+    llm, nccl = "vllm.entrypoints.llm", "vllm.distributed.device_communicators.pynccl"
+    return (*engines,
+            Hook(llm, "LLM.generate", "generate"), Hook(llm, "LLM.chat", "generate"),
+            Hook(llm, "LLM.sleep", "vllm_sleep", sleep),
+            Hook(llm, "LLM.wake_up", "vllm_wake_up", wake),
+            Hook(nccl, "PyNcclCommunicator.__init__", "weight_sync",
+                 channels.channel(channels.pynccl)),
+            Hook(nccl, "PyNcclCommunicator.broadcast", "weight_sync",
+                 channels.channel(channels.pynccl)),
+            Hook(nccl, "PyNcclCommunicator.all_reduce", None),   # vLLM's own TP: progress only
+            Hook("vllm.distributed.utils", "StatelessProcessGroup.create", "weight_sync",
+                 channels.channel(channels.group_create)))
+
+
+WEIGHT_SYNC_METHODS = ("init_communicator", "update_named_param", "update_model_params",
+                       "reset_prefix_cache", "close_communicator")
+SWIFT_WEIGHT_SYNC_METHODS = (*WEIGHT_SYNC_METHODS, "update_flattened_params",
+                             "update_adapter_flattened_param", "update_adapter_param",
+                             "process_weights_after_loading")
+
+
+def _trl_client(module: str) -> tuple[Hook, ...]:
+    """TRL's VLLMClient (server mode): weight sync and generation on the ``trl vllm-serve``
+    server."""
+    wrap = channels.channel(channels.trl_server)
+    return (*(Hook(module, f"VLLMClient.{m}", "weight_sync", wrap) for m in WEIGHT_SYNC_METHODS),
+            *(Hook(module, f"VLLMClient.{m}", "rollout_server", wrap)
+              for m in ("generate", "chat", "check_server")))
+
+
+def _swift_client(module: str) -> tuple[Hook, ...]:
+    """swift's rollout clients (``swift rollout`` server mode, GKD teacher servers)."""
+    wrap = channels.channel(channels.swift_server)
+    return (*(Hook(module, f"VLLMClient.{m}", "weight_sync", wrap)
+              for m in SWIFT_WEIGHT_SYNC_METHODS),
+            Hook(module, "VLLMInferClient.infer", "rollout_server", wrap),
+            Hook(module, "VLLMInferClient.check_server", "rollout_server", wrap))
+
+
+CHANNEL_HOOKS: tuple[Hook, ...] = (
+    *_trl_client("trl.generation.vllm_client"),                  # TRL >= 0.24
+    *_trl_client("trl.extras.vllm_client"),                      # older TRL
+    *_swift_client("swift.rlhf_trainers.vllm_client"),           # ms-swift 4.x
+    *_swift_client("swift.trainers.rlhf_trainer.vllm_client"),   # older ms-swift layout
+    Hook("swift.infer_engine.infer_client", "InferClient.infer", "reward_server",
+         channels.channel(channels.swift_infer_client)),        # a deployed reward model
+)
+
 HOOKS: tuple[Hook, ...] = (
     *_swift("swift.rlhf_trainers"),                       # ms-swift 4.x
     *_swift("swift.trainers.rlhf_trainer"),               # ms-swift 3.5-3.9
@@ -61,12 +126,8 @@ HOOKS: tuple[Hook, ...] = (
     Hook("deepspeed.runtime.engine", "DeepSpeedEngine.forward", "forward"),
     Hook("deepspeed.runtime.engine", "DeepSpeedEngine.backward", "backward"),
     Hook("deepspeed.runtime.engine", "DeepSpeedEngine.step", "optimizer_step"),
-    Hook("vllm.engine.llm_engine", "LLMEngine.step", None),
-    Hook("vllm.engine.llm_engine", "LLMEngine.sleep", "vllm_sleep"),
-    Hook("vllm.engine.llm_engine", "LLMEngine.wake_up", "vllm_wake_up"),
-    Hook("vllm.v1.engine.llm_engine", "LLMEngine.step", None),
-    Hook("vllm.v1.engine.llm_engine", "LLMEngine.sleep", "vllm_sleep"),
-    Hook("vllm.v1.engine.llm_engine", "LLMEngine.wake_up", "vllm_wake_up"),
+    *_vllm(),
+    *CHANNEL_HOOKS,
 )
 
 _MAIN = _thread.get_ident()   # imported by the agent's start, on the main thread
@@ -101,15 +162,26 @@ def _install(hook: Hook, module: types.ModuleType) -> str:
     fn = getattr(owner, attr, None) if owner is not None else None
     if fn is None or not callable(fn):
         return f"missing {hook.module}:{hook.qualname}"
-    import inspect
-    import types
-    if isinstance(owner, type) and not isinstance(inspect.getattr_static(owner, attr),
-                                                  types.FunctionType):
-        return f"skipped {hook.module}:{hook.qualname} (not a plain method)"
     if getattr(fn, "__stalldoc_hook__", False):
         return f"already {hook.module}:{hook.qualname}"
-    setattr(owner, attr, marked(fn, hook.phase))
+    wrapped = _wrapped(hook, owner, attr, fn)
+    if wrapped is None:
+        return f"skipped {hook.module}:{hook.qualname} (not a plain method)"
+    setattr(owner, attr, wrapped)
     return f"installed {hook.module}:{hook.qualname} -> {hook.phase or 'progress'}"
+
+
+def _wrapped(hook: Hook, owner: Any, attr: str, fn: Callable[..., Any]) -> Any:
+    """``fn`` wrapped as the class holds it (a plain or static method); None: another kind."""
+    wrap = hook.wrap or marked
+    if not isinstance(owner, type):
+        return wrap(fn, hook.phase)
+    import inspect
+    import types
+    static = inspect.getattr_static(owner, attr)
+    if isinstance(static, staticmethod):
+        return staticmethod(wrap(static.__func__, hook.phase))
+    return wrap(fn, hook.phase) if isinstance(static, types.FunctionType) else None
 
 
 ENGINE_FIELDS = ("gpu_memory_utilization", "max_model_len", "tensor_parallel_size",

@@ -56,7 +56,7 @@ class Agent:
         self.enabled = True
         self.marker_seq = 0
         self.phase_count = 0
-        self.phases: list[tuple[str, float]] = []
+        self.phases: list[tuple[str, float, str, float]] = []   # name, start, detail, since
         self.groups: dict[str, statefile.GroupRing] = {}
         self.rings: dict[int, statefile.GroupRing] = {}
         self.dump_file: IO[str] | None = None
@@ -196,10 +196,12 @@ class Agent:
         """A sign of life from a hooked library call: the marker moves, no phase changes."""
         self._bump(time.time())
 
-    def phase_enter(self, name: str) -> None:
+    def phase_enter(self, name: str, detail: str = "") -> None:
         now = time.time()
-        self.phases.append((name, now))
-        self.state.phase_stack([p for p, _ in self.phases])
+        self.phases.append((name, now, detail, now))
+        self.state.phase_stack([p[0] for p in self.phases])
+        if detail:
+            self.state.phase_detail(name, now, detail)
         self._bump(now)
         cuda = self.cuda
         if cuda is not None:
@@ -207,14 +209,48 @@ class Agent:
 
     def phase_exit(self, name: str) -> None:
         now = time.time()
+        detailed = False
         while self.phases:
-            top, started = self.phases.pop()
+            top, started, detail, _ = self.phases.pop()
+            detailed = detailed or bool(detail)
             if top == name:
                 self.phase_count += 1
                 self.state.phase_done(self.phase_count, name, started, now)
                 break
-        self.state.phase_stack([p for p, _ in self.phases])
+        self.state.phase_stack([p[0] for p in self.phases])
+        if detailed:
+            self._write_detail()
         self._bump(now)
+
+    def channel_enter(self, name: str, detail: str) -> tuple[str, float, str, float] | None:
+        """Enter phase ``name`` with ``detail``; when it is already innermost (a client method
+        calling another), only its detail changes: the old entry is returned for the exit."""
+        if not (self.phases and self.phases[-1][0] == name):
+            self.phase_enter(name, detail)
+            return None
+        now = time.time()
+        old = self.phases[-1]
+        self.phases[-1] = (name, old[1], detail, now)
+        self.state.phase_detail(name, now, detail)
+        self._bump(now)
+        return old
+
+    def channel_exit(self, name: str, old: tuple[str, float, str, float] | None) -> None:
+        if old is None:
+            self.phase_exit(name)
+            return
+        if self.phases and self.phases[-1][0] == name:
+            self.phases[-1] = old
+        self._write_detail()
+        self._bump(time.time())
+
+    def _write_detail(self) -> None:
+        """The innermost phase that has a detail into the state file (none: cleared)."""
+        for name, _, detail, since in reversed(self.phases):
+            if detail:
+                self.state.phase_detail(name, since, detail)
+                return
+        self.state.phase_detail("", 0.0, "")
 
     # ----- collectives ------------------------------------------------------------------------
     def group_ring(self, name: str) -> statefile.GroupRing:

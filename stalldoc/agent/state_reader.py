@@ -11,12 +11,15 @@ import os
 import stat
 from dataclasses import dataclass
 
-from stalldoc.agent.statefile import (CUDA_OFFSET, ENTRY, ERROR_OFFSET, ERROR_SIZE, FLAG_ASYNC,
-                                      GROUP_HEADER_SIZE, GROUP_OFFSET, GROUP_SIZE, GROUP_SLOTS,
-                                      IDENTITY_OFFSET, MAGIC, PHASE_RING_OFFSET, PHASE_SLOTS,
-                                      PHASE_STACK_OFFSET, PHASE_STACK_SIZE, RING_SLOTS, SIZE,
-                                      VERSION, _CUDA, _GROUP_HEADER, _HEADER, _IDENTITY,
-                                      _PHASE_COUNT, _PHASE_ENTRY, _TEXT_LEN)
+from stalldoc.agent.statefile import (CUDA_OFFSET, DETAIL_OFFSET, DETAIL_TEXT_SIZE, ENGINE_ASLEEP,
+                                      ENGINE_OFFSET, ENGINE_PARTLY_AWAKE, ENGINE_SLOTS, ENTRY,
+                                      ERROR_OFFSET, ERROR_SIZE, FLAG_ASYNC, GROUP_HEADER_SIZE,
+                                      GROUP_OFFSET, GROUP_SIZE, GROUP_SLOTS, IDENTITY_OFFSET, MAGIC,
+                                      PHASE_RING_OFFSET, PHASE_SLOTS, PHASE_STACK_OFFSET,
+                                      PHASE_STACK_SIZE, READABLE_VERSIONS, RING_SLOTS, SIZE,
+                                      TAG_KV_CACHE, TAG_WEIGHTS, VERSION, _CUDA, _DETAIL_HEAD,
+                                      _ENGINE, _GROUP_HEADER, _HEADER, _IDENTITY, _PHASE_COUNT,
+                                      _PHASE_ENTRY, _TEXT_LEN)
 
 # What an agent can write. A value beyond these is not an agent's (a crafted or damaged file):
 # the whole file is refused, so no such number reaches SQLite (int64) or the detector.
@@ -99,6 +102,42 @@ class AgentIdentity:
 
 
 @dataclass(frozen=True)
+class PhaseDetail:
+    """What a channel phase talks to: the method called, ``server`` or ``group``, the endpoint
+    (``host:port``), and since when the call runs."""
+
+    phase: str
+    method: str
+    mode: str
+    endpoint: str
+    since: float
+
+    def describe(self) -> str:
+        """'update_named_param, server 10.0.0.5:8000'."""
+        return f"{self.method}, {self.mode} {self.endpoint}" if self.endpoint else self.method
+
+
+@dataclass(frozen=True)
+class EngineSleepState:
+    """One vLLM engine's sleep state, from the agent's hooks or from the engine's log lines."""
+
+    engine: str                  # "engine 1" (the agent's slot), or the log's process prefix
+    state: str                   # "awake", "asleep", "partly awake"
+    asleep_at: float | None      # when it was last put to sleep
+    woken_at: float | None       # when it was last woken (None: never)
+    level: int | None = None     # the sleep level (the log lines do not say)
+    sleeps: int = 0
+    wakes: int = 0
+    woken_tags: tuple[str, ...] = ()
+    source: str = "agent"        # "agent" or "log"
+    local_rank: int | None = None   # log lines with a launcher's rank prefix: that local rank
+
+    @property
+    def asleep(self) -> bool:
+        return self.state != "awake"
+
+
+@dataclass(frozen=True)
 class AgentSnapshot:
     """Everything one rank's state file says at the moment it was read."""
 
@@ -119,6 +158,14 @@ class AgentSnapshot:
     groups: tuple[GroupState, ...]
     cuda: CudaState | None = None
     identity: AgentIdentity | None = None
+    phase_detail: PhaseDetail | None = None     # the innermost phase with a detail (version 4)
+    engines: tuple[EngineSleepState, ...] = ()  # vLLM engines of this process (version 4)
+
+    @property
+    def channel(self) -> PhaseDetail | None:
+        """The detail of the innermost phase, when that phase has one."""
+        detail = self.phase_detail
+        return detail if detail is not None and detail.phase == self.phase else None
 
     @property
     def phase(self) -> str:
@@ -207,6 +254,36 @@ def _read_cuda(buf: bytes) -> CudaState | None:
                      _seconds("GPU done", gpu_at), _seconds("oldest pending", oldest))
 
 
+def _read_detail(buf: bytes) -> PhaseDetail | None:
+    name, since = _DETAIL_HEAD.unpack_from(buf, DETAIL_OFFSET)
+    phase = _cstr(name)
+    if not phase:
+        return None
+    text = _decode_text(buf, DETAIL_OFFSET + _DETAIL_HEAD.size, DETAIL_TEXT_SIZE)
+    method, _, rest = text.partition("\t")
+    mode, _, endpoint = rest.partition("\t")
+    return PhaseDetail(phase, method, mode, endpoint, _seconds("phase detail since", since))
+
+
+_ENGINE_STATES = {ENGINE_ASLEEP: "asleep", ENGINE_PARTLY_AWAKE: "partly awake"}
+
+
+def _read_engines(buf: bytes) -> tuple[EngineSleepState, ...]:
+    engines = []
+    for slot in range(ENGINE_SLOTS):
+        (key, sleeps, wakes, state, level, tags, asleep_at,
+         woken_at) = _ENGINE.unpack_from(buf, ENGINE_OFFSET + slot * _ENGINE.size)
+        if not key:
+            continue
+        woken = tuple(n for bit, n in ((TAG_WEIGHTS, "weights"), (TAG_KV_CACHE, "kv_cache"))
+                      if tags & bit)
+        engines.append(EngineSleepState(
+            f"engine {slot + 1}", _ENGINE_STATES.get(state, "awake"),
+            _seconds("asleep at", asleep_at) or None, _seconds("woken at", woken_at) or None,
+            level, sleeps, wakes, woken))
+    return tuple(engines)
+
+
 def parse_state(buf: bytes) -> AgentSnapshot:
     """Decode a state file's bytes; raises StateFileError for a foreign, newer or damaged file
     (a number no agent writes)."""
@@ -216,8 +293,9 @@ def parse_state(buf: bytes) -> AgentSnapshot:
      marker_at, exit_code) = _HEADER.unpack_from(buf, 0)
     if magic != MAGIC:
         raise StateFileError("not a stalldoc state file (bad magic)")
-    if version != VERSION:
-        raise StateFileError(f"state file version {version}; this stalldoc reads {VERSION}")
+    if version not in READABLE_VERSIONS:
+        raise StateFileError(f"state file version {version}; this stalldoc reads "
+                             f"{', '.join(map(str, READABLE_VERSIONS))} (writes {VERSION})")
     stack_text = _decode_text(buf, PHASE_STACK_OFFSET, PHASE_STACK_SIZE)
     count, phases = _read_phases(buf)
     groups = tuple(g for g in (_read_group(buf, s) for s in range(GROUP_SLOTS)) if g is not None)
@@ -230,7 +308,8 @@ def parse_state(buf: bytes) -> AgentSnapshot:
                          exit_code if exit_code >= 0 else None,
                          tuple(p for p in stack_text.split("/") if p),
                          _decode_text(buf, ERROR_OFFSET, ERROR_SIZE), count, phases, groups, cuda,
-                         identity)
+                         identity, *((_read_detail(buf), _read_engines(buf)) if version >= 4
+                                     else (None, ())))
 
 
 def read_state(path: str) -> AgentSnapshot:

@@ -15,6 +15,11 @@ Layout (little endian, ``SIZE`` bytes):
 - 256: current phase stack, ``/``-joined utf-8 with a 2-byte length.
 - 768: last error or uncaught exception text, same encoding.
 - 1024: completed-phase ring: a count, then ``PHASE_SLOTS`` entries (name, start, end).
+- 3088 (version 4): the detail of the innermost phase that has one (a channel: weight sync,
+  rollout or reward server): the phase's name, since when, and ``method\tmode\tendpoint`` text.
+- 3344 (version 4): ``ENGINE_SLOTS`` vLLM engine sleep states (``_ENGINE``): the engine's key,
+  sleeps, wake-ups, state (awake / asleep / partly awake), sleep level, woken tags (a bit mask),
+  when it was put to sleep, when it was last woken.
 - 3584: CUDA block (``_CUDA``), written by the agent thread only: active flag, allocator figures
   (allocated, reserved, peak allocated, retries, OOMs) and when they were read, the CUDA sync
   markers (host at marker N, GPU completed up to marker M, their labels, when the GPU reached M,
@@ -33,7 +38,8 @@ import os
 import struct
 
 MAGIC = b"SDAG"
-VERSION = 3
+VERSION = 4
+READABLE_VERSIONS = (3, 4)   # 4 added the phase detail and the engine sleep states
 
 STATUS_RUNNING = 0
 STATUS_EXITED = 1
@@ -68,6 +74,14 @@ CUDA_OFFSET = 3584
 _CUDA = struct.Struct("<B7xqqqqqdQQdd40s40s")
 IDENTITY_OFFSET = 128
 _IDENTITY = struct.Struct("<I4xQQd16s")
+DETAIL_OFFSET = 3088
+_DETAIL_HEAD = struct.Struct("<48sd")
+DETAIL_TEXT_SIZE = 200
+ENGINE_OFFSET = 3344
+ENGINE_SLOTS = 4
+_ENGINE = struct.Struct("<QIIBBB5xdd")
+ENGINE_AWAKE, ENGINE_ASLEEP, ENGINE_PARTLY_AWAKE = 0, 1, 2
+TAG_WEIGHTS, TAG_KV_CACHE = 1, 2
 _HEARTBEAT_OFFSET = 32
 _MARKER_OFFSET = 40
 _STATUS_OFFSET = 6
@@ -128,6 +142,19 @@ class StateWriter:
         offset = PHASE_RING_OFFSET + _PHASE_COUNT.size + slot * _PHASE_ENTRY.size
         _PHASE_ENTRY.pack_into(self.buf, offset, name.encode()[:48], started, ended)
         _PHASE_COUNT.pack_into(self.buf, PHASE_RING_OFFSET, count)
+
+    def phase_detail(self, phase: str, since: float, detail: str) -> None:
+        """The innermost phase with a detail ('' phase: none), since when, and its text."""
+        _DETAIL_HEAD.pack_into(self.buf, DETAIL_OFFSET, phase.encode()[:48], since)
+        start = DETAIL_OFFSET + _DETAIL_HEAD.size
+        self.buf[start : start + DETAIL_TEXT_SIZE] = _encode(detail, DETAIL_TEXT_SIZE).ljust(
+            DETAIL_TEXT_SIZE, b"\0")
+
+    def engine(self, slot: int, key: int, sleeps: int, wakes: int, state: int, level: int,
+               woken_tags: int, asleep_at: float, woken_at: float) -> None:
+        """vLLM engine ``slot``'s sleep state."""
+        _ENGINE.pack_into(self.buf, ENGINE_OFFSET + slot * _ENGINE.size, key, sleeps, wakes,
+                          state, level, woken_tags, asleep_at, woken_at)
 
     def group_ring(self, slot: int, name: str) -> GroupRing:
         """Name group ``slot`` and return the writer of its collective ring."""

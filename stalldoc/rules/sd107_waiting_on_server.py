@@ -6,6 +6,7 @@ from typing import Iterator
 from stalldoc.analysis.stacks import waits_on_network
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule, describe, rank_evidence
+from stalldoc.rules.sd111_hung_in_channel import channel_of
 
 
 class WaitingOnServer(Rule):
@@ -14,7 +15,9 @@ class WaitingOnServer(Rule):
     What it does
         At a stall, looks for ranks whose main thread sits in a socket, HTTP or RPC client
         (socket, ssl, http.client, urllib, requests, urllib3, httpx, aiohttp, grpc, openai) and
-        names the server from the rank's established TCP connections outside the job.
+        names the server from the rank's established TCP connections outside the job. A rank
+        in a marked channel call (weight sync, rollout or reward server) is left to SD111,
+        which names the call and the server from the client itself.
 
     Why is this bad?
         A reward function or rollout call without a timeout waits forever for a server that is
@@ -43,8 +46,8 @@ class WaitingOnServer(Rule):
     def check(self, window: Window) -> Iterator[Finding]:
         for rank, stacks in sorted(window.stacks.items()):
             frame = waits_on_network(stacks.main)
-            if frame is None:
-                continue
+            if frame is None or channel_of(window, rank) is not None:
+                continue   # SD111 names the channel call, with these peers in its evidence
             peers = list(window.peers.get(rank, ()))
             server = f" from {', '.join(peers)}" if peers else ""
             summary = f"rank {rank} waits for a server's reply{server}; {describe(window, rank)}"

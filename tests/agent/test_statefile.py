@@ -60,3 +60,40 @@ def test_collective_ring_counts_wrap_and_in_flight_entries(tmp_path):
         1, 0, "broadcast")
     world.exit(stuck, 201.0)
     assert read_state(path).groups[0].completed == 101
+
+
+def test_phase_detail_and_engine_sleep_states_read_back(tmp_path):
+    path = str(tmp_path / "agent-3.state")
+    writer = StateWriter(path, pid=3, rank=1, local_rank=1, world_size=2, now=0.0)
+    writer.phase_stack(["step", "weight_sync"])
+    writer.phase_detail("weight_sync", 50.0, "update_named_param\tserver\t10.0.0.5:8000")
+    writer.engine(1, 2**64 - 1, 3, 2, statefile.ENGINE_PARTLY_AWAKE, 2, statefile.TAG_WEIGHTS,
+                  40.0, 45.0)
+    state = read_state(path)
+    assert state.channel == state.phase_detail
+    assert state.phase_detail.describe() == "update_named_param, server 10.0.0.5:8000"
+    assert state.phase_detail.since == 50.0
+    [engine] = state.engines
+    assert (engine.engine, engine.state, engine.level, engine.sleeps, engine.wakes) == (
+        "engine 2", "partly awake", 2, 3, 2)
+    assert (engine.asleep_at, engine.woken_at, engine.woken_tags) == (40.0, 45.0, ("weights",))
+    writer.phase_stack(["step"])      # the detail of a phase no longer innermost is no channel
+    assert read_state(path).channel is None
+    writer.phase_detail("", 0.0, "")
+    assert read_state(path).phase_detail is None
+
+
+def test_previous_version_is_still_read_without_the_new_regions(tmp_path):
+    # GIVEN a file written by version 3 (same size and layout; the new regions were unused)
+    path = tmp_path / "agent-4.state"
+    writer = StateWriter(str(path), pid=4, rank=2, local_rank=0, world_size=4, now=10.0)
+    writer.phase_stack(["step", "rollout"])
+    writer.phase_detail("rollout", 11.0, "infer\tserver\th:1")   # bytes a v3 agent never wrote
+    writer.engine(0, 7, 1, 0, statefile.ENGINE_ASLEEP, 1, 0, 12.0, 0.0)
+    writer.close()
+    data = bytearray(path.read_bytes())
+    data[4:6] = (3).to_bytes(2, "little")
+    # THEN it reads, with no detail and no engines
+    state = parse_state(bytes(data))
+    assert (state.rank, state.phase_stack) == (2, ("step", "rollout"))
+    assert state.phase_detail is None and state.engines == ()
