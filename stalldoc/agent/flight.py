@@ -1,0 +1,126 @@
+"""Flight Recorder dumps on the watcher's request, from the agent's heartbeat thread.
+
+The watcher asks by replacing ``<agents dir>/flight-request``; each beat costs one ``stat`` of
+it (and nothing at all until torch.distributed is imported). On a new request a rank whose
+default process group is up writes torch's own dump, ``_dump_fr_trace()``, to
+``<flight dir>/rank_<global rank>`` (temporary file, then rename; mode 0600): the name torch gives
+its own dumps, so ``torchfrtrace <flight dir>`` reads the folder. Standard library only; torch is
+only reached through ``sys.modules``. A failure switches the dumps off, never the agent.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+ENV_FLIGHT_DIR = "STALLDOC_FLIGHT_DIR"
+REQUEST_FILE = "flight-request"
+READY_FILE = "flight-{pid}"   # in the agents dir: this process can answer a request
+BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def recorder_on(environ: Any = os.environ) -> bool:
+    """Whether torch records: a buffer size above 0 under either of its names."""
+    for name in BUFFER_VARS:
+        value = environ.get(name)
+        if value is not None:
+            try:
+                return int(value) > 0
+            except ValueError:
+                return False
+    return False
+
+
+class FlightDumper:
+    """Polls the request file; answers each new request with one dump of this rank."""
+
+    def __init__(self, agent_dir: str, flight_dir: str) -> None:
+        self.request = os.path.join(agent_dir, REQUEST_FILE)
+        self.flight_dir = flight_dir
+        self.seen = self._stamp()   # a request made before this process started is not ours
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.request)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
+    def poll(self) -> bool:
+        """One beat: dump if a new request came. True when a dump was written."""
+        if "torch.distributed" not in sys.modules:
+            return False
+        stamp = self._stamp()
+        if stamp is None or stamp == self.seen:
+            return False
+        self.seen = stamp
+        return self.dump()
+
+    def dump(self) -> bool:
+        dist = sys.modules.get("torch.distributed")
+        if dist is None or not recorder_on() or not dist.is_available() \
+                or not dist.is_initialized():
+            return False
+        rank = dist.get_rank()
+        data = dist_dump(sys.modules["torch"], dist)
+        write_atomic(self.flight_dir, f"rank_{rank}", data)
+        return True
+
+
+def dist_dump(torch: Any, dist: Any) -> bytes:
+    """torch's dump of this process; its group table filled in from torch.distributed when
+    torch listed a group under no name (torch 2.13 gloo: recorded before the group is named),
+    which torchfrtrace could not match with the entries."""
+    import pickle   # here: only a process that dumps pays for the import
+    data = torch._C._distributed_c10d._dump_fr_trace()
+    raw = pickle.loads(data)   # our own process's bytes, made by torch just now
+    config = raw.get("pg_config")
+    named = {e["process_group"][0] for e in raw.get("entries", ())
+             if isinstance(e.get("process_group"), (tuple, list))}
+    if not isinstance(config, dict) or named <= set(config):
+        return data
+    fixed = {k: v for k, v in config.items() if k}
+    for group in dist.distributed_c10d._get_all_pg_configs():
+        fixed.setdefault(str(group["pg_name"]), {"name": str(group["pg_name"]),
+                                                 "desc": str(group["pg_desc"]),
+                                                 "ranks": str(list(group["ranks"]))})
+    raw["pg_config"] = fixed
+    return pickle.dumps(raw)
+
+
+def write_atomic(directory: str, name: str, data: bytes) -> None:
+    """``directory/name`` replaced by ``data`` in one rename, mode 0600, through no link. The
+    temporary name holds no ``rank_`` so torchfrtrace never mistakes it for a dump."""
+    temp = os.path.join(directory, f".partial-{os.getpid()}")
+    try:
+        os.unlink(temp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(temp, _WRITE_FLAGS, 0o600)
+    try:
+        with open(fd, "wb", closefd=True) as fh:
+            fh.write(data)
+        os.replace(temp, os.path.join(directory, name))
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+
+
+def from_env(agent_dir: str) -> FlightDumper | None:
+    """A dumper when the watcher asked for Flight Recorder dumps (``STALLDOC_FLIGHT_DIR``) and
+    torch records; an empty ``flight-<pid>`` in the agents dir tells the watcher to wait for
+    this process's dump."""
+    flight_dir = os.environ.get(ENV_FLIGHT_DIR)
+    if not flight_dir or not recorder_on():
+        return None
+    dumper = FlightDumper(agent_dir, flight_dir)
+    os.close(os.open(os.path.join(agent_dir, READY_FILE.format(pid=os.getpid())),
+                     os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    return dumper
