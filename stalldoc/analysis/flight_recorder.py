@@ -25,7 +25,7 @@ DUMP_PREFIX = "rank_"       # torch's default, and what torchfrtrace infers from
 _DUMP_NAME = re.compile(r"^rank_(\d+)$")
 
 
-class UnsafeDump(pickle.UnpicklingError):
+class UnsafeDump(ValueError):
     """The dump names a global (a class or a callable): not a Flight Recorder dump."""
 
 
@@ -114,8 +114,18 @@ def parse_dump(rank: int, path: str, raw: Any) -> FlightDump:
     """The parts of a raw dump the diagnosis uses; entries that are not well formed are left out."""
     if not isinstance(raw, dict) or not isinstance(raw.get("entries"), list):
         raise ValueError("not a flight recorder dump (no entries)")
-    entries = tuple(e for e in (_entry(item) for item in raw["entries"]) if e is not None)
+    done = _completed_through(raw.get("pg_status"))
+    entries = tuple(e for e in (_entry(item, done) for item in raw["entries"]) if e is not None)
     return FlightDump(rank, path, _groups(raw.get("pg_config")), entries)
+
+
+def _completed_through(pg_status: Any) -> dict[str, int]:
+    """pg_id -> the last collective torch saw complete (its entries retire a moment later)."""
+    if not isinstance(pg_status, dict):
+        return {}
+    return {str(pg): status["last_completed_collective"] for pg, status in pg_status.items()
+            if isinstance(status, dict)
+            and isinstance(status.get("last_completed_collective"), int)}
 
 
 def _groups(pg_config: Any) -> dict[str, tuple[int, ...]]:
@@ -136,7 +146,7 @@ def _groups(pg_config: Any) -> dict[str, tuple[int, ...]]:
     return groups
 
 
-def _entry(item: Any) -> FlightEntry | None:
+def _entry(item: Any, done: dict[str, int]) -> FlightEntry | None:
     if not isinstance(item, dict):
         return None
     group = item.get("process_group")
@@ -146,8 +156,10 @@ def _entry(item: Any) -> FlightEntry | None:
     seq = item.get("p2p_seq_id" if p2p else "collective_seq_id")
     if not isinstance(seq, int):
         return None
+    through = done.get(str(item.get("pg_id")), -1)
+    retired = bool(item.get("retired")) or (not p2p and seq <= through)
     return FlightEntry(name, desc, seq, p2p, str(item.get("profiling_name", "")),
-                       str(item.get("state", "")), bool(item.get("retired")),
+                       str(item.get("state", "")), retired,
                        _sizes(item.get("input_sizes")), _strings(item.get("input_dtypes")),
                        _frames(item.get("frames")))
 

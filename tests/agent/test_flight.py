@@ -1,0 +1,80 @@
+"""Flight Recorder dumps from the agent of a real gloo process (world size 1), on the watcher's
+request, read back by the watcher's side without torch."""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from stalldoc.launch.inject import agent_environment
+from stalldoc.probes.flight_dumps import FlightDumps
+
+JOB = textwrap.dedent("""
+    import os, sys, torch, torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    if os.environ.get("INIT") == "1":
+        dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:%d")
+        sub = dist.new_group([0])
+        funcol.all_reduce(torch.ones(3), "sum", sub)     # not wrapped by the agent
+        dist.all_reduce(torch.ones(5))
+    print(os.getpid(), flush=True)
+    sys.stdin.readline()
+""")
+
+
+def start(run_dir: Path, init: bool) -> tuple[subprocess.Popen[str], int]:
+    from support import free_port
+    env = {**agent_environment(run_dir, dict(os.environ), os.getpid()), "INIT": str(int(init))}
+    proc = subprocess.Popen([sys.executable, "-c", JOB % free_port()], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    pid = int(proc.stdout.readline())
+    ready = run_dir / "agents" / f"flight-{pid}"
+    deadline = time.time() + 20
+    while not ready.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert ready.exists(), "the agent never said it can dump"
+    return proc, pid
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(timeout=30)
+
+
+def test_dump_on_request_lands_in_torchs_layout_and_torchfrtrace_reads_it(tmp_path):
+    proc, pid = start(tmp_path, init=True)
+    try:
+        probe = FlightDumps(tmp_path / "agents", tmp_path / "flight", wait=10)
+        probe.request({0: pid})
+        dumps = probe.collect()
+    finally:
+        stop(proc)
+    # THEN rank 0's dump came, private, with the functional collective of the new group
+    path = tmp_path / "flight" / "rank_0"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(os.listdir(tmp_path / "flight")) == ["rank_0"]
+    ops = {(e.group, e.seq, e.op) for e in dumps[0].entries}
+    assert ("1", 1, "gloo:all_reduce") in ops and ("0", 1, "gloo:all_reduce") in ops
+    # AND the group table names the groups (torch 2.13's gloo lists them under '')
+    assert dumps[0].groups == {"0": (0,), "1": (0,)}
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
+                          str(tmp_path / "flight")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert not (tmp_path / "agent-errors.log").exists()
+
+
+def test_no_process_group_no_dump_and_no_error(tmp_path):
+    proc, pid = start(tmp_path, init=False)
+    try:
+        probe = FlightDumps(tmp_path / "agents", tmp_path / "flight", wait=1)
+        probe.request({0: pid})
+        assert probe.collect() == {}
+    finally:
+        stop(proc)
+    assert not (tmp_path / "agent-errors.log").exists()
