@@ -32,6 +32,8 @@ def test_ddp_hang_is_named_from_the_flight_recorder(run_watch):
     assert evidence["waiting_ranks"] == [0, 1] and evidence["missing_ranks"] == [2]
     assert evidence["collective_frame"].startswith("main (") and "ddp_wait.py" in \
         evidence["collective_frame"]
+    # (DDP imports torch._inductor, so the dumps hold the frames where the all_reduce was issued)
+    assert evidence["collective_frame_from"] == "flight_recorder"
     assert any(f.startswith("backward (") for f in evidence["waiting_at"]["0"]["frames"])
     assert evidence["frame"].startswith("load_shard (")
     assert f"#{evidence['seq']}" in finding["summary"]

@@ -6,6 +6,12 @@ default process group is up writes torch's own dump, ``_dump_fr_trace()``, to
 ``<flight dir>/rank_<global rank>`` (temporary file, then rename; mode 0600): the name torch gives
 its own dumps, so ``torchfrtrace <flight dir>`` reads the folder. Standard library only; torch is
 only reached through ``sys.modules``. A failure switches the dumps off, never the agent.
+
+Python frames: torch 2.13 symbolizes them through ``torch._inductor``, which the first dump with
+frames imports (about 800 modules, ~1 s with the GIL held and ~70 MiB in every rank). So a dump
+holds frames only where ``torch._inductor`` is already imported (torch.compile users) or
+``STALLDOC_FLIGHT_STACKS=1``; otherwise it is taken without them (well under 1 ms) and the
+watcher's py-spy stacks tell where the waiting ranks are.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 ENV_FLIGHT_DIR = "STALLDOC_FLIGHT_DIR"
+ENV_FLIGHT_STACKS = "STALLDOC_FLIGHT_STACKS"   # 1: always with Python frames, 0: never
 REQUEST_FILE = "flight-request"
 READY_FILE = "flight-{pid}"   # in the agents dir: this process can answer a request
 BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
@@ -66,17 +73,25 @@ class FlightDumper:
                 or not dist.is_initialized():
             return False
         rank = dist.get_rank()
-        data = dist_dump(sys.modules["torch"], dist)
+        data = dist_dump(sys.modules["torch"], dist, with_stacks())
         write_atomic(self.flight_dir, f"rank_{rank}", data)
         return True
 
 
-def dist_dump(torch: Any, dist: Any) -> bytes:
+def with_stacks(environ: Any = os.environ) -> bool:
+    """Whether the dump holds Python frames (see the module's docstring)."""
+    asked = environ.get(ENV_FLIGHT_STACKS)
+    if asked in ("0", "1"):
+        return asked == "1"
+    return "torch._inductor" in sys.modules
+
+
+def dist_dump(torch: Any, dist: Any, stacks: bool = True) -> bytes:
     """torch's dump of this process; its group table filled in from torch.distributed when
     torch listed a group under no name (torch 2.13 gloo: recorded before the group is named),
     which torchfrtrace could not match with the entries."""
     import pickle   # here: only a process that dumps pays for the import
-    data = torch._C._distributed_c10d._dump_fr_trace()
+    data = torch._C._distributed_c10d._dump_fr_trace(includeStackTraces=stacks)
     raw = pickle.loads(data)   # our own process's bytes, made by torch just now
     config = raw.get("pg_config")
     named = {e["process_group"][0] for e in raw.get("entries", ())

@@ -31,7 +31,8 @@ class RankOutsideCollective(Rule):
         group, seq, op of the collective; the waiting ranks; each culprit's frames (innermost
         first), its user frame, phase, and seconds without progress; ``source`` ("agent",
         "flight_recorder" or "stacks"); from the Flight Recorder also the missing ranks, the
-        waiting ranks' Python frames of the collective and ranks that sent no dump.
+        waiting ranks' Python frames of the collective (when the dumps hold frames; else the
+        first waiting rank's user frame from its stack) and ranks that sent no dump.
 
     Fix
         Look at the culprit's frame: a data loader, reward function, rollout server call or
@@ -75,6 +76,8 @@ class RankOutsideCollective(Rule):
         culprits = gap.missing or gap.silent
         waiting = sorted(gap.waiting)
         where = collective_frame(gap.waiting[waiting[0]])
+        where_from = "flight_recorder" if where else "stacks"
+        where = where or rank_evidence(window, waiting[0])["frame"]
         said = ", ".join(f"rank {r} is {describe(window, r)}" for r in gap.missing)
         silent = (f"; {join_ranks(gap.silent)} sent no Flight Recorder dump"
                   if gap.silent else "")
@@ -87,6 +90,7 @@ class RankOutsideCollective(Rule):
             "group": gap.group, "group_desc": gap.group_desc, "seq": gap.seq, "op": gap.op,
             "waiting_ranks": waiting, "missing_ranks": list(gap.missing),
             "no_dump_ranks": list(gap.silent), "collective_frame": where,
+            "collective_frame_from": where_from,
             "waiting_at": {str(r): {"seq": e.seq, "op": e.op, "state": e.state,
                                     "input_sizes": [list(s) for s in e.input_sizes],
                                     "frames": [str(f) for f in e.frames]}

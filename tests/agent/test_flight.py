@@ -10,25 +10,31 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from stalldoc.launch.inject import agent_environment
 from stalldoc.probes.flight_dumps import FlightDumps
 
 JOB = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist
     import torch.distributed._functional_collectives as funcol
-    if os.environ.get("INIT") == "1":
+    if os.environ["INIT"]:
         dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:%d")
+    if os.environ["INIT"] == "funcol":   # functional collectives import torch._inductor
         sub = dist.new_group([0])
         funcol.all_reduce(torch.ones(3), "sum", sub)     # not wrapped by the agent
+    if os.environ["INIT"]:
         dist.all_reduce(torch.ones(5))
     print(os.getpid(), flush=True)
     sys.stdin.readline()
+    print("torch._inductor" in sys.modules, flush=True)
 """)
 
 
-def start(run_dir: Path, init: bool) -> tuple[subprocess.Popen[str], int]:
+def start(run_dir: Path, init: str, **extra: str) -> tuple[subprocess.Popen[str], int]:
     from support import free_port
-    env = {**agent_environment(run_dir, dict(os.environ), os.getpid()), "INIT": str(int(init))}
+    env = {**agent_environment(run_dir, dict(os.environ), os.getpid()), "INIT": init,
+           **extra}
     proc = subprocess.Popen([sys.executable, "-c", JOB % free_port()], env=env, text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdout is not None
@@ -41,20 +47,23 @@ def start(run_dir: Path, init: bool) -> tuple[subprocess.Popen[str], int]:
     return proc, pid
 
 
-def stop(proc: subprocess.Popen[str]) -> None:
-    assert proc.stdin is not None
+def stop(proc: subprocess.Popen[str]) -> str:
+    """End the job; what it printed last (whether torch._inductor got imported)."""
+    assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.close()
+    out = proc.stdout.read()
     proc.wait(timeout=30)
+    return out.strip()
 
 
 def test_dump_on_request_lands_in_torchs_layout_and_torchfrtrace_reads_it(tmp_path):
-    proc, pid = start(tmp_path, init=True)
+    proc, pid = start(tmp_path, "funcol")
     try:
         probe = FlightDumps(tmp_path / "agents", tmp_path / "flight", wait=10)
         probe.request({0: pid})
         dumps = probe.collect()
     finally:
-        stop(proc)
+        inductor = stop(proc)
     # THEN rank 0's dump came, private, with the functional collective of the new group
     path = tmp_path / "flight" / "rank_0"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -63,6 +72,9 @@ def test_dump_on_request_lands_in_torchs_layout_and_torchfrtrace_reads_it(tmp_pa
     assert ("1", 1, "gloo:all_reduce") in ops and ("0", 1, "gloo:all_reduce") in ops
     # AND the group table names the groups (torch 2.13's gloo lists them under '')
     assert dumps[0].groups == {"0": (0,), "1": (0,)}
+    # AND with Python frames: torch._inductor, which symbolizes them, was imported already
+    assert inductor == "True"
+    assert all(any(f.filename == "<string>" for f in e.frames) for e in dumps[0].entries)
     out = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
                           str(tmp_path / "flight")], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -70,7 +82,7 @@ def test_dump_on_request_lands_in_torchs_layout_and_torchfrtrace_reads_it(tmp_pa
 
 
 def test_no_process_group_no_dump_and_no_error(tmp_path):
-    proc, pid = start(tmp_path, init=False)
+    proc, pid = start(tmp_path, "")
     try:
         probe = FlightDumps(tmp_path / "agents", tmp_path / "flight", wait=1)
         probe.request({0: pid})
@@ -78,3 +90,19 @@ def test_no_process_group_no_dump_and_no_error(tmp_path):
     finally:
         stop(proc)
     assert not (tmp_path / "agent-errors.log").exists()
+
+
+@pytest.mark.parametrize("asked,frames", [(None, False), ("1", True)])
+def test_frames_only_where_cheap_or_asked_for(tmp_path, asked, frames):
+    # GIVEN a job that never imported torch._inductor (taking frames would import it)
+    extra = {"STALLDOC_FLIGHT_STACKS": asked} if asked else {}
+    proc, pid = start(tmp_path, "plain", **extra)
+    try:
+        probe = FlightDumps(tmp_path / "agents", tmp_path / "flight", wait=15)
+        probe.request({0: pid})
+        dumps = probe.collect()
+    finally:
+        inductor = stop(proc)
+    [entry] = [e for e in dumps[0].entries if e.group == "0"]
+    assert any(f.filename == "<string>" for f in entry.frames) == frames
+    assert inductor == str(frames)
