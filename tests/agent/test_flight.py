@@ -106,3 +106,29 @@ def test_frames_only_where_cheap_or_asked_for(tmp_path, asked, frames):
     [entry] = [e for e in dumps[0].entries if e.group == "0"]
     assert any(f.filename == "<string>" for f in entry.frames) == frames
     assert inductor == str(frames)
+
+
+def test_nccl_jobs_dump_nccls_own_recorder():
+    # NCCL cannot run here: its binding is stood in for, at the lowest level (torch's c10d module)
+    from stalldoc.agent.flight import _raw_dump
+    calls: list[tuple[str, object]] = []
+
+    class C10d:
+        def _dump_nccl_trace(self, *args: object) -> bytes:
+            calls.append(("nccl", args))
+            return b"nccl"
+
+        def _dump_fr_trace(self, **kwargs: object) -> bytes:
+            calls.append(("fr", kwargs))
+            return b"fr"
+
+    class Dist:
+        def __init__(self, backend: str) -> None:
+            self.backend = backend
+
+        def get_backend(self) -> str:
+            return self.backend
+
+    assert _raw_dump(C10d(), Dist("nccl"), False) == b"nccl"
+    assert _raw_dump(C10d(), Dist("gloo"), True) == b"fr"
+    assert calls == [("nccl", (True, False, False)), ("fr", {"includeStackTraces": True})]
