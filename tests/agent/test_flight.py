@@ -132,3 +132,22 @@ def test_nccl_jobs_dump_nccls_own_recorder():
     assert _raw_dump(C10d(), Dist("nccl"), False) == b"nccl"
     assert _raw_dump(C10d(), Dist("gloo"), True) == b"fr"
     assert calls == [("nccl", (True, False, False)), ("fr", {"includeStackTraces": True})]
+
+
+def test_a_failed_dump_turns_the_dumps_off_not_the_agent(tmp_path):
+    from stalldoc.agent.state_reader import read_state
+    from stalldoc.agent.statefile import STATUS_DISABLED
+    proc, pid = start(tmp_path, "plain")
+    try:
+        (tmp_path / "flight").rmdir()   # nowhere to write the dump
+        probe = FlightDumps(tmp_path / "agents", tmp_path / "flight", wait=2)
+        probe.request({0: pid})
+        assert probe.collect() == {}
+        state = tmp_path / "agents" / f"agent-{pid}.state"
+        beat = read_state(str(state)).heartbeat_at
+        time.sleep(0.6)
+        after = read_state(str(state))
+    finally:
+        stop(proc)
+    assert "flight recorder dumps disabled" in (tmp_path / "agent-errors.log").read_text()
+    assert after.heartbeat_at > beat and after.status != STATUS_DISABLED
