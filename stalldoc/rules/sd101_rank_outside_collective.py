@@ -66,14 +66,22 @@ class RankOutsideCollective(Rule):
                 "waiting_at": {str(r): {"seq": rec.seq, "op": rec.op}
                                for r, rec in sorted(gap.waiting.items())},
                 "culprits": {str(r): rank_evidence(window, r) for r in gap.missing}})
-        flight = [] if gaps else flight_gaps(window.flight, live)
+        flight = [g for g in ([] if gaps else flight_gaps(window.flight, live))
+                  if g.missing or self._outside(window, g.silent)]
         for flight_gap in flight:
             yield self._from_flight(window, flight_gap)
         if not gaps and not flight and not window.agents:
             yield from self._from_stacks(window, live)
 
+    @staticmethod
+    def _outside(window: Window, ranks: tuple[int, ...]) -> tuple[int, ...]:
+        """Those of ``ranks`` whose stack shows them outside torch.distributed (a rank that sent
+        no dump but waits in a collective too is not blamed)."""
+        return tuple(r for r in ranks if r in window.stacks and window.stacks[r].threads
+                     and not in_collective(window.stacks[r].main))
+
     def _from_flight(self, window: Window, gap: FlightGap) -> Finding:
-        culprits = gap.missing or gap.silent
+        culprits = gap.missing or self._outside(window, gap.silent)
         waiting = sorted(gap.waiting)
         where = collective_frame(gap.waiting[waiting[0]])
         where_from = "flight_recorder" if where else "stacks"
