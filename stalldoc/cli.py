@@ -82,6 +82,9 @@ def main() -> None:
               help="Seconds between SIGTERM and SIGKILL when ending the job tree.")
 @click.option("--no-agent", is_flag=True, help="Do not inject the in-process agent.")
 @click.option("--no-gpu", is_flag=True, help="Do not read GPU telemetry through NVML.")
+@click.option("--no-flight-recorder", is_flag=True,
+              help="Do not turn on PyTorch's Flight Recorder in the ranks (TORCH_FR_BUFFER_SIZE) "
+                   "nor dump it into the run directory on a stall.")
 @click.option("--strict", is_flag=True,
               help="Do not launch when the launch checks find an error or a warning (exit 125).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
@@ -95,7 +98,7 @@ def main() -> None:
 def watch(run_dir: Path | None, stall_timeout: float, busy_timeout: float | None, interval: float,
           on_stall: str, kill_grace: float, no_agent: bool, no_gpu: bool, strict: bool,
           metrics_port: int | None, metrics_addr: str, end_detached: bool,
-          command: tuple[str, ...]) -> None:
+          no_flight_recorder: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND (after --), watch every rank, diagnose stalls.
 
     Example: stalldoc watch --stall-timeout 120 -- torchrun --nproc_per_node 8 train.py
@@ -107,7 +110,7 @@ def watch(run_dir: Path | None, stall_timeout: float, busy_timeout: float | None
                                                                2 * stall_timeout)
     options = WatchOptions(tuple(command), run_dir, stall_timeout, interval, on_stall,
                            not no_agent, kill_grace, not no_gpu, strict, metrics_port,
-                           metrics_addr, busy, end_detached)
+                           metrics_addr, busy, end_detached, not no_flight_recorder)
     try:
         code = Relay(options).run()
     except StalldocError as error:

@@ -240,6 +240,36 @@ class LogLine:
 
 
 @dataclass(frozen=True)
+class FlightEntry:
+    """One entry of a rank's PyTorch Flight Recorder: a collective (or p2p op) of a group."""
+
+    group: str                       # the process group's name ("0" for the world)
+    group_desc: str                  # "default_pg", or what new_group was given
+    seq: int                         # collective_seq_id (p2p_seq_id for p2p ops)
+    p2p: bool
+    op: str                          # profiling_name, e.g. "gloo:all_reduce", "nccl:all_gather"
+    state: str                       # scheduled / started / completed
+    retired: bool                    # the work finished (gloo never says "completed")
+    input_sizes: tuple[tuple[int, ...], ...] = ()
+    input_dtypes: tuple[str, ...] = ()
+    frames: tuple[Frame, ...] = ()   # Python frames where it was issued, innermost first
+
+    @property
+    def pending(self) -> bool:
+        return not self.retired and self.state != "completed"
+
+
+@dataclass(frozen=True)
+class FlightDump:
+    """One rank's Flight Recorder dump, as read from ``<run dir>/flight/rank_<rank>``."""
+
+    rank: int
+    path: str
+    groups: Mapping[str, tuple[int, ...]]   # group name -> its global ranks (pg_config)
+    entries: tuple[FlightEntry, ...]
+
+
+@dataclass(frozen=True)
 class Window:
     """What the rules see: the latest view of every rank at the moment of a check."""
 
@@ -263,3 +293,4 @@ class Window:
     busy_timeout: float = 600.0              # busy in one stack this long: a possible livelock
     floor: float = 45.0                      # the stall timeout: slow counts from there
     vllm_sleep: tuple[EngineSleepState, ...] = ()   # engines' sleep state from their log lines
+    flight: Mapping[int, FlightDump] = field(default_factory=dict)   # rank -> its FR dump (stall)

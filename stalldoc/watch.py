@@ -21,15 +21,18 @@ from stalldoc.detect.vllm_sleep import SleepLog
 from stalldoc.errors import StalldocError, log_traceback
 from stalldoc.history import Histories, gpu_util_by_rank
 from stalldoc.launch.config import LaunchConfig, parse_command
+from stalldoc.launch.inject import FLIGHT_DIR, flight_settings
 from stalldoc.launch.job import JobTree
 from stalldoc.launch.options import WatchOptions
 from stalldoc.live import RankLine, format_status
 from stalldoc.log_feed import LogFeed
 from stalldoc.metrics import Exporter, MetricsState, job_name
-from stalldoc.model import Finding, RankExit, RankProcess, RankStacks, StallEpisode, Window
+from stalldoc.model import (Finding, FlightDump, RankExit, RankProcess, RankStacks, StallEpisode,
+                            Window)
 from stalldoc.probes.agent_state import StartupCosts
 from stalldoc.probes.connections import external_peers
 from stalldoc.probes.exits import DeathWatch, from_wait_status
+from stalldoc.probes.flight_dumps import FlightDumps
 from stalldoc.sidecar import RelayLink
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
 from stalldoc.redact import redact_text
@@ -87,6 +90,8 @@ class Watcher:
         self.exit_rows: dict[tuple[str, tuple[int, ...]], int] = {}
         self.store_trouble_said = False
         self.tick_error_kinds: set[str] = set()
+        self.flight = FlightDumps(self.run_dir / "agents", self.run_dir / FLIGHT_DIR) \
+            if options.agent and options.flight_recorder else None
 
     @property
     def ending(self) -> bool:
@@ -107,6 +112,8 @@ class Watcher:
         self.started_at = self.link.job_started_at
         self.store.start_run(self.run_dir.name, list(self.opts.argv), socket.gethostname(),
                              self.started_at, self.opts.stall_timeout, self.opts.agent)
+        self.store.set_meta("flight_recorder", json.dumps(flight_settings(
+            self.run_dir, dict(os.environ), self.flight is not None)))
         self.say(f"watching pid {self.link.job_pid}; run directory {self.run_dir}")
         if self.store.journal.reason:
             self.say(self.store.journal.reason)
@@ -346,15 +353,43 @@ class Watcher:
 
     def _diagnose(self, episode: StallEpisode, agents: dict) -> None:
         live = [self.ranks[r] for r in episode.ranks if r in self.ranks]
+        self._ask_flight(live)
         stacks = self.stack_probe.capture_all(live, self.history.stopped_pids())
         self._explain_fallbacks(stacks.values())
+        flight = self._flight_dumps()
         now = time.time()
         agents = self.agents_probe.sample(list(self.ranks.values())) or agents
         window = dataclasses.replace(self._window(now, agents, episode, stacks),
-                                     peers=external_peers(live, self.parents.keys()))
+                                     peers=external_peers(live, self.parents.keys()),
+                                     flight=flight)
         self.store.add_stacks(episode.id, stacks.values())
         self.stall_stacks = stacks
         self._report(run_rules(window, "stall"), episode.id)
+
+    def _ask_flight(self, live: list[RankProcess]) -> None:
+        """Ask the live ranks' agents for Flight Recorder dumps (they come while stacks are
+        taken); a failure here costs the dumps only."""
+        if self.flight is None:
+            return
+        try:
+            self.flight.request({r.rank: r.pid for r in live})
+        except OSError as exc:
+            self.say(f"flight recorder dumps not requested: {exc.strerror or exc}")
+            self.flight.before = {}
+
+    def _flight_dumps(self) -> dict[int, FlightDump]:
+        """The dumps that came (waiting at most FLIGHT_WAIT_SECONDS from the request)."""
+        if self.flight is None or not self.flight.before:
+            return {}
+        dumps = self.flight.collect()
+        asked = set(self.flight.before)
+        if dumps:
+            silent = f"; none from {join_ranks(asked - set(dumps))}" if asked - set(dumps) else ""
+            self.say(f"flight recorder dumps of {join_ranks(dumps)} in {self.flight.flight_dir}"
+                     f"{silent} (torchfrtrace {self.flight.flight_dir})")
+        for name, why in self.flight.skipped.items():
+            self.say(f"flight recorder dump {name} not read: {why}")
+        return dumps
 
     def _explain_fallbacks(self, stacks: Iterable[RankStacks]) -> None:
         """Say once per reason why some ranks' stacks did not come from py-spy."""

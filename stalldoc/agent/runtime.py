@@ -64,6 +64,7 @@ class Agent:
         self._allocator: tuple[tuple[int, int, int, int, int] | None, float] = (None, 0.0)
         self._cuda_off = False
         self._cuda_module: Any = None
+        self._flight: Any = None   # the Flight Recorder dumper; None: not looked at, False: off
 
     # ----- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -86,6 +87,22 @@ class Agent:
             self.guard(self.state.heartbeat, now)
             beats += 1
             self._cuda_tick(now, allocator=beats % ALLOCATOR_EVERY_BEATS == 1)
+            self._flight_tick()
+
+    def _flight_tick(self) -> None:
+        """Answer the watcher's request for a Flight Recorder dump (``agent/flight.py``): one
+        stat per beat once torch.distributed is imported, nothing before."""
+        if self._flight is False or "torch.distributed" not in sys.modules:
+            return
+        try:
+            if self._flight is None:
+                from stalldoc.agent import flight
+                self._flight = flight.from_env(self.directory) or False
+            if self._flight:
+                self._flight.poll()
+        except Exception as exc:  # noqa: BLE001 - dumps off; the agent stays on
+            self._flight = False
+            report_failure(self.directory, exc, "flight recorder dumps disabled")
 
     def _cuda_tick(self, now: float, allocator: bool) -> None:
         """Attach to CUDA once the job initialised it; poll markers; read the allocator."""

@@ -28,6 +28,7 @@ class WatchOptions:
     metrics_addr: str = "127.0.0.1"
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT
     end_detached: bool = False
+    flight_recorder: bool = True   # turn torch's Flight Recorder on; dump it on a stall
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> WatchOptions:

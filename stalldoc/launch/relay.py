@@ -108,7 +108,7 @@ class Relay:
             raise StalldocError(str(self.verdict.get("why")))
         env = dict(os.environ)
         if self.opts.agent:
-            env = agent_environment(self.run_dir, env, os.getpid())
+            env = agent_environment(self.run_dir, env, os.getpid(), self.opts.flight_recorder)
         out, err = self.out, self.err
         try:
             self.job = Job(list(self.opts.argv), env, out.job_fd, err.job_fd)

@@ -84,7 +84,8 @@ class AgentStateProbe:
                 identity = None
             if identity is not None:
                 costs.add(identity.startup_seconds)
-            for name in (path, os.path.join(self.directory, f"faulthandler-{pid}.txt")):
+            for name in (path, os.path.join(self.directory, f"faulthandler-{pid}.txt"),
+                         os.path.join(self.directory, f"flight-{pid}")):
                 try:
                     os.unlink(name)
                 except OSError:

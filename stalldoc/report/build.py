@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import statistics
 from pathlib import Path
@@ -31,6 +32,8 @@ def _run(conn: sqlite3.Connection) -> dict[str, Any]:
     run["pruned_stall_stacks"] = int(meta.get("pruned_stall_stacks", 0))
     run["journal_mode"] = meta.get("journal_mode", "wal")
     run["tick_errors"] = int(meta.get("tick_errors", 0))
+    run["flight_recorder"] = json.loads(meta["flight_recorder"]) \
+        if "flight_recorder" in meta else None
     return run
 
 
@@ -65,11 +68,22 @@ def _decoded(conn: sqlite3.Connection, sql: str, *json_fields: str) -> list[dict
     return rows
 
 
+def flight_dumps(run_dir: Path) -> list[str]:
+    """The Flight Recorder dumps in the run directory (``flight/rank_<N>``, what torchfrtrace
+    reads), relative to it, by rank."""
+    folder = run_dir / "flight"
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith("rank_") and n[5:].isdigit()]
+    except OSError:
+        return []
+    return [f"flight/{n}" for n in sorted(names, key=lambda n: int(n[5:]))]
+
+
 def build_report(run_dir: Path) -> dict[str, Any]:
     """The report document of RUN_DIR; a damaged run is a RunDirError (one line, exit 1)."""
     try:
         with open_reader(run_dir) as conn:
-            return _document(conn)
+            return {**_document(conn), "flight_dumps": flight_dumps(run_dir)}
     except (ValueError, KeyError, TypeError) as exc:   # bad JSON or values in a column
         raise RunDirError(f"{run_dir}: damaged run database ({type(exc).__name__}: "
                           f"{str(exc)[:200]})") from exc

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from stalldoc.analysis.flight_recorder import FlightGap, flight_gaps
 from stalldoc.analysis.rings import missing_ranks
-from stalldoc.analysis.stacks import in_collective
-from stalldoc.model import Finding, Severity, Window
+from stalldoc.analysis.stacks import in_collective, is_library
+from stalldoc.model import FlightEntry, Finding, Severity, Window
 from stalldoc.rules.base import Rule, describe, join_ranks, rank_evidence
 
 
@@ -15,8 +16,11 @@ class RankOutsideCollective(Rule):
     What it does
         Aligns the collective rings of all ranks by process group and sequence number. When some
         ranks sit in collective N and others have not reached it, the others are the culprits;
-        their own Python frame says where they are instead. Without the agent, ranks whose main
-        thread is inside torch.distributed are compared with those that are not.
+        their own Python frame says where they are instead. When the agent's rings show nothing
+        pending (the hang is in a collective the agent does not wrap: DDP's reducer, c10d
+        internals, functional collectives, DTensor), the ranks' PyTorch Flight Recorder dumps,
+        taken on the stall, are aligned the same way. Without the agent, ranks whose main thread
+        is inside torch.distributed are compared with those that are not.
 
     Why is this bad?
         A collective completes only when every rank of the group joins it. The waiting ranks hold
@@ -25,7 +29,10 @@ class RankOutsideCollective(Rule):
 
     Evidence
         group, seq, op of the collective; the waiting ranks; each culprit's frames (innermost
-        first), its user frame, phase, and seconds without progress.
+        first), its user frame, phase, and seconds without progress; ``source`` ("agent",
+        "flight_recorder" or "stacks"); from the Flight Recorder also the missing ranks, the
+        waiting ranks' Python frames of the collective (when the dumps hold frames; else the
+        first waiting rank's user frame from its stack) and ranks that sent no dump.
 
     Fix
         Look at the culprit's frame: a data loader, reward function, rollout server call or
@@ -54,13 +61,50 @@ class RankOutsideCollective(Rule):
                        f"{gap.group}) that {join_ranks(waiting)} wait in; {culprits}")
             first = rank_evidence(window, gap.missing[0])
             yield self.finding(gap.missing, summary, {
-                **first, "group": gap.group, "seq": gap.seq, "op": gap.op,
+                **first, "source": "agent", "group": gap.group, "seq": gap.seq, "op": gap.op,
                 "waiting_ranks": waiting,
                 "waiting_at": {str(r): {"seq": rec.seq, "op": rec.op}
                                for r, rec in sorted(gap.waiting.items())},
                 "culprits": {str(r): rank_evidence(window, r) for r in gap.missing}})
-        if not gaps and not window.agents:
+        flight = [g for g in ([] if gaps else flight_gaps(window.flight, live))
+                  if g.missing or self._outside(window, g.silent)]
+        for flight_gap in flight:
+            yield self._from_flight(window, flight_gap)
+        if not gaps and not flight and not window.agents:
             yield from self._from_stacks(window, live)
+
+    @staticmethod
+    def _outside(window: Window, ranks: tuple[int, ...]) -> tuple[int, ...]:
+        """Those of ``ranks`` whose stack shows them outside torch.distributed (a rank that sent
+        no dump but waits in a collective too is not blamed)."""
+        return tuple(r for r in ranks if r in window.stacks and window.stacks[r].threads
+                     and not in_collective(window.stacks[r].main))
+
+    def _from_flight(self, window: Window, gap: FlightGap) -> Finding:
+        culprits = gap.missing or self._outside(window, gap.silent)
+        waiting = sorted(gap.waiting)
+        where = collective_frame(gap.waiting[waiting[0]])
+        where_from = "flight_recorder" if where else "stacks"
+        where = where or rank_evidence(window, waiting[0])["frame"]
+        said = ", ".join(f"rank {r} is {describe(window, r)}" for r in gap.missing)
+        silent = (f"; {join_ranks(gap.silent)} sent no Flight Recorder dump"
+                  if gap.silent else "")
+        summary = (f"{join_ranks(culprits)} not in {gap.op} #{gap.seq} (group {gap.group}"
+                   f"{':' + gap.group_desc if gap.group_desc else ''}, from the Flight Recorder) "
+                   f"that {join_ranks(waiting)} wait in{' at ' + where if where else ''}"
+                   f"{'; ' + said if said else ''}{silent}")
+        return self.finding(culprits, summary, {
+            **rank_evidence(window, culprits[0]), "source": "flight_recorder",
+            "group": gap.group, "group_desc": gap.group_desc, "seq": gap.seq, "op": gap.op,
+            "waiting_ranks": waiting, "missing_ranks": list(gap.missing),
+            "no_dump_ranks": list(gap.silent), "collective_frame": where,
+            "collective_frame_from": where_from,
+            "waiting_at": {str(r): {"seq": e.seq, "op": e.op, "state": e.state,
+                                    "input_sizes": [list(s) for s in e.input_sizes],
+                                    "frames": [str(f) for f in e.frames]}
+                           for r, e in sorted(gap.waiting.items())},
+            "dumps": sorted(d.path for d in window.flight.values()),
+            "culprits": {str(r): rank_evidence(window, r) for r in culprits}})
 
     def _from_stacks(self, window: Window, live: set[int]) -> Iterator[Finding]:
         inside = {r for r in live if r in window.stacks and in_collective(window.stacks[r].main)}
@@ -70,4 +114,11 @@ class RankOutsideCollective(Rule):
             summary = (f"{join_ranks(outside)} not in the collective that {join_ranks(inside)} "
                        f"wait in (seen from stacks); {culprits}")
             yield self.finding(outside, summary, {**rank_evidence(window, outside[0]),
+                                                  "source": "stacks",
                                                   "waiting_ranks": sorted(inside)})
+
+
+def collective_frame(entry: FlightEntry) -> str:
+    """The innermost frame outside libraries where the collective was issued ('' if none)."""
+    frame = next((f for f in entry.frames if not is_library(f.filename)), None)
+    return str(frame) if frame else ""
