@@ -80,6 +80,7 @@ class Watcher:
         self.finding_counts: Counter[tuple[str, str]] = Counter()
         self.stall_findings: list[Finding] = []   # of the stall going on
         self.stall_stacks: dict[int, RankStacks] = {}   # taken at its diagnosis, for tick rules
+        self.stall_flight: dict[int, FlightDump] = {}   # the Flight Recorder dumps, likewise
         self.gpu_peaks: dict[int, int] = {}
         self.exporter: Exporter | None = None
         self.job = JobTree(0, os.getppid())
@@ -336,7 +337,7 @@ class Watcher:
         if ended is not None:
             self.store.save_stall(ended)
             self.store.resolve_stall_findings(ended.id, now)
-            self.stall_findings, self.stall_stacks = [], {}
+            self.stall_findings, self.stall_stacks, self.stall_flight = [], {}, {}
             self.say(f"progress resumed after stall #{ended.id}")
         if started is None:
             return
@@ -363,7 +364,7 @@ class Watcher:
                                      peers=external_peers(live, self.parents.keys()),
                                      flight=flight)
         self.store.add_stacks(episode.id, stacks.values())
-        self.stall_stacks = stacks
+        self.stall_stacks, self.stall_flight = stacks, flight
         self._report(run_rules(window, "stall"), episode.id)
 
     def _ask_flight(self, live: list[RankProcess]) -> None:
@@ -430,7 +431,9 @@ class Watcher:
 
     def _tick_rules(self, now: float, agents: dict) -> None:
         """The cheap rules, every tick: open, update and resolve their findings."""
-        window = self._window(now, agents, self.tracker.episode, self.stall_stacks)
+        window = dataclasses.replace(
+            self._window(now, agents, self.tracker.episode, self.stall_stacks),
+            flight=self.stall_flight)
         self.logs.take_unread()
         changes = self.book.update(now, run_rules(window, "tick"), STICKY)
         if changes.opened:

@@ -187,20 +187,28 @@ def test_rank_waiting_on_a_silent_server_is_named_with_the_server(run_watch, npr
     assert outside["ranks"] == [wait_rank]
 
 
-@pytest.mark.parametrize("nproc,stuck_rank,func", [(3, 2, "score_completions"),
-                                                   (4, 0, "load_reference_shard")])
-def test_a_watchdog_timeout_is_matched_with_the_rings(tmp_path, nproc, stuck_rank, func):
+@pytest.mark.parametrize("nproc,stuck_rank,func,source", [
+    (3, 2, "score_completions", "flight_recorder"),
+    (4, 0, "load_reference_shard", "agent"),
+])
+def test_a_watchdog_timeout_is_matched_with_the_rings(tmp_path, nproc, stuck_rank, func, source):
     # GIVEN a ZeRO-3-like job whose waiting ranks' (stand-in) NCCL watchdog prints its timeout,
-    # numbered by the process group's own sequence, long after stalldoc saw the stall
+    # numbered by the process group's own sequence, long after stalldoc saw the stall; with the
+    # Flight Recorder (exact: SeqNum is its collective_seq_id) or with the agent's rings only
     env = {"STUCK_RANK": str(stuck_rank), "STUCK_FUNC": func, "WATCHDOG_S": "15"}
-    result = watch(tmp_path, torchrun(nproc, "zero3_watchdog.py"), env=env)
-    # THEN the watchdog finding says which collective of the ring timed out, who never entered
-    # it and where that rank is, and keeps the first line it saw
+    options = () if source == "flight_recorder" else ("--no-flight-recorder",)
+    result = watch(tmp_path, torchrun(nproc, "zero3_watchdog.py"), *options, env=env)
+    # THEN the watchdog finding says which collective timed out, who never entered it and where
+    # that rank is, and keeps the first line it saw
     [finding] = result.findings("SD501")
     ring = finding["evidence"]["ring"]
     waiting = sorted(set(range(nproc)) - {stuck_rank})
     assert ring["missing_ranks"] == [stuck_rank], result.stderr
-    assert ring["op"] == "all_gather_into_tensor" and ring["op_agrees"]
+    assert ring["source"] == source and ring["op_agrees"]
+    # gloo's recorder names the gather all_gather; the agent, the call the job made
+    assert ring["op"] == {"agent": "all_gather_into_tensor", "flight_recorder": "all_gather"}[source]
+    if source == "flight_recorder":
+        assert str(ring["seq"]) == finding["evidence"]["seq"]
     assert set(ring["waiting_ranks"]) <= set(waiting) and ring["waiting_ranks"]
     culprit = ring["culprits"][str(stuck_rank)]
     assert culprit["frame"].startswith(f"{func} (")

@@ -6,6 +6,10 @@ it wraps, so the two numbers differ (one ``all_gather_object`` is two c10d colle
 internals are not wrapped). What joins them is the rank that printed the line: it waits in
 exactly one collective of that group, the pending entry of its ring. Aligned by that entry, the
 other ranks' rings say who waits with it and who never entered it.
+
+Where the ranks' Flight Recorder dumps are at hand, the match is exact: the watchdog's SeqNum is
+the dump's ``collective_seq_id`` in the same group, for every collective, wrapped or not (DDP's
+reducer, c10d internals).
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord, GroupState
+from stalldoc.model import FlightDump, FlightEntry, Frame
 
 # torch's OpType names (c10d Types.hpp) → the Python calls that issue them
 _OP_CALLS: dict[str, tuple[str, ...]] = {
@@ -41,15 +46,19 @@ _WORLD_NAMES = {"", "0", "default_pg", "world"}
 
 @dataclass(frozen=True)
 class WatchdogAlignment:
-    """What the rings say about the collective rank ``rank``'s watchdog timed out in."""
+    """What the rings (or the Flight Recorder) say about the collective rank ``rank``'s watchdog
+    timed out in."""
 
     rank: int
     group: str
-    pending: CollectiveRecord          # the printing rank's pending entry
-    op_agrees: bool                    # its call can issue the watchdog's OpType
+    seq: int                           # in the source's numbering (the ring's, or SeqNum)
+    op: str                            # the call ('all_gather_into_tensor', 'allreduce')
+    op_agrees: bool                    # it can issue the watchdog's OpType
     waiting: tuple[int, ...]           # ranks pending in the same entry (or a later one)
     missing: tuple[int, ...]           # live ranks of the group that never entered it
-    passed: tuple[int, ...]            # ranks whose ring shows it completed (a mismatch)
+    passed: tuple[int, ...]            # ranks that completed it (a mismatch)
+    source: str = "agent"              # "agent" (rings) or "flight_recorder" (exact)
+    frames: tuple[Frame, ...] = ()     # where the printing rank issued it (Flight Recorder)
 
 
 def group_name(pg: str | None) -> str:
@@ -85,8 +94,42 @@ def align(rank: int, op_type: str | None, pg: str | None,
             passed.append(other)
         elif other in live:
             missing.append(other)
-    return WatchdogAlignment(rank, name, pending, op_matches(op_type, pending.op),
+    return WatchdogAlignment(rank, name, pending.seq, pending.op, op_matches(op_type, pending.op),
                              tuple(waiting), tuple(missing), tuple(passed))
+
+
+def align_flight(rank: int, seq: int, pg: str | None, dumps: Mapping[int, FlightDump],
+                 live: set[int]) -> WatchdogAlignment | None:
+    """The watchdog's collective ``seq`` found in the printing rank's Flight Recorder dump, and
+    where every other dumped rank of the group stands; None without that entry."""
+    mine = _flight_entry(dumps.get(rank), pg, seq)
+    if mine is None:
+        return None
+    members = next((set(d.groups[mine.group]) for d in dumps.values() if mine.group in d.groups),
+                   set(dumps))
+    waiting, missing, passed = [], [], []
+    for other in sorted(members & set(dumps)):
+        entries = [e for e in dumps[other].entries if e.group == mine.group and not e.p2p]
+        at = next((e for e in reversed(entries) if e.seq == seq), None)
+        if at is not None and at.pending:
+            waiting.append(other)
+        elif at is not None or max((e.seq for e in entries), default=0) > seq:
+            passed.append(other)
+        elif other in live:
+            missing.append(other)
+    call = mine.op.rsplit(":", 1)[-1]
+    return WatchdogAlignment(rank, mine.group_desc or mine.group, seq, call, True,
+                             tuple(waiting), tuple(missing), tuple(passed), "flight_recorder",
+                             mine.frames)
+
+
+def _flight_entry(dump: FlightDump | None, pg: str | None, seq: int) -> FlightEntry | None:
+    """The dump's collective ``seq`` of the watchdog's group (the default group when unnamed)."""
+    if dump is None:
+        return None
+    names = {"0", "default_pg"} if group_name(pg) == "world" else {pg}
+    return next((e for e in reversed(dump.entries) if not e.p2p and e.seq == seq
+                 and (e.group in names or e.group_desc in names)), None)
 
 
 def _group(agent: AgentSnapshot | None, name: str) -> GroupState | None:

@@ -5,7 +5,7 @@ import dataclasses
 import re
 from typing import Iterator
 
-from stalldoc.analysis.watchdog import align
+from stalldoc.analysis.watchdog import align, align_flight
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import describe, join_ranks, rank_evidence
 from stalldoc.rules.log_signature import LogSignature, line_rank
@@ -90,21 +90,24 @@ def with_rings(window: Window, finding: Finding) -> Finding:
         return finding
     printed_at = float(evidence.get("first_at", window.now))
     live = {r.rank for r in window.ranks} - {e.rank for e in window.exits if e.t < printed_at}
-    found = align(rank, evidence.get("op"), evidence.get("pg"), window.agents, live | {rank})
+    found = (align_flight(rank, int(evidence["seq"]), evidence.get("pg"), window.flight, live)
+             or align(rank, evidence.get("op"), evidence.get("pg"), window.agents, live))
     if found is None:
         return finding
-    pending = found.pending
-    ring = {"group": found.group, "seq": pending.seq, "op": pending.op,
+    ring = {"source": found.source, "group": found.group, "seq": found.seq, "op": found.op,
             "op_agrees": found.op_agrees, "waiting_ranks": list(found.waiting),
             "missing_ranks": list(found.missing), "passed_ranks": list(found.passed),
+            "frames": [str(f) for f in found.frames],
             "culprits": {str(r): rank_evidence(window, r) for r in found.missing}}
     said = (f"rank {rank}'s watchdog: {evidence.get('op', '?')} SeqNum {evidence['seq']} timed "
-            f"out; rank {rank} waits in {pending.op} #{pending.seq} (group {found.group})")
+            f"out; rank {rank} waits in {found.op} #{found.seq} (group {found.group}"
+            f"{', Flight Recorder' if found.source == 'flight_recorder' else ''})")
+    seen = "Flight Recorder" if found.source == "flight_recorder" else "ring"
     if found.missing:
-        said += (f"; the ring shows {join_ranks(found.missing)} never entered #{pending.seq}; "
+        said += (f"; the {seen} shows {join_ranks(found.missing)} never entered #{found.seq}; "
                  + ", ".join(f"rank {r} is {describe(window, r)}" for r in found.missing))
     elif found.passed:
-        said += f"; {join_ranks(found.passed)} completed #{pending.seq} (ranks disagree)"
+        said += f"; {join_ranks(found.passed)} completed #{found.seq} (ranks disagree)"
     return dataclasses.replace(finding, summary=said, evidence={**evidence, "ring": ring})
 
 

@@ -22,7 +22,7 @@ def test_the_rank_that_never_entered_is_named_by_the_printing_ranks_entry():
     agents = {0: snapshot(0, [DONE] * 130 + [WAIT]), 1: snapshot(1, [DONE] * 130 + [WAIT]),
               2: snapshot(2, [DONE] * 130), 3: snapshot(3, [DONE] * 130 + [WAIT])}
     found = align(1, "_ALLGATHER_BASE", "0", agents, {0, 1, 2, 3})
-    assert found is not None and found.pending.seq == 131 and found.op_agrees
+    assert found is not None and found.seq == 131 and found.op_agrees
     assert (found.waiting, found.missing, found.passed) == ((0, 1, 3), (2,), ())
 
 
@@ -53,3 +53,29 @@ def test_names_and_op_types():
     assert [group_name(g) for g in (None, "0", " default_pg", "7")] == ["world"] * 3 + ["7"]
     assert op_matches("BROADCAST", "broadcast_object_list") and op_matches("COALESCED", "x")
     assert not op_matches("ALLREDUCE", "broadcast") and op_matches("allreduce", "barrier")
+
+
+def flight(rank: int, last: int, pending: bool, group: str = "0", desc: str = "default_pg"):
+    from stalldoc.model import FlightDump, FlightEntry, Frame
+    entries = tuple(FlightEntry(group, desc, seq, False, "nccl:all_reduce",
+                                "started" if pending and seq == last else "completed",
+                                not (pending and seq == last),
+                                frames=(Frame("backward", "train.py", 88),))
+                    for seq in range(1, last + 1))
+    return FlightDump(rank, f"flight/rank_{rank}", {group: (0, 1, 2)}, entries)
+
+
+def test_the_flight_recorder_matches_seqnum_exactly_where_the_agent_saw_nothing():
+    """DDP's reducer issues its all-reduce from C++: no ring entry, but the recorder has it
+    under the watchdog's own SeqNum."""
+    from stalldoc.analysis.watchdog import align_flight
+    dumps = {0: flight(0, 7, True), 1: flight(1, 7, True), 2: flight(2, 6, False)}
+    found = align_flight(1, 7, "default_pg", dumps, {0, 1, 2})
+    assert found is not None and found.source == "flight_recorder" and found.op == "all_reduce"
+    assert (found.seq, found.waiting, found.missing, found.passed) == (7, (0, 1), (2,), ())
+    assert [str(f) for f in found.frames] == ["backward (train.py:88)"]
+    assert align_flight(1, 8, None, dumps, {0, 1, 2}) is None           # no such entry
+    assert align_flight(1, 7, "7", dumps, {0, 1, 2}) is None           # another group's
+    tp = {r: flight(r, 3, r != 0, "5", "tp_group") for r in range(3)}
+    found = align_flight(2, 3, "tp_group", tp, {1, 2})
+    assert found is not None and (found.waiting, found.passed) == ((1, 2), (0,))
