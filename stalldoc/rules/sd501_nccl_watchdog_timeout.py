@@ -21,7 +21,11 @@ class NcclWatchdogTimeout(LogSignature):
         timeout: WorkNCCL(SeqNum=N, OpType=X, NumelIn=.., NumelOut=.., Timeout(ms)=..)``,
         ``Timeout at NCCL work: N, last enqueued NCCL work: N, last completed NCCL work: M`` and
         ``Received a dump signal due to a collective timeout from rank N`` (the rank that saw the
-        timeout first tells the others through the store).
+        timeout first tells the others through the store). The collective is then matched:
+        with the ranks' Flight Recorder dumps of the stall, exactly (SeqNum is the dump's
+        collective_seq_id in that group, DDP's C++ all-reduces included); else with the agents'
+        rings, through the printing rank's pending entry (the ring numbers Python calls, not
+        c10d's). Who waits in it, who never entered it, and where those ranks are, are named.
 
     Why is this bad?
         By the time the watchdog fires the job has been stuck for the whole NCCL timeout (10-30
@@ -33,7 +37,8 @@ class NcclWatchdogTimeout(LogSignature):
         the lines; ``seq`` and ``op`` of the collective, ``numel_in`` / ``numel_out``,
         ``timeout_ms``, ``last_enqueued`` / ``last_completed`` work, ``pg`` (the group's
         description or id) and ``timed_out_rank`` where the lines carry them; the global ranks
-        that printed them.
+        that printed them; ``ring``: its ``source`` (``flight_recorder`` or ``agent``), group,
+        seq and op in that numbering, waiting / missing / passed ranks, the culprits' frames.
 
     Fix
         Look for the rank that is *not* in collective SeqNum N: stalldoc's stall finding (SD101,
