@@ -86,18 +86,31 @@ def left_early(agents: Mapping[int, AgentSnapshot], live: set[int], gone: set[in
     return out
 
 
+# calls whose input legitimately differs in size between ranks: all_to_all with uneven splits
+# (MoE token routing), point-to-point transfers
+UNEVEN_OPS = frozenset({"all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv",
+                        "batch_isend_irecv", "send_object_list", "recv_object_list"})
+
+
+def _comparable(rec: CollectiveRecord) -> tuple[str, int, str]:
+    """What ranks must agree on: op, dtype, and the element count unless the op is uneven."""
+    return rec.op, (-1 if rec.op in UNEVEN_OPS else rec.numel), rec.dtype
+
+
 def mismatches(agents: Mapping[int, AgentSnapshot]) -> list[Mismatch]:
-    """The first collective of each group where ranks' op, size or dtype differ."""
+    """The first collective of each group where ranks' op, size or dtype differ (sizes only
+    where ranks must agree on them)."""
     out = []
     for name, members in _by_group(agents).items():
-        calls: dict[int, dict[int, tuple[str, int, str]]] = {}
+        calls: dict[int, dict[int, CollectiveRecord]] = {}
         for rank, agent in members.items():
             group = next(g for g in agent.groups if g.name == name)
             for rec in group.ring:
-                calls.setdefault(rec.seq, {})[rank] = (rec.op, rec.numel, rec.dtype)
+                calls.setdefault(rec.seq, {})[rank] = rec
         for seq in sorted(calls):
             seen = calls[seq]
-            if len(seen) > 1 and len(set(seen.values())) > 1:
-                out.append(Mismatch(name, seq, dict(sorted(seen.items()))))
+            if len(seen) > 1 and len({_comparable(rec) for rec in seen.values()}) > 1:
+                out.append(Mismatch(name, seq, {r: (rec.op, rec.numel, rec.dtype)
+                                                for r, rec in sorted(seen.items())}))
                 break
     return out

@@ -38,3 +38,15 @@ def test_first_mismatch_per_group():
     [mismatch] = mismatches(agents)
     assert mismatch.seq == 2
     assert mismatch.calls == {0: ("all_reduce", 8, "float32"), 1: ("broadcast", 8, "float16")}
+
+
+def test_uneven_all_to_all_splits_are_not_a_mismatch_but_another_op_is():
+    """MoE routing sends each rank a different number of tokens: all_to_all_single's input sizes
+    differ between ranks by design."""
+    agents = {0: snapshot(0, [("all_to_all_single", 96, "bfloat16", False)]),
+              1: snapshot(1, [("all_to_all_single", 160, "bfloat16", False)])}
+    assert mismatches(agents) == []
+    agents[1] = snapshot(1, [("all_reduce", 160, "bfloat16", False)])
+    [mismatch] = mismatches(agents)
+    assert mismatch.calls == {0: ("all_to_all_single", 96, "bfloat16"),
+                              1: ("all_reduce", 160, "bfloat16")}
