@@ -48,6 +48,7 @@ INTERNAL_ERRORS = "stalldoc-errors.log"
 SWEEP_SECONDS = 5.0
 LAUNCH_CHECK_SECONDS = 10.0   # the job launches after this even if a check has not finished
 MAX_ERROR_KINDS = 20   # distinct tick errors written out in full; later ones are only counted
+SHUTDOWN_SECONDS = 60.0   # an event only libraries' shutdown also prints, this close to a clean exit
 
 
 class Watcher:
@@ -185,6 +186,9 @@ class Watcher:
         try:
             time.sleep(0.3)  # let the death watch see the last ranks go
             self._drain_logs()
+            self._tick_rules(time.time(), {}, final=True)
+            if code == 0:
+                self._resolve_shutdown_lines(time.time())
             self._collect_exits(time.time(), final=True, job_code=code)
             dropped = self.link.dropped + self.logs.dropped
             if dropped:
@@ -429,13 +433,18 @@ class Watcher:
             self.say("before launch:\n" + render_findings(findings))
         return findings
 
-    def _tick_rules(self, now: float, agents: dict) -> None:
-        """The cheap rules, every tick: open, update and resolve their findings."""
+    def _tick_rules(self, now: float, agents: dict, final: bool = False) -> None:
+        """The cheap rules, every tick: open, update and resolve their findings. ``final``: the
+        last look once the job ended, for the lines it printed last (events only: the state
+        rules' findings stay as the last tick left them)."""
         window = dataclasses.replace(
             self._window(now, agents, self.tracker.episode, self.stall_stacks),
             flight=self.stall_flight)
         self.logs.take_unread()
-        changes = self.book.update(now, run_rules(window, "tick"), STICKY)
+        findings = run_rules(window, "tick")
+        if final:
+            findings = [f for f in findings if f.code in STICKY]
+        changes = self.book.update(now, findings, STICKY, resolve=not final)
         if changes.opened:
             findings = [t.finding for t in changes.opened]
             for tracked, row_id in zip(changes.opened,
@@ -449,6 +458,19 @@ class Watcher:
         for tracked in changes.resolved:
             self.store.resolve_finding(tracked.row_id or 0, now)
             self.say(f"resolved: {tracked.finding.code} {tracked.finding.summary}")
+
+    def _resolve_shutdown_lines(self, now: float) -> None:
+        """The job exited 0: events made only of lines libraries also print at a normal
+        shutdown (vLLM's "engine core died unexpectedly"), printed in its last
+        ``SHUTDOWN_SECONDS``, were its shutdown, not a failure."""
+        for key, tracked in list(self.book.open.items()):
+            evidence = tracked.finding.evidence
+            if evidence.get("at_shutdown") and evidence.get("first_at", 0) >= (
+                    now - SHUTDOWN_SECONDS):
+                del self.book.open[key]
+                self.store.resolve_finding(tracked.row_id or 0, now)
+                self.say(f"resolved: {tracked.finding.code} printed as the job shut down; it "
+                         "exited 0")
 
     def _report(self, findings: list[Finding], stall_id: int | None) -> list[int]:
         """Store, count and print a diagnosis; the stored findings' ids."""

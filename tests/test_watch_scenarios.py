@@ -218,3 +218,29 @@ def test_a_watchdog_timeout_is_matched_with_the_rings(tmp_path, nproc, stuck_ran
     # AND the stall came first, with the same culprit
     [sd101] = result.findings("SD101")
     assert sd101["ranks"] == [stuck_rank]
+
+
+# vLLM prints this at the end of a script that finished well (vllm-project/vllm#28838, #32468)
+ENGINE_GONE = ("ERROR 01-16 17:16:49 [core_client.py:605] Engine core proc EngineCore_DP0 died "
+               "unexpectedly, shutting down client.")
+FATAL = "ERROR 04-28 02:37:03 [core.py:398] EngineCore encountered a fatal error."
+
+
+@pytest.mark.parametrize("lines,code,resolved", [
+    ([ENGINE_GONE], 0, True),             # the engine's shutdown at a clean exit: not a failure
+    ([ENGINE_GONE], 1, False),            # the same line, and the job failed: it stays
+    ([FATAL, ENGINE_GONE], 0, False),     # a fatal error is one whatever the exit code
+])
+def test_a_line_printed_at_a_clean_shutdown_is_resolved(tmp_path, lines, code, resolved):
+    # GIVEN a job whose last act is printing vLLM's engine-core lines, then exiting at once
+    script = ("import sys, time\nprint('Processed prompts: 100%', flush=True)\ntime.sleep(1.5)\n"
+              + "".join(f"print({line!r}, file=sys.stderr, flush=True)\n" for line in lines)
+              + f"sys.exit({code})\n")
+    result = watch(tmp_path, [sys.executable, "-c", script])
+    assert result.code == code, result.stderr
+    # THEN the lines printed just before the end are still read (the watcher's last look), and
+    # the finding is resolved only when it is nothing but the engine's shutdown of a clean run
+    [finding] = result.findings("SD520")
+    assert finding["evidence"]["count"] == len(lines)
+    assert (finding["resolved_at"] is not None) == resolved
+    assert ("SD520 printed as the job shut down; it exited 0" in result.stderr) == resolved

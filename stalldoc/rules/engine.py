@@ -45,8 +45,10 @@ def key_of(finding: Finding, sticky: frozenset[str]) -> Key:
 class FindingBook:
     open: dict[Key, Tracked] = field(default_factory=dict)
 
-    def update(self, now: float, findings: list[Finding], sticky: frozenset[str]) -> Changes:
-        """Fold in this tick's findings; returns what was opened, updated and resolved."""
+    def update(self, now: float, findings: list[Finding], sticky: frozenset[str],
+               resolve: bool = True) -> Changes:
+        """Fold in this tick's findings; returns what was opened, updated and resolved (with
+        ``resolve`` False, findings absent now stay open: a partial look such as the last one)."""
         current = {key_of(f, sticky): f for f in findings}
         opened, updated = [], []
         for key, finding in current.items():
@@ -60,7 +62,8 @@ class FindingBook:
                 tracked.finding = finding
                 tracked.occurrences += 1
                 updated.append(tracked)
-        resolved = [t for k, t in self.open.items() if k not in current and not t.sticky]
+        resolved = [t for k, t in self.open.items()
+                    if resolve and k not in current and not t.sticky]
         for tracked in resolved:
             del self.open[key_of(tracked.finding, sticky)]
         return Changes(tuple(opened), tuple(updated), tuple(resolved))
@@ -76,6 +79,8 @@ def repeated_event(first: Finding, again: Finding) -> Finding:
     ranks = tuple(sorted(set(first.ranks) | set(again.ranks)))
     old, new = first.evidence, again.evidence
     evidence = dict(old)
+    if old.get("at_shutdown") and not new.get("at_shutdown"):
+        evidence.pop("at_shutdown")
     if "lines" in old or "lines" in new:
         lines = list(old.get("lines", ()))
         evidence["lines"] = (lines + list(new.get("lines", ())))[:max(EVENT_LINES, len(lines))]

@@ -123,6 +123,10 @@ class LogSignature(Rule):
     sticky = True
     patterns: ClassVar[tuple[str, ...]]
     headline: ClassVar[str]
+    # patterns (a subset of ``patterns``) that libraries also print at a normal shutdown: when
+    # every line of the event is one of them, the evidence says ``at_shutdown`` and the watcher
+    # resolves the finding if the job then exits 0
+    shutdown_patterns: ClassVar[tuple[str, ...]] = ()
     _program: ClassVar[list[tuple[str, re.Pattern[str]]]]
 
     @classmethod
@@ -142,6 +146,9 @@ class LogSignature(Rule):
             "lines": [line.text.strip()[:400] for line, _ in hits][:MAX_LINES],
             "count": len(hits), "first_at": first_line.t, "last_at": last_line.t,
             "last_line": last_line.text.strip()[:400], **self._figures(hits)}
+        if self.shutdown_patterns and all(m.re.pattern in self.shutdown_patterns
+                                          for _, m in hits):
+            evidence["at_shutdown"] = True
         ranks = sorted({r for line, _ in hits if (r := line_rank(line.text)) is not None})
         yield self.finding(ranks, f"{self.headline}: {first_line.text.strip()[:200]}", evidence)
 

@@ -18,7 +18,9 @@ class VllmEngineDead(LogSignature):
         its next rollout while the other ranks wait for it in a collective; in server mode every
         request of the trainer fails or hangs until the server is restarted. (Some vLLM versions
         also print ``died unexpectedly`` when a finished script shuts the engine down,
-        vllm-project/vllm#32468: at the very end of a completed run it is harmless.)
+        vllm-project/vllm#32468, #28838: at the very end of a completed run it is harmless, so
+        an event made only of that line, printed in the last minute of a job that exits 0, is
+        resolved at the exit.)
 
     Evidence
         the lines (the root cause is the EngineCore traceback printed just before them); the
@@ -49,6 +51,7 @@ class VllmEngineDead(LogSignature):
         r"Engine core proc (?P<engine>\S+) died unexpectedly",
         r"Dumping input data for V1 LLM engine",
     )
+    shutdown_patterns = (r"Engine core proc (?P<engine>\S+) died unexpectedly",)
     fix = ("Read the first exception of the EngineCore traceback above the line and restart the job "
            "(colocate) or swift rollout / trl vllm-serve (server mode). CUDA OOM: lower "
            "--vllm_gpu_memory_utilization, --sleep_level 1 with --offload_model true "
