@@ -38,7 +38,7 @@ class VllmEngineDead(LogSignature):
         vllm-project/vllm#41647, vllm-project/vllm#29955, LMCache/LMCache#2306,
         gpustack/gpustack#2738, llm-d/llm-d-kv-cache#49, deepseek-ai/DeepSeek-OCR#110,
         modelscope/ms-swift#7933 (a swift rollout data-parallel engine died),
-        vllm-project/vllm#32468 (the message at a normal shutdown).
+        vllm-project/vllm#32468 and vllm-project/vllm#28838 (the message at a normal shutdown).
     """
 
     code = "SD520"
