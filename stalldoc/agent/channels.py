@@ -96,7 +96,7 @@ def channel(describe: Describe) -> Wrap:
             if _thread.get_ident() != _MAIN:
                 agent.guard(agent.progress)
                 return fn(*args, **kwargs)
-            detail = agent.guard(describe, name, args, kwargs) or name
+            detail = _described(describe, name, args, kwargs)
             old = agent.guard(agent.channel_enter, phase, detail)
             try:
                 return fn(*args, **kwargs)
@@ -106,6 +106,15 @@ def channel(describe: Describe) -> Wrap:
         wrapper.__stalldoc_hook__ = True  # type: ignore[attr-defined]
         return wrapper
     return factory
+
+
+def _described(describe: Describe, name: str, args: tuple, kwargs: dict) -> str:
+    """The call's detail; the bare method name when the client object is not as expected (an
+    attribute another library version lacks costs the detail, never the agent)."""
+    try:
+        return describe(name, args, kwargs) or name
+    except Exception:  # noqa: BLE001
+        return name
 
 
 _ENGINES: dict[int, list] = {}   # engine key -> [slot, sleeps, wakes, state, level, tags,

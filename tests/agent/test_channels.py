@@ -86,3 +86,23 @@ def test_endpoints_drop_credentials_and_paths():
         "init_communicator\tserver\ta:1, b:2 (group ports 7, 8)")
     assert channels.group_create("create", ("h", 5), {"rank": 1, "world_size": 2}) == (
         "StatelessProcessGroup.create\tgroup\th:5 (rank 1 of 2)")
+
+
+def test_a_client_unlike_the_expected_one_costs_the_detail_not_the_agent(tmp_path, monkeypatch):
+    """Another TRL version without ``group_port``: the call keeps its phase with the bare method
+    name, and the agent stays on for everything else."""
+    from stalldoc.agent import runtime
+
+    class OldClient:                  # base_url, but no group_port
+        base_url = "http://10.0.0.5:8000"
+
+        def init_communicator(self) -> str:
+            agent = runtime.current()
+            assert agent is not None
+            return agent.phases[-1][2]
+
+    agent = runtime.Agent(str(tmp_path))
+    monkeypatch.setattr(runtime, "_AGENT", agent)
+    wrapped = channels.channel(channels.trl_server)(OldClient.init_communicator, "weight_sync")
+    assert wrapped(OldClient()) == "init_communicator"
+    assert agent.enabled and agent.phases == []
