@@ -56,14 +56,21 @@ def stop(proc: subprocess.Popen[str]) -> str:
     return out.strip()
 
 
-def test_dump_on_request_lands_in_torchs_layout_and_torchfrtrace_reads_it(tmp_path):
-    proc, pid = start(tmp_path, "funcol")
+def dump_once(tmp_path, job: str, wait: float, **env: str) -> tuple[dict, str]:
+    """Start ``job``, ask its agent for one dump, stop it: the dumps read, and whether the job
+    had imported torch._inductor."""
+    proc, pid = start(tmp_path, job, **env)
     try:
-        probe = FlightDumps(tmp_path / "agents", tmp_path / "flight", wait=10)
+        probe = FlightDumps(tmp_path / "agents", tmp_path / "flight", wait=wait)
         probe.request({0: pid})
         dumps = probe.collect()
     finally:
         inductor = stop(proc)
+    return dumps, inductor
+
+
+def test_dump_on_request_lands_in_torchs_layout_and_torchfrtrace_reads_it(tmp_path):
+    dumps, inductor = dump_once(tmp_path, "funcol", 10)
     # THEN rank 0's dump came, private, with the functional collective of the new group
     path = tmp_path / "flight" / "rank_0"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -96,13 +103,7 @@ def test_no_process_group_no_dump_and_no_error(tmp_path):
 def test_frames_only_where_cheap_or_asked_for(tmp_path, asked, frames):
     # GIVEN a job that never imported torch._inductor (taking frames would import it)
     extra = {"STALLDOC_FLIGHT_STACKS": asked} if asked else {}
-    proc, pid = start(tmp_path, "plain", **extra)
-    try:
-        probe = FlightDumps(tmp_path / "agents", tmp_path / "flight", wait=15)
-        probe.request({0: pid})
-        dumps = probe.collect()
-    finally:
-        inductor = stop(proc)
+    dumps, inductor = dump_once(tmp_path, "plain", 15, **extra)
     [entry] = [e for e in dumps[0].entries if e.group == "0"]
     assert any(f.filename == "<string>" for f in entry.frames) == frames
     assert inductor == str(frames)
