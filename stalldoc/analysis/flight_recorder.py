@@ -188,7 +188,7 @@ def op_name(entry: FlightEntry) -> str:
     return entry.op.rsplit(":", 1)[-1]
 
 
-def _collectives(dump: FlightDump) -> dict[str, dict[int, FlightEntry]]:
+def collectives(dump: FlightDump) -> dict[str, dict[int, FlightEntry]]:
     """Group name -> seq -> the last entry of that collective (coalesced ones share a seq)."""
     out: dict[str, dict[int, FlightEntry]] = {}
     for entry in dump.entries:
@@ -197,7 +197,7 @@ def _collectives(dump: FlightDump) -> dict[str, dict[int, FlightEntry]]:
     return out
 
 
-def _members(name: str, desc: str, dumps: Mapping[int, FlightDump], users: set[int]) -> set[int]:
+def members(name: str, desc: str, dumps: Mapping[int, FlightDump], users: set[int]) -> set[int]:
     """The group's ranks: its pg_config in any dump, else every rank for the world, else the
     ranks that used it."""
     for dump in dumps.values():
@@ -214,7 +214,7 @@ def flight_gaps(dumps: Mapping[int, FlightDump], live: set[int]) -> list[FlightG
     """For each group with a pending collective in some live rank's dump: the live members that
     are in no pending collective of it and whose last collective of it is older (missing), and
     live members without a dump (silent)."""
-    per_rank = {rank: _collectives(dump) for rank, dump in dumps.items()}
+    per_rank = {rank: collectives(dump) for rank, dump in dumps.items()}
     names = {(e.group, e.group_desc) for d in dumps.values() for e in d.entries if not e.p2p}
     out = []
     for name, desc in sorted(names):
@@ -225,10 +225,10 @@ def flight_gaps(dumps: Mapping[int, FlightDump], live: set[int]) -> list[FlightG
         if not pending:
             continue
         first = min(pending.values(), key=lambda e: e.seq)
-        members = _members(name, desc, dumps, users) & live
-        missing = tuple(sorted(r for r in members - set(pending)
+        in_group = members(name, desc, dumps, users) & live
+        missing = tuple(sorted(r for r in in_group - set(pending)
                                if r in dumps and _last_seq(per_rank[r], name) < first.seq))
-        silent = tuple(sorted(r for r in members - set(dumps)))
+        silent = tuple(sorted(r for r in in_group - set(dumps)))
         if missing or silent:
             out.append(FlightGap(name, desc, first.seq, op_name(first), pending, missing, silent))
     return out
@@ -238,7 +238,7 @@ def flight_mismatches(dumps: Mapping[int, FlightDump]) -> list[FlightMismatch]:
     """The first collective of each group where ranks' op, input sizes or dtypes differ."""
     by_group: dict[str, dict[int, dict[int, FlightEntry]]] = {}
     for rank, dump in dumps.items():
-        for name, seqs in _collectives(dump).items():
+        for name, seqs in collectives(dump).items():
             by_group.setdefault(name, {})[rank] = seqs
     out = []
     for name, ranks in sorted(by_group.items()):

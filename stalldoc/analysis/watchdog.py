@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord, GroupState
+from stalldoc.analysis.flight_recorder import collectives, members, op_name
 from stalldoc.model import FlightDump, FlightEntry, Frame
 
 # torch's OpType names (c10d Types.hpp) → the Python calls that issue them
@@ -105,20 +106,19 @@ def align_flight(rank: int, seq: int, pg: str | None, dumps: Mapping[int, Flight
     mine = _flight_entry(dumps.get(rank), pg, seq)
     if mine is None:
         return None
-    members = next((set(d.groups[mine.group]) for d in dumps.values() if mine.group in d.groups),
-                   set(dumps))
+    per_rank = {r: collectives(d).get(mine.group, {}) for r, d in dumps.items()}
+    users = {r for r, seqs in per_rank.items() if seqs}
     waiting, missing, passed = [], [], []
-    for other in sorted(members & set(dumps)):
-        entries = [e for e in dumps[other].entries if e.group == mine.group and not e.p2p]
-        at = next((e for e in reversed(entries) if e.seq == seq), None)
+    for other in sorted(members(mine.group, mine.group_desc, dumps, users) & set(dumps)):
+        seqs = per_rank[other]
+        at = seqs.get(seq)
         if at is not None and at.pending:
             waiting.append(other)
-        elif at is not None or max((e.seq for e in entries), default=0) > seq:
+        elif at is not None or max(seqs, default=0) > seq:
             passed.append(other)
         elif other in live:
             missing.append(other)
-    call = mine.op.rsplit(":", 1)[-1]
-    return WatchdogAlignment(rank, mine.group_desc or mine.group, seq, call, True,
+    return WatchdogAlignment(rank, mine.group_desc or mine.group, seq, op_name(mine), True,
                              tuple(waiting), tuple(missing), tuple(passed), "flight_recorder",
                              mine.frames)
 
