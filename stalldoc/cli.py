@@ -118,29 +118,48 @@ def watch(run_dir: Path | None, stall_timeout: float, busy_timeout: float | None
     sys.exit(code)
 
 
-@main.command()
-@click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
-def report(run_dir: Path, fmt: str) -> None:
-    """The post-mortem of RUN_DIR: run, stalls, findings with evidence and fixes, phases.
+def _formats() -> list[str]:
+    from stalldoc.report.formats import FORMATS
+    return list(FORMATS)
 
-    Exit 0, or 1 when RUN_DIR is not a run directory this version can read.
+
+@main.command()
+@click.argument("run_dirs", metavar="RUN_DIR...", nargs=-1, required=True,
+                type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(_formats()), default="text",
+              show_default=True,
+              help="text for a terminal, json for tools, markdown to paste into a bug report, "
+                   "html (one self-contained page), perfetto (a trace for ui.perfetto.dev).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the report to this file instead of standard output.")
+def report(run_dirs: tuple[Path, ...], fmt: str, output: Path | None) -> None:
+    """The post-mortem of RUN_DIR: run, stalls, findings with evidence and fixes, stacks, phases.
+
+    Several RUN_DIRs (the nodes of one job), or one directory holding several nodes' runs, are
+    merged into one report: global ranks, node names, one wall-clock axis.
+
+    Exit 0, or 1 when a RUN_DIR is not a run directory this version can read or the output file
+    cannot be written.
     """
     from stalldoc.errors import RunDirError
-    from stalldoc.report.build import build_report
-    from stalldoc.report.text import render_report
+    from stalldoc.report.formats import reporter
+    from stalldoc.report.read import read_report
 
     try:
-        doc = build_report(run_dir)
-        text = json.dumps(doc, indent=2, default=str) if fmt == "json" else render_report(doc)
+        text = reporter(fmt).render(read_report(run_dirs))
     except StalldocError as error:
         fail(error)
     except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
         # values of the wrong type in a damaged database, found while rendering them
-        fail(RunDirError(f"{run_dir}: damaged run database ({type(exc).__name__}: "
-                         f"{str(exc)[:200]})"))
-    click.echo(text)
+        fail(RunDirError(f"{', '.join(map(str, run_dirs))}: damaged run database "
+                         f"({type(exc).__name__}: {str(exc)[:200]})"))
+    if output is None:
+        click.echo(text)
+        return
+    try:
+        output.write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        fail(RunDirError(f"cannot write {output}: {exc.strerror or exc}"))
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

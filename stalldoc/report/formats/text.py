@@ -1,0 +1,207 @@
+"""``--format text``: the post-mortem for a terminal, tables aligned, stacks grouped."""
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar, Iterable, Sequence
+
+from stalldoc.report.records import Report, RunInfo, RunRecord
+from stalldoc.report.stack_groups import stack_groups
+from stalldoc.report.text import finding_lines
+
+STACK_FRAMES = 8   # frames shown per stack group, innermost first
+
+
+def when(t: float | None) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def gib(value: float | None) -> str:
+    return "-" if value is None else f"{value / 2**30:.1f}G"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "  ") -> list[str]:
+    """Columns padded to their widest cell; numbers right-aligned, text left-aligned."""
+    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
+              for i, h in enumerate(headers)]
+
+    def line(values: Sequence[str], numeric: Sequence[bool]) -> str:
+        parts = [v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)]
+        return (indent + "  ".join(parts)).rstrip()
+
+    numeric = [all(_number(r[i]) for r in cells) and bool(cells) for i in range(len(headers))]
+    return [line(list(headers), numeric)] + [line(r, numeric) for r in cells]
+
+
+def _number(text: str) -> bool:
+    return text.replace(".", "", 1).replace("-", "", 1).replace("%", "").replace("G", "")\
+        .isdigit() or text == "-"
+
+
+def ending(info: RunInfo) -> str:
+    """How the run ended: the job's exit, who ended it, watch's own exit."""
+    if info.ended_at is None:
+        return "still running (or its watcher was killed)"
+    job = f"job exit {info.exit_code if info.exit_code is not None else 'unknown'}"
+    if info.ended_by == "stalldoc":
+        job += " (ended by stalldoc: --on-stall kill)"
+    elif info.ended_by == "interrupt":
+        job += " (ended by an interrupt to stalldoc watch)"
+    if info.watch_exit_code is not None:
+        job += f"; watch exit {info.watch_exit_code}"
+    return job
+
+
+class TextReporter:
+    name: ClassVar[str] = "text"
+    suffix: ClassVar[str] = ".txt"
+
+    def render(self, report: Report) -> str:
+        lines: list[str] = []
+        for run in report.runs:
+            lines += header(run, report.merged)
+        lines += stalls(report) + findings(report) + stacks(report)
+        for run in report.runs:
+            lines += telemetry(run, report.merged) + phases(run, report.merged)
+        return "\n".join(lines)
+
+
+def header(run: RunRecord, merged: bool) -> list[str]:
+    info = run.info
+    title = f"stalldoc run {info.id} on {info.node}" + (f" (node {run.node})" if merged and
+                                                        run.node != info.node else "")
+    return [title,
+            f"  command : {' '.join(info.command)}",
+            f"  started : {when(info.started_at)}  ended: {when(info.ended_at)}",
+            f"  end     : {ending(info)}",
+            f"  ranks   : {len({r.rank for r in run.ranks})}", *overhead(info), ""]
+
+
+def _node(merged: bool, node: str) -> str:
+    return f" on {node}" if merged else ""
+
+
+def stalls(report: Report) -> list[str]:
+    lines = ["Stalls:"]
+    for s in report.stalls:
+        lines.append(f"  #{s.id}{_node(report.merged, s.node)}: no rank showed work since "
+                     f"{when(s.started_at)}, detected {when(s.detected_at)} (threshold "
+                     f"{s.threshold:.0f} s), ended {when(s.ended_at)}; ranks "
+                     f"{','.join(map(str, s.ranks))}")
+        rows = [(r, s.phases.get(r, "") or "-", w.get("seen", ""), w.get("reason", ""))
+                for r, w in sorted(s.work.items(), key=lambda kv: int(kv[0]))]
+        rows += [(r, p, "", "") for r, p in sorted(s.phases.items(), key=lambda kv: int(kv[0]))
+                 if r not in s.work and p]
+        if rows:
+            lines += table(("rank", "phase", "seen", "verdict"), rows, indent="     ")
+    if not report.stalls:
+        lines.append("  none")
+    return lines + [""]
+
+
+def findings(report: Report) -> list[str]:
+    lines = ["Findings:"]
+    for f in report.findings:
+        lines += finding_lines(f.code, f.severity, f.summary + _node(report.merged, f.node),
+                               list(f.evidence.get("frames", [])), f.fix)
+    if not report.findings:
+        lines.append("  none")
+    return lines
+
+
+def stacks(report: Report) -> list[str]:
+    """Each stall's ranks grouped by their main thread's frames, the waiting ones too."""
+    lines: list[str] = []
+    for g in stack_groups(report):
+        ranks = ",".join(map(str, g.ranks))
+        where = f" in {g.frame}" if g.frame else ""
+        lines += ["", f"Stack at stall #{g.stall_id}{_node(report.merged, g.node)}: "
+                      f"rank{'s' if len(g.ranks) > 1 else ''} {ranks} ({g.state}){where}, "
+                      f"by {g.method}"]
+        lines += [f"      {frame}" for frame in g.frames[:STACK_FRAMES]]
+        if len(g.frames) > STACK_FRAMES:
+            lines.append(f"      ... {len(g.frames) - STACK_FRAMES} outer frame(s)")
+    fallbacks = [s for s in report.stacks if s.error]
+    if fallbacks:
+        lines += ["", "Stacks not taken by py-spy:"]
+        lines += [f"  stall #{s.stall_id} rank {s.rank}: {s.method}; {s.error}" for s in fallbacks]
+    return lines
+
+
+def overhead(info: RunInfo) -> list[str]:
+    """What stalldoc cost the job: the agent's start per Python process, lines not analysed."""
+    lines = []
+    startup = info.agent_startup
+    if startup:
+        lines.append(f"  agent   : start-up {startup['median_ms']} ms median, {startup['max_ms']} "
+                     f"ms max over {startup['processes']} Python process(es)")
+    if info.dropped_log_lines:
+        lines.append(f"  log     : {info.dropped_log_lines} line(s) not analysed (the sidecar "
+                     f"lagged; the job's output was complete)")
+    if info.pruned_log_lines:
+        lines.append(f"  log     : {info.pruned_log_lines} line(s) between the first and the "
+                     f"latest ones not kept (log budget)")
+    if info.pruned_stall_stacks:
+        lines.append(f"  stacks  : kept for the first and latest stalls; "
+                     f"{info.pruned_stall_stacks} stall(s) in between without them")
+    if info.tick_errors:
+        lines.append(f"  watcher : {info.tick_errors} tick(s) skipped on an internal error "
+                     f"(stalldoc-errors.log)")
+    if info.journal_mode == "delete":
+        lines.append("  store   : rollback journal (the run directory is on a network filesystem)")
+    return lines
+
+
+def _of(run: RunRecord, merged: bool) -> str:
+    return f" ({run.node})" if merged else ""
+
+
+def telemetry(run: RunRecord, merged: bool) -> list[str]:
+    """GPUs, memory peaks, PCIe traffic by phase, the node, and probes off or failing."""
+    lines: list[str] = []
+    if run.gpus:
+        lines += ["", f"GPUs{_of(run, merged)}:"] + table(
+            ("gpu", "ranks", "peak used", "total", "util mean", "max procs"),
+            [(g.gpu, ",".join(map(str, g.ranks)) or "-", gib(g.peak_memory_used),
+              gib(g.memory_total), f"{g.util_gpu_mean}%", g.max_processes) for g in run.gpus])
+    if run.gpu_phases:
+        lines += ["", f"PCIe by phase{_of(run, merged)}:"] + table(
+            ("phase", "gpu-seconds", "host->gpu", "gpu->host", "util mean"),
+            [(p.phase or "-", p.gpu_seconds, gib(p.pcie_rx_bytes), gib(p.pcie_tx_bytes),
+              f"{p.util_gpu_mean}%") for p in run.gpu_phases])
+    peaks = [w for w in run.watermarks if w.phase is None]
+    if peaks:
+        lines += ["", f"Memory peaks{_of(run, merged)}:"] + table(
+            ("rank", "rss", "gpu (nvml)", "cuda allocated", "cuda reserved", "retries", "ooms"),
+            [(w.rank, gib(w.peak_rss_bytes), gib(w.peak_gpu_memory_bytes),
+              gib(w.peak_cuda_allocated_bytes), gib(w.peak_cuda_reserved_bytes),
+              w.cuda_alloc_retries, w.cuda_ooms) for w in peaks])
+    host = run.host
+    if host.total_bytes:
+        lines += ["", f"Node{_of(run, merged)}: lowest available memory "
+                      f"{gib(host.min_available_bytes)} of {gib(host.total_bytes)}, peak swap "
+                      f"in/out {gib(host.peak_swap_in_bps)}/s / {gib(host.peak_swap_out_bps)}/s,"
+                      f" peak load {host.peak_load1 or 0:.1f} on {host.cores} cores"]
+    return lines + probes(run, merged)
+
+
+def probes(run: RunRecord, merged: bool) -> list[str]:
+    troubled = [p for p in run.probes if not p.available or p.failures]
+    skipping = [p for p in run.probes if p.skipped]
+    if not troubled and not skipping:
+        return []
+    lines = ["", f"Probes off or failing{_of(run, merged)}:"]
+    lines += [f"  {p.probe}: " + (p.unavailable or f"{p.failures} of {p.runs} runs failed, "
+                                                   f"last: {p.last_error}") for p in troubled]
+    return lines + [f"  {p.probe}: {p.skipped} bad sample(s) skipped" for p in skipping]
+
+
+def phases(run: RunRecord, merged: bool) -> list[str]:
+    if not run.phases:
+        return []
+    return ["", f"Phases{_of(run, merged)} (seconds):"] + table(
+        ("name", "count", "median", "p95", "max"),
+        [(n, p.count, p.median, p.p95, p.max) for n, p in run.phases.items()])
+
+
+REPORTER = TextReporter()
