@@ -203,6 +203,24 @@ def watch_on_tmpfs(tmp_path: Path, size: str, job: str, *options: str,
                                "PY": sys.executable, **(env or {})})
 
 
+_DEMO_RUNS: dict[int, Path] = {}
+
+
+def demo_run(ranks: int = 3) -> Path:
+    """The run directory of one real ``stalldoc demo`` (rank 1 hangs in its data loader, the
+    stall is diagnosed and the job killed: watch exits 124), made once per test session and
+    shared: copy it before changing anything in it."""
+    if ranks not in _DEMO_RUNS:
+        import tempfile
+        run_dir = Path(tempfile.mkdtemp(prefix="stalldoc-demo-")) / "run"
+        subprocess.run([sys.executable, "-m", "stalldoc", "demo", "--ranks", str(ranks),
+                        "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=180,
+                       check=True, stdin=subprocess.DEVNULL,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+        _DEMO_RUNS[ranks] = run_dir
+    return _DEMO_RUNS[ranks]
+
+
 def synthetic_tick(t: float, ranks: int, gpus: int, phase: str, seed: int = 0,
                    phases: tuple[Any, ...] = ()) -> Any:
     """One tick of a GRPO-like job as the probes would give it: ranks in ``phase`` with memory
