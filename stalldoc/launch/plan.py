@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from stalldoc.launch.config import LaunchConfig
+from stalldoc.launch.config import LaunchConfig, number
 
 # swift 4.x defaults for GRPO (trainers/arguments.py, arguments/rlhf_args.py)
 DEFAULTS = {"per_device_train_batch_size": 1, "per_device_eval_batch_size": 1,
@@ -41,7 +41,7 @@ class GrpoPlan:
 
 
 def setting(config: LaunchConfig, name: str) -> float:
-    value = config.number(name)
+    value = number(config, name)
     return value if value is not None else float(DEFAULTS[name])
 
 
@@ -64,7 +64,7 @@ def grpo_plan(config: LaunchConfig, dataset_size: int | None) -> GrpoPlan | None
         int(setting(config, "gradient_accumulation_steps"))
     g, i = int(setting(config, "num_generations")), int(setting(config, "num_iterations"))
     epochs = setting(config, "num_train_epochs")
-    gbs_given, s_given = config.number("generation_batch_size"), config.number("steps_per_generation")
+    gbs_given, s_given = number(config, "generation_batch_size"), number(config, "steps_per_generation")
     s = int(s_given) if s_given else (int(gbs_given) // (b * world) if gbs_given else ga)
     gbs = int(gbs_given) if gbs_given else b * world * s
     lines = [f"global batch B*W = {b}*{world} = {b * world} completions",
@@ -80,7 +80,7 @@ def grpo_plan(config: LaunchConfig, dataset_size: int | None) -> GrpoPlan | None
                   f"steps per epoch = ceil(R*I*S/GA) = ceil({rollouts}*{i}*{s}/{ga}) = {steps_epoch}",
                   f"max_steps = ceil(E * steps per epoch) = ceil({epochs:g}*{steps_epoch}) = "
                   f"{max_steps}"]
-    given = config.number("max_steps")
+    given = number(config, "max_steps")
     if given is not None and given > 0:
         max_steps = int(given)
         lines.append(f"max_steps = {max_steps} (given on the command line)")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from stalldoc.launch.config import deepspeed_of
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule
 
@@ -43,7 +44,7 @@ class OffloadCombination(Rule):
         config = window.config
         if config is None or not config.is_grpo:
             return
-        deepspeed = config.deepspeed()
+        deepspeed = deepspeed_of(config)
         moving = [name for name in ("offload_model", "offload_optimizer") if config.flag(name)]
         if moving and deepspeed and (deepspeed.offload_param or deepspeed.offload_optimizer):
             yield self.finding((), f"{' and '.join(moving)} with --deepspeed {deepspeed.name} "

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from stalldoc.launch.config import number
 from stalldoc.launch.plan import setting
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule
@@ -48,7 +49,7 @@ class EvalBatch(Rule):
         if not evaluates or (config.value("eval_strategy") or "steps") == "no":
             return
         per_device = int(setting(config, "per_device_eval_batch_size"))
-        g_eval = int(config.number("num_generations_eval") or plan.num_generations)
+        g_eval = int(number(config, "num_generations_eval") or plan.num_generations)
         total = plan.world_size * per_device
         if total % g_eval:
             valid, complete = divisors(total)

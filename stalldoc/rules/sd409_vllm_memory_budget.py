@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.launch.config import LaunchConfig
+from stalldoc.launch.config import LaunchConfig, deepspeed_of, number
 from stalldoc.launch.plan import setting
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule
@@ -58,10 +58,10 @@ class VllmMemoryBudget(Rule):
                 or not config.is_grpo or not config.flag("use_vllm"):
             return
         model, memory = res.model, res.gpu_memory
-        tp = int(config.number("vllm_tensor_parallel_size") or 1)
-        budget = int((config.number("vllm_gpu_memory_utilization") or 0.9) * memory)
+        tp = int(number(config, "vllm_tensor_parallel_size") or 1)
+        budget = int((number(config, "vllm_gpu_memory_utilization") or 0.9) * memory)
         weights = model.weight_bytes // tp
-        length = int(config.number("vllm_max_model_len") or model.max_position_embeddings or 0)
+        length = int(number(config, "vllm_max_model_len") or model.max_position_embeddings or 0)
         per_seq = model.kv_bytes_per_token * length // tp
         fit = (budget - weights) // per_seq if per_seq else None
         ev = {"params": model.params, "weights_per_gpu": weights, "budget": budget,
@@ -82,23 +82,23 @@ class VllmMemoryBudget(Rule):
     @staticmethod
     def _batched(config: LaunchConfig) -> int:
         """vllm_max_num_seqs, or swift 4.x's default B x TP x S."""
-        given = config.number("vllm_max_num_seqs")
+        given = number(config, "vllm_max_num_seqs")
         if given:
             return int(given)
-        steps = config.number("steps_per_generation") or setting(config,
+        steps = number(config, "steps_per_generation") or setting(config,
                                                                   "gradient_accumulation_steps")
         return int(setting(config, "per_device_train_batch_size")
-                   * (config.number("vllm_tensor_parallel_size") or 1) * steps)
+                   * (number(config, "vllm_tensor_parallel_size") or 1) * steps)
 
     def _colocated(self, window: Window, weights: int, budget: int, memory: int,
                    ev: dict) -> Iterator[Finding]:
         config = window.config
         assert config is not None and window.resources and window.resources.model
         if (config.value("vllm_mode") or "colocate") != "colocate" or config.flag("offload_model") \
-                or (config.number("sleep_level") or 0) > 0:
+                or (number(config, "sleep_level") or 0) > 0:
             return
         plan = plan_of(window)
-        ds = config.deepspeed()
+        ds = deepspeed_of(config)
         ranks = plan.world_size if plan and ds and ds.stage == 3 else 1
         training = window.resources.model.params * TRAINING_BYTES_PER_PARAM // ranks
         if training + budget > memory:

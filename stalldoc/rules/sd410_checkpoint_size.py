@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
+from stalldoc.launch.config import number
 from stalldoc.launch.plan import setting
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule
@@ -52,14 +53,14 @@ class CheckpointSize(Rule):
         if config is None or res is None or res.model is None or not config.is_grpo:
             return
         if (config.value("tuner_type") or "lora") != "full" \
-                or (config.number("save_total_limit") or 0) > 0 \
+                or (number(config, "save_total_limit") or 0) > 0 \
                 or (config.value("save_strategy") or "steps") == "no":
             return
         weights = res.model.weight_bytes
         optimizer = 0 if config.flag("save_only_model") else res.model.params * \
             OPTIMIZER_BYTES_PER_PARAM
         plan = plan_of(window)
-        every = config.number("save_steps") or SWIFT_SAVE_STEPS
+        every = number(config, "save_steps") or SWIFT_SAVE_STEPS
         count = checkpoints(plan.max_steps, every) if plan and plan.max_steps else None
         total = f"; {count} checkpoints = {gib(count * (weights + optimizer))}" if count else ""
         yield self.finding((), f"full fine-tuning without save_total_limit: one checkpoint "
