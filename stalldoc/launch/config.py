@@ -16,7 +16,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from stalldoc.launch.arguments import (NNODES, NPROC_PER_NODE, SWIFT_NUMBERS,

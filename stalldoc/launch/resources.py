@@ -15,7 +15,7 @@ from stalldoc.launch.files import (MODEL_CONFIG_LIMIT, chunks, open_regular, rea
                                    shape)
 from stalldoc.model import LaunchConfig
 from stalldoc.model import ModelInfo as ModelInfo     # re-exported: the records live in model.py
-from stalldoc.model import Resources as Resources
+from stalldoc.model import Resources as Resources  # noqa: F401
 
 
 DATASET_JSON_LIMIT = 64 << 20   # bytes: a .json dataset is parsed whole, so only this large

@@ -27,19 +27,18 @@ class MaxModelLenConfig(Rule):
         vllm_max_model_len, max_length, max_completion_length and their sum.
 
     Fix
-        vllm_max_model_len >= max_length + max_completion_length, or lower max_length (with
-        truncation_strategy) / max_completion_length.
+        Set vllm_max_model_len >= max_length + max_completion_length, or lower max_length (with
+        truncation_strategy) or max_completion_length.
 
     References
-        seed articles (vllm_max_model_len too small); ms-swift GRPO docs.
+        community articles on swift GRPO (Chinese, 2025: vllm_max_model_len too small); ms-swift
+        GRPO docs.
     """
 
     code = "SD401"
     name = "max-model-len-config"
     severity = Severity.WARNING
     trigger = "launch"
-    fix = ("Set vllm_max_model_len >= max_length + max_completion_length, or lower max_length "
-           "(truncation_strategy) / max_completion_length.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         config = window.config

@@ -28,8 +28,8 @@ class VllmTpLayout(Rule):
         GPUs.
 
     Fix
-        Pick vllm_tensor_parallel_size among the divisors of the world size, and keep
-        num_infer_workers x vllm_tensor_parallel_size <= GPUs per node.
+        Choose vllm_tensor_parallel_size among the divisors of the world size (the finding lists
+        them), and keep num_infer_workers x vllm_tensor_parallel_size within the GPUs of a node.
 
     References
         ms-swift GRPO argument checks; issue #3695 (num_infer_workers 8 + tensor_parallel_size 8).
@@ -39,8 +39,6 @@ class VllmTpLayout(Rule):
     name = "vllm-tp-layout"
     severity = Severity.ERROR
     trigger = "launch"
-    fix = ("Choose vllm_tensor_parallel_size among the divisors of the world size and keep "
-           "num_infer_workers x vllm_tensor_parallel_size within the GPUs of a node.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         config = window.config

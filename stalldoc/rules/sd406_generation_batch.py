@@ -19,29 +19,28 @@ class GenerationBatch(Rule):
         num_generations, listing the valid values (the first 24, found in bounded time).
 
     Why is this bad?
-        swift raises only after minutes of model loading (seed articles 000 and 004); batch
-        sizes count completions, not prompts, which is what users get wrong.
+        swift raises only after minutes of model loading (as community articles on swift GRPO
+        report); batch sizes count completions, not prompts, which is what users get wrong.
 
     Evidence
         B, W, S, Gb, num_generations, the valid num_generations values (the first 24, and
         whether that is all).
 
     Fix
-        Pick num_generations among the valid values, or change per_device_train_batch_size /
-        gradient_accumulation_steps (steps_per_generation) / NPROC_PER_NODE so that
-        B x W x S is a multiple of num_generations.
+        Choose num_generations among the valid values (the finding lists them), or change
+        per_device_train_batch_size, gradient_accumulation_steps (steps_per_generation) or
+        NPROC_PER_NODE so that B x W x S is a multiple of num_generations.
 
     References
-        swift rlhf_trainers/args_mixin.py ``_init_generation_batch_params``; seeds 000, 004.
+        swift rlhf_trainers/args_mixin.py ``_init_generation_batch_params``; the community articles
+        "GRPO parameters for a 32B model in Swift" and "Swift GRPO on a single GPU: parameter
+        settings" (Chinese, 2025).
     """
 
     code = "SD406"
     name = "generation-batch"
     severity = Severity.ERROR
     trigger = "launch"
-    fix = ("Choose num_generations among the valid values, or change per_device_train_batch_size, "
-           "gradient_accumulation_steps (steps_per_generation) or NPROC_PER_NODE so that "
-           "B x W x S is a multiple of num_generations.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         plan = plan_of(window)

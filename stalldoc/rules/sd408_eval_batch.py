@@ -19,27 +19,27 @@ class EvalBatch(Rule):
         num_generations_eval (default num_generations), as swift checks.
 
     Why is this bad?
-        swift refuses it after loading the model; seed 000 recommends per_device_eval_batch_size
-        = num_generations for this reason.
+        swift refuses it after loading the model; a community article recommends
+        per_device_eval_batch_size = num_generations for this reason.
 
     Evidence
         world size, per_device_eval_batch_size, num_generations_eval, the valid values (the
         first 24, and whether that is all).
 
     Fix
-        per_device_eval_batch_size a multiple of num_generations_eval / W, or
-        num_generations_eval among the valid values.
+        Make world size x per_device_eval_batch_size a multiple of num_generations_eval (e.g.
+        per_device_eval_batch_size = num_generations), or choose num_generations_eval among the
+        valid values (the finding lists them).
 
     References
-        swift rlhf_trainers/args_mixin.py; seed 000.
+        swift rlhf_trainers/args_mixin.py; the community article "GRPO parameters for a 32B model in
+        Swift" (Chinese, 2025).
     """
 
     code = "SD408"
     name = "eval-batch"
     severity = Severity.ERROR
     trigger = "launch"
-    fix = ("Make world size x per_device_eval_batch_size a multiple of num_generations_eval (e.g. "
-           "per_device_eval_batch_size = num_generations), or pick a valid num_generations_eval.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         plan, config = plan_of(window), window.config

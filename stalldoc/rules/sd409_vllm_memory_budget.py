@@ -27,30 +27,28 @@ class VllmMemoryBudget(Rule):
         divided over the ranks under ZeRO-3) plus vLLM's budget above the GPU memory is a warning.
 
     Why is this bad?
-        Too small a budget (seed 002: 0.5 for a 32B model) leaves vLLM a KV cache for a handful
-        of sequences: rollouts preempt and crawl (SD510) or vLLM refuses to start (SD503); too
-        large a budget next to a resident training model runs out of memory at wake-up.
+        Too small a budget (a reported hang: 0.5 for a 32B model) leaves vLLM a KV cache for a
+        handful of sequences: rollouts preempt and crawl (SD510) or vLLM refuses to start (SD503);
+        too large a budget next to a resident training model runs out of memory at wake-up.
 
     Evidence
         parameters, weights per GPU, KV bytes per token and per sequence, the budget, the room
         left, sequences that fit, the training share.
 
     Fix
-        Raise vllm_gpu_memory_utilization towards 0.6-0.7 (offload the training model during
-        rollout: offload_model / sleep_level 1), raise vllm_tensor_parallel_size, or lower
-        vllm_max_model_len / vllm_max_num_seqs.
+        Raise vllm_gpu_memory_utilization towards 0.6-0.7 (when colocated, offload the training
+        model during rollout: offload_model / sleep_level 1), raise vllm_tensor_parallel_size, or
+        lower vllm_max_model_len / vllm_max_num_seqs.
 
     References
-        seed article 002; vLLM memory profiling (weights + activations + KV cache).
+        the community article "Swift GRPO training of a 32B model hangs" (Chinese, 2025); vLLM
+        memory profiling (weights + activations + KV cache).
     """
 
     code = "SD409"
     name = "vllm-memory-budget"
     severity = Severity.ERROR
     trigger = "launch"
-    fix = ("Raise vllm_gpu_memory_utilization towards 0.6-0.7 (with offload_model / sleep_level 1 "
-           "when colocated), raise vllm_tensor_parallel_size, or lower vllm_max_model_len / "
-           "vllm_max_num_seqs.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         config, res = window.config, window.resources

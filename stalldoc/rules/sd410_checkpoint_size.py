@@ -19,34 +19,33 @@ class CheckpointSize(Rule):
     """Full fine-tuning keeps every checkpoint at full size, with no limit on how many.
 
     What it does
-        Before launch, for a swift GRPO command with tuner_type full (3.x: train_type), saving
-        on, and no save_total_limit (or one <= 0, which transformers reads as none): estimates one checkpoint (weights in their dtype, plus the
-        optimizer state unless save_only_model) from the local model's config.json, and the
-        disk for all checkpoints when max_steps is known.
+        Before launch, for a swift GRPO command with tuner_type full (3.x: train_type), saving on,
+        and no save_total_limit (or one <= 0, which transformers reads as none): estimates one
+        checkpoint (weights in their dtype, plus the optimizer state unless save_only_model) from
+        the local model's config.json, and the disk for all checkpoints when max_steps is known.
 
     Why is this bad?
-        A LoRA adapter is megabytes; a full checkpoint of a 7B model is 15 GB of weights and
-        ~85 GB more with optimizer state (seed 001: the model grew from 15 GB to 43 GB). Without
-        save_total_limit they pile up until the disk is full, and a write to a full disk blocks
-        or fails the job mid-run.
+        A LoRA adapter is megabytes; a full checkpoint of a 7B model is 15 GB of weights and ~85 GB
+        more with optimizer state (a community article on swift GRPO saw the model grow from 15 GB
+        to 43 GB). Without save_total_limit they pile up until the disk is full, and a write to a
+        full disk blocks or fails the job mid-run.
 
     Evidence
         parameters, weights and optimizer bytes per checkpoint, checkpoints expected, total.
 
     Fix
-        Set save_total_limit (e.g. 2), save_only_model true when resuming is not needed, or
-        train LoRA (tuner_type lora) when full fine-tuning is not required.
+        Set save_total_limit (e.g. 2), and save_only_model true unless you resume from checkpoints;
+        or train LoRA (tuner_type lora) when full fine-tuning is not needed.
 
     References
-        seed article 001; swift arguments save_total_limit, save_only_model.
+        the community article "GRPO fine-tuning of DeepSeek-R1-Distill-Qwen-7B in Swift" (Chinese,
+        2025); swift arguments save_total_limit, save_only_model.
     """
 
     code = "SD410"
     name = "checkpoint-size"
     severity = Severity.WARNING
     trigger = "launch"
-    fix = ("Set save_total_limit (e.g. 2) and save_only_model true unless you resume from "
-           "checkpoints, or use tuner_type lora when full fine-tuning is not needed.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         config, res = window.config, window.resources
