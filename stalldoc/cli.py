@@ -187,7 +187,7 @@ def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, ti
     said in one line.
     """
     from stalldoc.check import failed, finding_dict, parse_size, run_check
-    from stalldoc.report.text import render_findings
+    from stalldoc.check_text import render_check
 
     try:
         memory = parse_size(gpu_memory) if gpu_memory is not None else None
@@ -198,15 +198,10 @@ def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, ti
     if fmt == "json":
         click.echo(json.dumps({"findings": [finding_dict(f) for f in checks.findings],
                                "plan": plan, "resources": dataclasses.asdict(checks.resources),
-                               "skipped": list(checks.skipped)}, indent=2))
+                               "skipped": list(checks.skipped),
+                               "not_checked": list(checks.unchecked)}, indent=2))
     else:
-        click.echo(render_findings(checks.findings) if checks.findings else "no findings")
-        if plan:
-            click.echo("plan:\n" + "\n".join(f"  {line}" for line in plan["arithmetic"]))
-        if plan and plan["max_steps"] is None:
-            click.echo(f"  max_steps: unknown ({checks.resources.dataset_note})")
-        for skipped in checks.skipped:
-            click.echo(f"skipped: {skipped}")
+        click.echo(render_check(checks))
     sys.exit(1 if failed(checks.findings, strict) else 0)
 
 
