@@ -241,7 +241,7 @@ def explain(code: str) -> None:
     from stalldoc.rules.listing import when
 
     click.echo(f"{rule.code} {rule.name} ({rule.severity.value}; runs {when(rule.trigger)})\n")
-    click.echo(rule.doc())
+    click.echo(rule.doc().replace("``", "`"))     # as findings quote code
 
 
 @main.command()
