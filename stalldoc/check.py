@@ -14,11 +14,14 @@ from typing import Any, Callable, TypeVar
 from stalldoc.errors import StalldocError
 from stalldoc.launch.arguments import BadArgument
 from stalldoc.launch.config import LaunchConfig, parse_command
+from stalldoc.launch.coverage import unchecked
 from stalldoc.launch.plan import GrpoPlan, grpo_plan
 from stalldoc.launch.resources import ModelInfo, Resources, dataset_size, read_model
 from stalldoc.model import Finding, GpuSample, Severity, Window
 from stalldoc.probes.nvml import NvmlProbe
+from stalldoc.redact import redact_text
 from stalldoc.rules import RULES, Rule, redacted
+from stalldoc.rules.config_helpers import visible_gpus
 
 DEFAULT_BUDGET_S = 20.0      # stalldoc check --time-budget
 RESOURCES_SHARE = 0.75       # of the budget, for counting the dataset and reading the model
@@ -42,6 +45,8 @@ class LaunchChecks:
     skipped: tuple[str, ...]          # "what (why)" for each part that did not finish or run,
     #   e.g. "dataset row count (not finished in 15 s)", "SD406 generation-batch
     #   (--num_generations 0: must be a whole number >= 1 (at most 1000000))"
+    unchecked: tuple[str, ...] = ()   # "what: why" for each check that had nothing to read
+    #   (not swift GRPO, processes or GPUs unknown, model not local): it ran and stayed quiet
 
 
 def parse_size(text: str) -> int:
@@ -161,7 +166,7 @@ def launch_checks(config: LaunchConfig, gpus: list[GpuSample], budget_s: float,
                      model or (None, "not read within the time budget"))
     resources = window.resources
     assert resources is not None
-    planning = _start(lambda: grpo_plan(config, resources.dataset_size))
+    planning = _start(lambda: grpo_plan(config, resources.dataset_size, resources.dataset_note))
     launch = [rule for rule in RULES if rule.trigger == "launch"]
     started = _rules([r for r in launch if not r.fallback], window)
     plan = _outcome(planning, deadline, "GRPO plan", budget_s, skipped)
@@ -169,7 +174,9 @@ def launch_checks(config: LaunchConfig, gpus: list[GpuSample], budget_s: float,
     if all(f.severity is Severity.INFO for f in findings):   # as run_rules does
         findings += _findings(_rules([r for r in launch if r.fallback], window), deadline,
                               budget_s, skipped)
-    return LaunchChecks(tuple(redacted(f) for f in findings), plan, resources, tuple(skipped))
+    return LaunchChecks(tuple(redacted(f) for f in findings), plan, resources, tuple(skipped),
+                        tuple(redact_text(u) for u in
+                              unchecked(config, resources, plan, visible_gpus(window))))
 
 
 def run_check(argv: list[str], gpus: int | None, gpu_memory: int | None, size: int | None,

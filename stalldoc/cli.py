@@ -52,7 +52,22 @@ def _run_dir(_ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return Path(value)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class CommandGroup(click.Group):
+    """A group whose command list shows each command's whole first sentence, wrapped to the
+    terminal, instead of click's cut-off ``...``."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="stalldoc")
 def main() -> None:
     """Why has my distributed training job stopped making progress?"""
@@ -74,7 +89,9 @@ def main() -> None:
                    "2x --stall-timeout].")
 @click.option("--interval", type=click.FloatRange(0.05, MAX_INTERVAL), default=1.0,
               show_default=True,
-              callback=_finite, help="Seconds between probe ticks.")
+              callback=_finite,
+              help="Seconds between two samples of every rank (CPU, memory, I/O, agent state, "
+                   "GPU).")
 @click.option("--on-stall", type=click.Choice(["observe", "kill"]), default="observe",
               show_default=True, help="kill: end the job once the diagnosis is stored (exit 124).")
 @click.option("--kill-grace", type=click.FloatRange(0, MAX_KILL_GRACE), default=10.0,
@@ -173,7 +190,9 @@ def report(run_dirs: tuple[Path, ...], fmt: str, output: Path | None) -> None:
               help="Seconds for counting the dataset, reading the model and running the rules; "
                    "what does not finish in them is named as skipped.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+              show_default=True,
+              help="text: findings, the GRPO plan and what was not checked; json: the same for "
+                   "tools.")
 @click.option("--strict", is_flag=True, help="Warnings fail the check too.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, time_budget: float,
@@ -187,7 +206,7 @@ def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, ti
     said in one line.
     """
     from stalldoc.check import failed, finding_dict, parse_size, run_check
-    from stalldoc.report.text import render_findings
+    from stalldoc.check_text import render_check
 
     try:
         memory = parse_size(gpu_memory) if gpu_memory is not None else None
@@ -198,33 +217,31 @@ def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, ti
     if fmt == "json":
         click.echo(json.dumps({"findings": [finding_dict(f) for f in checks.findings],
                                "plan": plan, "resources": dataclasses.asdict(checks.resources),
-                               "skipped": list(checks.skipped)}, indent=2))
+                               "skipped": list(checks.skipped),
+                               "not_checked": list(checks.unchecked)}, indent=2))
     else:
-        click.echo(render_findings(checks.findings) if checks.findings else "no findings")
-        if plan:
-            click.echo("plan:\n" + "\n".join(f"  {line}" for line in plan["arithmetic"]))
-        if plan and plan["max_steps"] is None:
-            click.echo(f"  max_steps: unknown ({checks.resources.dataset_note})")
-        for skipped in checks.skipped:
-            click.echo(f"skipped: {skipped}")
+        click.echo(render_check(checks))
     sys.exit(1 if failed(checks.findings, strict) else 0)
 
 
 @main.command("rules")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+              show_default=True,
+              help="text: a table (summaries wrap on a terminal, one line per rule in a pipe); "
+                   "json: a list of {code, name, severity, trigger, summary}.")
 def rules_command(fmt: str) -> None:
-    """List the rules: code, severity, when it runs, name, first line of its description."""
-    from stalldoc.rules import RULES
+    """List the rules: code, severity, when it runs, name and summary."""
+    import shutil
 
-    rows = [{"code": r.code, "name": r.name, "severity": r.severity.value, "trigger": r.trigger,
-             "summary": r.doc().splitlines()[0] if r.doc() else ""} for r in RULES]
+    from stalldoc.rules import RULES
+    from stalldoc.rules.listing import render_table, rule_rows
+
+    rows = rule_rows(RULES)
     if fmt == "json":
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return
-    for row in rows:
-        click.echo(f"{row['code']}  {row['severity']:<8} {row['trigger']:<5} {row['name']:<28} "
-                   f"{row['summary']}")
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    click.echo(render_table(rows, width))
 
 
 @main.command()
@@ -240,18 +257,23 @@ def explain(code: str) -> None:
     if rule is None:
         click.echo(f"stalldoc: no rule has code {code!r}; `stalldoc rules` lists them", err=True)
         sys.exit(2)
-    click.echo(f"{rule.code} {rule.name} ({rule.severity.value}, runs on: {rule.trigger})\n")
-    click.echo(rule.doc())
-    click.echo(f"\nFix, as stalldoc prints it:\n    {rule.fix}")
+    from stalldoc.rules.listing import when
+
+    click.echo(f"{rule.code} {rule.name} ({rule.severity.value}; runs {when(rule.trigger)})\n")
+    click.echo(rule.doc().replace("``", "`"))     # as findings quote code
 
 
 @main.command()
-@click.option("--ranks", type=click.IntRange(2, 8), default=3, show_default=True)
+@click.option("--ranks", type=click.IntRange(2, 8), default=3, show_default=True,
+              help="Processes of the demo job (rank 1 is the one that hangs).")
 @click.option("--stall-timeout", type=click.FloatRange(1, MAX_SECONDS), default=5.0,
-              show_default=True, callback=_finite)
-@click.option("--run-dir", type=click.Path(), default=None, callback=_run_dir)
+              show_default=True, callback=_finite,
+              help="Seconds without progress before the stall is declared (as in watch).")
+@click.option("--run-dir", type=click.Path(), default=None, callback=_run_dir,
+              help="Where to store the demo's run (default ./stalldoc-runs/<UTC time>-<id>).")
 def demo(ranks: int, stall_timeout: float, run_dir: Path | None) -> None:
-    """Watch a small torchrun (gloo) job in which one rank hangs in its data loader."""
+    """Watch a small torchrun (gloo) job in which one rank hangs in its data loader (needs
+    torch: pip install '.[demo]')."""
     from stalldoc.demo.run import run_demo
 
     try:

@@ -1,13 +1,17 @@
-"""Data passed between the parts of the watcher: frozen dataclasses, nothing else."""
+"""Data passed between the parts of the watcher: frozen dataclasses, nothing else.
+
+A leaf: it imports the standard library only, never another stalldoc module (a test pins it),
+so every part can import it and none of it drags another part in. What reads or computes these
+records lives next to its source (agent/state_reader.py, launch/config.py, launch/resources.py,
+which re-export the records they make)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
-from stalldoc.agent.state_reader import AgentSnapshot, CudaState, EngineSleepState
-from stalldoc.launch.config import LaunchConfig
-from stalldoc.launch.resources import Resources
+
+_TRUE = {"true", "1", "yes", "on"}
 
 
 class Severity(str, Enum):
@@ -267,6 +271,235 @@ class FlightDump:
     path: str
     groups: Mapping[str, tuple[int, ...]]   # group name -> its global ranks (pg_config)
     entries: tuple[FlightEntry, ...]
+
+
+# What a rank's agent wrote in its state file (decoded by agent/state_reader.py).
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """One collective call as a rank saw it."""
+
+    group: str
+    seq: int
+    op: str
+    numel: int
+    dtype: str
+    entered_at: float
+    completed_at: float | None
+    is_async: bool
+
+    @property
+    def completed(self) -> bool:
+        return self.completed_at is not None
+
+
+@dataclass(frozen=True)
+class PhaseRecord:
+    """A completed phase: its name and when it started and ended."""
+
+    name: str
+    started_at: float
+    ended_at: float
+
+    @property
+    def duration(self) -> float:
+        return self.ended_at - self.started_at
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """A process group's counters and the newest collectives in it (oldest first)."""
+
+    name: str
+    started: int
+    completed: int
+    ring: tuple[CollectiveRecord, ...]
+
+
+@dataclass(frozen=True)
+class CudaState:
+    """What a rank's agent knows about its CUDA work (only for ranks that initialised CUDA)."""
+
+    allocated: int | None           # allocator figures; None until the agent has read them
+    reserved: int | None
+    peak_allocated: int | None
+    alloc_retries: int | None
+    ooms: int | None
+    sampled_at: float
+    host_marker: int                # markers recorded by the host (phase and collective entries)
+    gpu_marker: int                 # markers the GPU has completed
+    host_label: str
+    gpu_label: str
+    gpu_done_at: float              # when the GPU was seen to complete gpu_marker
+    oldest_pending_at: float        # when the oldest marker the GPU has not reached was recorded
+
+    @property
+    def markers_behind(self) -> int:
+        return self.host_marker - self.gpu_marker
+
+
+@dataclass(frozen=True)
+class AgentIdentity:
+    """Which program the agent runs in, and whether it may be signalled for a stack dump."""
+
+    dump_signal: int          # 0: no faulthandler dump was registered
+    exe_dev: int
+    exe_ino: int
+    startup_seconds: float    # from the start of sitecustomize to the agent running
+    comm: str = ""            # the process's name when it registered (an exec changes it)
+
+
+@dataclass(frozen=True)
+class PhaseDetail:
+    """What a channel phase talks to: the method called, ``server`` or ``group``, the endpoint
+    (``host:port``), and since when the call runs."""
+
+    phase: str
+    method: str
+    mode: str
+    endpoint: str
+    since: float
+
+    def describe(self) -> str:
+        """'update_named_param, server 10.0.0.5:8000'."""
+        return f"{self.method}, {self.mode} {self.endpoint}" if self.endpoint else self.method
+
+
+@dataclass(frozen=True)
+class EngineSleepState:
+    """One vLLM engine's sleep state, from the agent's hooks or from the engine's log lines."""
+
+    engine: str                  # "engine 1" (the agent's slot), or the log's process prefix
+    state: str                   # "awake", "asleep", "partly awake"
+    asleep_at: float | None      # when it was last put to sleep
+    woken_at: float | None       # when it was last woken (None: never)
+    level: int | None = None     # the sleep level (the log lines do not say)
+    sleeps: int = 0
+    wakes: int = 0
+    woken_tags: tuple[str, ...] = ()
+    source: str = "agent"        # "agent" or "log"
+    local_rank: int | None = None   # log lines with a launcher's rank prefix: that local rank
+
+    @property
+    def asleep(self) -> bool:
+        return self.state != "awake"
+
+
+@dataclass(frozen=True)
+class AgentSnapshot:
+    """Everything one rank's state file says at the moment it was read."""
+
+    pid: int
+    rank: int
+    local_rank: int
+    world_size: int
+    status: int
+    started_at: float
+    heartbeat_at: float
+    marker_seq: int
+    last_marker_at: float
+    exit_code: int | None
+    phase_stack: tuple[str, ...]
+    error: str
+    phases_completed: int
+    phases: tuple[PhaseRecord, ...]
+    groups: tuple[GroupState, ...]
+    cuda: CudaState | None = None
+    identity: AgentIdentity | None = None
+    phase_detail: PhaseDetail | None = None     # the innermost phase with a detail (version 4)
+    engines: tuple[EngineSleepState, ...] = ()  # vLLM engines of this process (version 4)
+
+    @property
+    def channel(self) -> PhaseDetail | None:
+        """The detail of the innermost phase, when that phase has one."""
+        detail = self.phase_detail
+        return detail if detail is not None and detail.phase == self.phase else None
+
+    @property
+    def phase(self) -> str:
+        """The innermost phase the process is in ('' outside any phase)."""
+        return self.phase_stack[-1] if self.phase_stack else ""
+
+    @property
+    def collective_seq(self) -> int:
+        """Total collectives completed over all groups: rises whenever a collective finishes."""
+        return sum(g.completed for g in self.groups)
+
+    @property
+    def pending(self) -> tuple[CollectiveRecord, ...]:
+        """Collectives entered and not completed, one per group at most (the newest)."""
+        out = []
+        for group in self.groups:
+            if group.ring and not group.ring[-1].completed:
+                out.append(group.ring[-1])
+        return tuple(out)
+
+
+# What the command line, the node and the files say before launch (launch/).
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """What the watched command line and its environment say (read by launch/config.py; its
+    numbers are read and checked by ``launch.config.number``)."""
+
+    launcher: str               # swift / torchrun / deepspeed / accelerate / python / other
+    program: str                                    # the training script or module
+    swift_command: str | None                       # rlhf, sft, rollout, ... (None: not swift)
+    args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    nproc_per_node: int | None = None
+    nnodes: int | None = None
+    error: str = ""             # why part of the command could not be read or used (one line)
+
+    def value(self, name: str) -> str | None:
+        values = self.args.get(name)
+        return values[-1] if values else None
+
+    def flag(self, name: str) -> bool:
+        """A boolean flag: given bare or with true/1/yes/on."""
+        values = self.args.get(name)
+        return values is not None and (not values or values[-1].lower() in _TRUE)
+
+    @property
+    def is_grpo(self) -> bool:
+        return self.swift_command == "rlhf" and (self.value("rlhf_type") or "") == "grpo"
+
+    @property
+    def world_size(self) -> int | None:
+        if self.nproc_per_node is None:
+            return None
+        return self.nproc_per_node * (self.nnodes or 1)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Sizes read from a local model directory's config.json."""
+
+    params: int                  # estimated parameter count
+    layers: int
+    kv_heads: int
+    head_dim: int
+    max_position_embeddings: int | None
+    dtype_bytes: int             # of the weights as they will be loaded
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.params * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of every layer for one token."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
+@dataclass(frozen=True)
+class Resources:
+    gpus: int | None = None
+    gpu_memory: int | None = None        # bytes per GPU
+    dataset_size: int | None = None      # rows of the training dataset(s)
+    dataset_note: str = ""               # where dataset_size came from, or why it is unknown
+    model: ModelInfo | None = None
+    model_note: str = ""                 # where model came from, or why it is unknown
 
 
 @dataclass(frozen=True)

@@ -286,3 +286,40 @@ def test_watch_launches_the_job_whatever_the_numbers(tmp_path):
     assert result.code == 0 and marker.exists()
     assert "--per_device_train_batch_size 100000000000: must be a whole number" in result.stderr
     assert "launch check skipped: GRPO plan (--per_device_train_batch_size" in result.stderr
+
+
+def test_text_defines_the_letters_and_marks_swifts_defaults(tmp_path):
+    data = tmp_path / "x.jsonl"
+    data.write_text('{"q": 1}\n')
+    out = check("--", *GRPO, "--num_generations", "8", "--per_device_train_batch_size", "4",
+                "--dataset", str(data)).stdout
+    assert "  B   per_device_train_batch_size  4\n" in out
+    assert "  GA  gradient_accumulation_steps  1  swift's default\n" in out
+    assert "  N   train prompts                1  the dataset's rows (counted from " in out
+    assert "0.5 prompts" not in out and "4 completions: not a whole number of prompts" in out
+
+
+def test_checks_that_had_nothing_to_read_are_named_instead_of_no_findings():
+    out = check("--", "torchrun", "--nproc_per_node", "8", "train.py")
+    assert out.returncode == 0
+    lines = out.stdout.splitlines()
+    assert lines[0] == "no findings from the checks that ran"
+    assert lines[1] == "not checked (nothing to read):"
+    assert "  the swift GRPO checks (SD401-SD403, SD405-SD410): not a swift command " \
+           "(torchrun train.py)" in lines
+    code, doc = as_json("--", *GRPO, "--use_vllm", "true", "--tuner_type", "full",
+                        "--per_device_train_batch_size", "8")
+    assert code == 0 and doc["findings"] == []
+    assert "model size: vLLM memory budget (SD409), checkpoint size (SD410) " \
+           "(Qwen/Qwen2.5-7B-Instruct is not a local directory)" in doc["not_checked"]
+    assert doc["plan"]["symbols"][0] == {"symbol": "B", "meaning": "per_device_train_batch_size",
+                                         "value": "8", "source": ""}
+    assert "num_generations" in doc["plan"]["defaults"]
+
+
+def test_a_generation_batch_of_one_has_no_valid_values_to_list():
+    code, doc = as_json("--", *GRPO)          # swift's defaults: B = W = S = 1, G = 8
+    [finding] = doc["findings"]
+    assert code == 1 and finding["code"] == "SD406"
+    assert finding["summary"].endswith("No num_generations of 2 or more divides 1.")
+    assert "[]" not in finding["summary"] and "at least num_generations (8)" in finding["fix"]

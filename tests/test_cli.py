@@ -206,12 +206,15 @@ def test_rules_lists_every_rule_and_explain_prints_one():
     listed = json.loads(stalldoc("rules", "--format", "json").stdout)
     assert [r["code"] for r in listed] == [r.code for r in RULES]
     text = stalldoc("rules").stdout.splitlines()
-    assert len(text) == len(RULES) and text[0].startswith("SD101  error    stall")
+    assert text[0].split() == ["CODE", "SEVERITY", "RUNS", "NAME", "SUMMARY"]
+    assert text[1].split()[:4] == ["SD101", "error", "stall", "rank-outside-collective"]
+    assert len([line for line in text if line.startswith("SD")]) == len(RULES)
     out = stalldoc("explain", "sd503")
     assert out.returncode == 0
     for section in ("What it does", "Why is this bad?", "Evidence", "Fix", "References"):
         assert f"\n    {section}\n" in out.stdout or f"\n{section}\n" in out.stdout
-    assert out.stdout.startswith("SD503 vllm-kv-cache-memory (error, runs on: tick)")
+    assert out.stdout.startswith("SD503 vllm-kv-cache-memory (error; runs on every sample while "
+                                 "the job runs")
 
 
 def test_explain_unknown_code_is_one_line_exit_2():

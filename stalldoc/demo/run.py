@@ -35,6 +35,10 @@ def run_demo(ranks: int, stall_timeout: float, run_dir: Path | None) -> int:
     blamed = [f for f in doc["findings"] if f["code"] == "SD101" and 1 in f["ranks"]]
     if code == EXIT_STALL_KILLED and blamed:
         print(f"demo: rank 1 was named as the culprit: {blamed[0]['summary']}")
+        print("demo: a launcher traceback above (torchrun's SignalException) is torchrun "
+              "answering stalldoc's SIGTERM, not part of the diagnosis")
+        print(f"demo: next: stalldoc report {watcher.run_dir}   (the post-mortem)\n"
+              f"            stalldoc explain SD101   (the rule in full)")
         return 0
     print(f"demo: the stall was not diagnosed as expected (watch exited {code})")
     return 1

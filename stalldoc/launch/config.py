@@ -7,7 +7,7 @@ launcher, and reads its ``--flag value`` arguments. swift 3.x argument names are
 (launch/arguments.py) and the files named are read without blocking and with a size cap
 (launch/files.py): what cannot be used is said in ``LaunchConfig.error``, one line, never raised.
 A rule that needs a number and finds none stays quiet; one whose number is out of range gets a
-BadArgument from ``number()``.
+BadArgument from ``number(config, name)``.
 """
 from __future__ import annotations
 
@@ -16,19 +16,19 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from stalldoc.launch.arguments import (NNODES, NPROC_PER_NODE, SWIFT_NUMBERS,
                                        TORCHRUN_NPROC_WORDS, BadArgument, NumberSpec, checked,
                                        swift_number, swift_problems)
 from stalldoc.launch.files import read_text, reason, shape
+from stalldoc.model import LaunchConfig as LaunchConfig   # re-exported: it lives in model.py
 
 # swift 3.x name -> 4.x name (../shared/notes/swift.md)
 SWIFT_RENAMES = {"tensor_parallel_size": "vllm_tensor_parallel_size", "train_type": "tuner_type"}
 ENV_KEYS = ("NPROC_PER_NODE", "NNODES", "CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF",
             "OMP_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT")
-_TRUE = {"true", "1", "yes", "on"}
 _TORCHRUN_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
 _SWIFT_MODULE = "swift.cli."
 _NPROC_FLAGS = {"--nproc_per_node", "--nproc-per-node", "--num_gpus", "--num-gpus",
@@ -38,53 +38,24 @@ _CONFIG_VALUES_MAX = 100_000     # values in a swift config file, aliases counte
 _CONFIG_DEPTH_MAX = 64           # nesting of a swift config file's values
 
 
-@dataclass(frozen=True)
-class LaunchConfig:
-    launcher: str               # swift / torchrun / deepspeed / accelerate / python / other
-    program: str                                    # the training script or module
-    swift_command: str | None                       # rlhf, sft, rollout, ... (None: not swift)
-    args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    env: Mapping[str, str] = field(default_factory=dict)
-    nproc_per_node: int | None = None
-    nnodes: int | None = None
-    error: str = ""             # why part of the command could not be read or used (one line)
+def number(config: LaunchConfig, name: str) -> int | float | None:
+    """The value of a numeric argument; None when not given. A swift argument the plan and
+    rules use (arguments.SWIFT_NUMBERS) out of its range raises BadArgument (one line);
+    any other name that is not a finite number is None."""
+    if name in SWIFT_NUMBERS:
+        return swift_number(name, config.args[name]) if name in config.args else None
+    value = config.value(name)
+    try:
+        found = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return found if found is not None and math.isfinite(found) else None
 
-    def value(self, name: str) -> str | None:
-        values = self.args.get(name)
-        return values[-1] if values else None
 
-    def flag(self, name: str) -> bool:
-        """A boolean flag: given bare or with true/1/yes/on."""
-        values = self.args.get(name)
-        return values is not None and (not values or values[-1].lower() in _TRUE)
-
-    def number(self, name: str) -> int | float | None:
-        """The value of a numeric argument; None when not given. A swift argument the plan and
-        rules use (arguments.SWIFT_NUMBERS) out of its range raises BadArgument (one line);
-        any other name that is not a finite number is None."""
-        if name in SWIFT_NUMBERS:
-            return swift_number(name, self.args[name]) if name in self.args else None
-        value = self.value(name)
-        try:
-            number = float(value) if value is not None else None
-        except ValueError:
-            return None
-        return number if number is not None and math.isfinite(number) else None
-
-    @property
-    def is_grpo(self) -> bool:
-        return self.swift_command == "rlhf" and (self.value("rlhf_type") or "") == "grpo"
-
-    def deepspeed(self) -> DeepSpeedChoice | None:
-        """The DeepSpeed choice: a swift preset (zero2, zero3, zero3_offload) or a JSON file."""
-        value = self.value("deepspeed")
-        return deepspeed_choice(value) if value else None
-
-    @property
-    def world_size(self) -> int | None:
-        if self.nproc_per_node is None:
-            return None
-        return self.nproc_per_node * (self.nnodes or 1)
+def deepspeed_of(config: LaunchConfig) -> DeepSpeedChoice | None:
+    """The DeepSpeed choice: a swift preset (zero2, zero3, zero3_offload) or a JSON file."""
+    value = config.value("deepspeed")
+    return deepspeed_choice(value) if value else None
 
 
 @dataclass(frozen=True)
@@ -294,8 +265,8 @@ def parse_command(argv: Sequence[str], env: Mapping[str, str]) -> LaunchConfig:
     nodes, nnodes_error = nnodes.read(NNODES)
     problems = [file_error, nproc_error, nnodes_error]
     if config.swift_command is not None:       # swift reads these numbers and this file
-        deepspeed = config.deepspeed()
-        problems += [*swift_problems(config.args), deepspeed.error if deepspeed else ""]
+        choice = deepspeed_of(config)
+        problems += [*swift_problems(config.args), choice.error if choice else ""]
     return dataclasses.replace(config, nproc_per_node=nproc_per_node, nnodes=nodes,
                                error="; ".join(p for p in problems if p))
 

@@ -81,7 +81,10 @@ class Relay:
             assert self.job is not None
             self.code = copy_until_exit({fd: st.target for fd, st in self.streams.items()},
                                         self.job.pid, self.code, self.exited_at, DRAIN_WAIT)
-        self.say(f"job exited {self.code}; report: stalldoc report {self.run_dir}")
+        ended = (f"job ended by stalldoc (--on-stall kill; the job's own exit status "
+                 f"{self.code}, stalldoc exits {EXIT_STALL_KILLED})" if self.stall_killed
+                 else f"job exited {self.code}")
+        self.say(f"{ended}; report: stalldoc report {self.run_dir}")
         return EXIT_STALL_KILLED if self.stall_killed else int(self.code or 0)
 
     def _relay_job(self) -> None:

@@ -9,13 +9,13 @@ import io
 import json
 import os
 import re
-from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator
 
 from stalldoc.launch.files import (MODEL_CONFIG_LIMIT, chunks, open_regular, read_text, reason,
                                    shape)
-
-from stalldoc.launch.config import LaunchConfig
+from stalldoc.model import LaunchConfig
+from stalldoc.model import ModelInfo as ModelInfo     # re-exported: the records live in model.py
+from stalldoc.model import Resources as Resources  # noqa: F401
 
 
 DATASET_JSON_LIMIT = 64 << 20   # bytes: a .json dataset is parsed whole, so only this large
@@ -31,37 +31,6 @@ _OPTIONAL = (("num_key_value_heads", 10**5), ("head_dim", 10**5), ("num_experts"
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "bf16": 2, "fp16": 2, "float32": 4,
                 "float": 4, "fp32": 4}
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """Sizes read from a local model directory's config.json."""
-
-    params: int                  # estimated parameter count
-    layers: int
-    kv_heads: int
-    head_dim: int
-    max_position_embeddings: int | None
-    dtype_bytes: int             # of the weights as they will be loaded
-
-    @property
-    def weight_bytes(self) -> int:
-        return self.params * self.dtype_bytes
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V of every layer for one token."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
-
-
-@dataclass(frozen=True)
-class Resources:
-    gpus: int | None = None
-    gpu_memory: int | None = None        # bytes per GPU
-    dataset_size: int | None = None      # rows of the training dataset(s)
-    dataset_note: str = ""               # where dataset_size came from, or why it is unknown
-    model: ModelInfo | None = None
-    model_note: str = ""                 # where model came from, or why it is unknown
 
 
 def model_info(config: LaunchConfig) -> ModelInfo | None:

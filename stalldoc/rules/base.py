@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Iterator
 
@@ -9,6 +10,25 @@ from stalldoc.analysis.stacks import frame_strings, user_frame
 from stalldoc.model import Finding, Severity, Window
 
 DOC_SECTIONS = ("What it does", "Why is this bad?", "Evidence", "Fix")
+_SECTION_HEADING = re.compile(r"^\S.*$", re.M)   # a section's heading starts its line
+_CODE_QUOTES = re.compile(r"``(.+?)``", re.S)
+
+
+def doc_section(doc: str, heading: str) -> str:
+    """The body of section ``heading`` of a rule's docstring (dedented), '' when it has none."""
+    match = re.search(rf"^{re.escape(heading)}:?\n", doc, re.M)
+    if match is None:
+        return ""
+    rest = doc[match.end():]
+    end = _SECTION_HEADING.search(rest)
+    return inspect.cleandoc(rest[:end.start()] if end else rest)
+
+
+def printed_fix(doc: str) -> str:
+    """What a finding prints as its fix: the first paragraph of the docstring's Fix section, on
+    one line, with ``code`` quoted as `code` (the rest of the section is for ``explain``)."""
+    first = doc_section(doc, "Fix").split("\n\n")[0]
+    return _CODE_QUOTES.sub(r"`\1`", " ".join(first.split()))
 
 
 class Rule(ABC):
@@ -21,7 +41,21 @@ class Rule(ABC):
                                        # "tick": every tick (cheap rules; their findings have a life)
     fallback: ClassVar[bool] = False   # runs only when no other rule explained the stall
     sticky: ClassVar[bool] = False     # tick findings that are events: never resolved by silence
-    fix: ClassVar[str]
+    fix: ClassVar[str]                 # derived: the first paragraph of the docstring's Fix
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A rule's fix is written once, in its docstring's Fix section: ``fix`` is derived from
+        it. A rule (a class with a ``code``) that sets ``fix`` itself, or has no Fix section,
+        is refused at import."""
+        super().__init_subclass__(**kwargs)
+        if "fix" in cls.__dict__:
+            raise TypeError(f"{cls.__name__}: write the fix in the docstring's Fix section, "
+                            "not as a `fix` attribute (Rule derives it)")
+        fix = printed_fix(inspect.cleandoc(cls.__doc__ or ""))
+        if fix:
+            cls.fix = fix
+        elif "code" in cls.__dict__:
+            raise TypeError(f"{cls.__name__}: a rule needs a Fix section in its docstring")
 
     @abstractmethod
     def check(self, window: Window) -> Iterator[Finding]:

@@ -35,10 +35,12 @@ class RankOutsideCollective(Rule):
         first waiting rank's user frame from its stack) and ranks that sent no dump.
 
     Fix
-        Look at the culprit's frame: a data loader, reward function, rollout server call or
-        checkpoint save that blocks on one rank only. Make the work symmetric across ranks or
-        give the blocking call a timeout; code that runs only on rank 0 must not be followed by
-        a collective the others enter early.
+        Look at the culprit's frame and find out why it is there instead of in the collective: a
+        data loader, reward function, rollout server call, file system access or checkpoint save
+        that blocks on one rank only. Make the work before the collective the same on every rank, or
+        give the blocking call a timeout.
+
+        Code that runs only on rank 0 must not be followed by a collective the others enter early.
 
     References
         torch Flight Recorder "Not all ranks joining collective N"; anchors.md.
@@ -47,9 +49,6 @@ class RankOutsideCollective(Rule):
     code = "SD101"
     name = "rank-outside-collective"
     severity = Severity.ERROR
-    fix = ("Find out why the named rank is in that frame instead of the collective: make the work "
-           "before the collective the same on every rank, or put a timeout on the blocking call "
-           "(data, reward, rollout server, file system).")
 
     def check(self, window: Window) -> Iterator[Finding]:
         live = {r.rank for r in window.ranks} - {e.rank for e in window.exits}

@@ -24,9 +24,9 @@ class CollectiveMismatch(Rule):
         group, seq, and each rank's (op, numel, dtype) for that call; frames of the odd ranks.
 
     Fix
-        Find the code path that differs between ranks before that call (a branch on rank, an
-        uneven last batch, a parameter only some ranks own) and make every rank issue the same
-        sequence of collectives.
+        Make every rank issue the same sequence of collectives: find the code path that differs
+        between ranks before that call (a branch on the rank, an uneven last batch, a parameter only
+        some ranks own).
 
     References
         torch Flight Recorder COLLECTIVE_TYPE_MISMATCH / SIZE_OR_SYNTAX_MISMATCH / DTYPE_MISMATCH.
@@ -35,8 +35,6 @@ class CollectiveMismatch(Rule):
     code = "SD102"
     name = "collective-mismatch"
     severity = Severity.ERROR
-    fix = ("Make every rank issue the same sequence of collectives: look for a branch on the rank, "
-           "an uneven last batch, or parameters only some ranks hold before this call.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         for mismatch in mismatches(window.agents):

@@ -45,8 +45,9 @@ class DeadRank(Rule):
         ended, the rank's last RSS and the host's available memory (for SIGKILL).
 
     Fix
-        SIGKILL: usually the OOM killer (see the host memory figures). SIGSEGV/SIGABRT: a native
-        crash (NCCL, CUDA, a C extension). A non-zero exit: the exception in its log.
+        Read the rank's own log for its last error, and the evidence for its exit status: SIGKILL is
+        usually the OOM killer (see the host memory figures), SIGSEGV / SIGABRT a native crash
+        (NCCL, CUDA, a C extension), a non-zero exit an exception in its log.
 
     References
         torchrun ChildFailedError "Root Cause (first observed failure)".
@@ -56,7 +57,6 @@ class DeadRank(Rule):
     name = "dead-rank"
     severity = Severity.CRITICAL
     trigger = "exit"
-    fix = "Read the rank's own log for its last error; see the evidence for its exit status."
 
     def check(self, window: Window) -> Iterator[Finding]:
         bad = sorted((e for e in window.exits if e.exit_code not in (0, None)), key=lambda e: e.t)

@@ -26,8 +26,9 @@ class PythonDeadlock(Rule):
         locks with their frames, phase.
 
     Fix
-        Take locks in one global order, use timeouts (``lock.acquire(timeout=...)``), and never
-        hold a lock across a collective or a queue wait.
+        Take the locks in one global order in every thread, hold none across a collective or a
+        blocking queue call, and use timeouts (``lock.acquire(timeout=...)``) so that a deadlock
+        surfaces as an error.
 
     References
         py-spy dump; pystack.
@@ -36,8 +37,6 @@ class PythonDeadlock(Rule):
     code = "SD104"
     name = "python-deadlock"
     severity = Severity.ERROR
-    fix = ("Take the locks in one global order in every thread, hold none across a collective or "
-           "a blocking queue call, and use acquire(timeout=...) so a deadlock surfaces as an error.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         for rank, stacks in sorted(window.stacks.items()):

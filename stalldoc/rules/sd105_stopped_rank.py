@@ -22,8 +22,8 @@ class StoppedRank(Rule):
         rank, pid, process state, frames read without stopping it (py-spy --nonblocking).
 
     Fix
-        ``kill -CONT <pid>`` resumes it; find who stopped it (job control, a debugger, a
-        cluster agent sending SIGSTOP).
+        Resume it with ``kill -CONT <pid>`` and find who stopped it: job control (Ctrl-Z), a
+        debugger, or a cluster agent sending SIGSTOP.
 
     References
         proc(5) process states.
@@ -32,7 +32,6 @@ class StoppedRank(Rule):
     code = "SD105"
     name = "stopped-rank"
     severity = Severity.ERROR
-    fix = "Resume it with `kill -CONT <pid>` and find who stopped it (Ctrl-Z, a debugger, SIGSTOP)."
 
     def check(self, window: Window) -> Iterator[Finding]:
         stopped = sorted(rank for rank, samples in window.host.items()

@@ -34,8 +34,9 @@ class NoProgress(Rule):
         per rank: frames, user frame, phase, seconds without progress, CPU use; the stack groups.
 
     Fix
-        Read the named frame: a blocking call without timeout (network, queue, file system,
-        subprocess), an endless loop, or a wait for a resource another process holds.
+        Read the named frame: give a blocking call (network, queue, file system, subprocess) a
+        timeout, check a loop for an exit condition that can never become true, or find the process
+        that holds the resource it waits for.
 
     References
         ByteRobust: stack traces grouped by string match, outliers are suspects.
@@ -45,8 +46,6 @@ class NoProgress(Rule):
     name = "no-progress"
     severity = Severity.WARNING
     fallback = True
-    fix = ("Look at the named frame: give blocking calls (network, queue, subprocess, file system) "
-           "a timeout, and check loops for an exit condition that can never become true.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         live = {r.rank for r in window.ranks} - {e.rank for e in window.exits}

@@ -29,8 +29,9 @@ class WaitingOnServer(Rule):
         ``host:port`` peers, phase, seconds without progress.
 
     Fix
-        Check the server (is it up, is the port right, is it answering?); give the client call
-        a timeout and a retry limit so a dead server becomes an error, not a hang.
+        Check that the server is up and answering on that address (is the port right?); give the
+        client call a timeout and a retry limit so that a dead server becomes an error instead of a
+        hang.
 
     References
         ms-swift issues #6962 (hang after 5 h with an external reward server), #9143 (remote
@@ -40,8 +41,6 @@ class WaitingOnServer(Rule):
     code = "SD107"
     name = "waiting-on-server"
     severity = Severity.ERROR
-    fix = ("Check that the server is up and answering on that address; give the client call a "
-           "timeout and a retry limit so that a dead server becomes an error instead of a hang.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         for rank, stacks in sorted(window.stacks.items()):

@@ -44,10 +44,11 @@ class SlowRank(Rule):
         their CPU, GPU utilisation; the waiting ranks and the collective they wait in.
 
     Fix
-        If the phase is expected, nothing: stalldoc will not call it a stall. To shorten it,
-        spread the work over all ranks (sharded checkpoints, distributed evaluation), move it
-        off the critical path (asynchronous checkpointing), or make sure the collective
-        timeout (``--ddp_timeout`` / ``timeout=`` of init_process_group) is longer than it.
+        Expected work (checkpoint, evaluation, preprocessing, model load) needs nothing: stalldoc
+        does not call it a stall. To shorten it, spread it over all ranks (sharded checkpoints,
+        distributed evaluation) or move it off the critical path (asynchronous checkpointing), and
+        keep the collective timeout (``--ddp_timeout``, ``timeout=`` of init_process_group) longer
+        than it.
 
     References
         "slow, not hung": DeepSpeed ZeRO-3 checkpoint saves on rank 0 (deepspeedai/DeepSpeed
@@ -59,9 +60,6 @@ class SlowRank(Rule):
     name = "slow-rank"
     severity = Severity.WARNING
     trigger = "tick"
-    fix = ("Expected work (checkpoint, evaluation, preprocessing, model load) needs nothing; to "
-           "shorten it, shard it over all ranks or make it asynchronous, and keep the collective "
-           "timeout longer than it.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         slow = sorted(r for r, w in window.work.items()

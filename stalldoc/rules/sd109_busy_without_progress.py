@@ -26,8 +26,9 @@ class BusyWithoutProgress(Rule):
         the rank, its frame and phase, CPU %, how long its stack has stayed the same.
 
     Fix
-        Look at the frame: if the loop is expected (a long CPU-only computation), raise
-        ``--busy-timeout``; otherwise give the loop an exit condition or a timeout.
+        Read the frame: a loop that should end (a retry, a spin on a flag, a regular expression)
+        needs an exit condition or a timeout; an expected long CPU-only computation needs a larger
+        ``--busy-timeout``.
 
     References
         py-spy dump of a spinning process; "livelock" in the stall detector's design notes.
@@ -37,9 +38,6 @@ class BusyWithoutProgress(Rule):
     name = "busy-without-progress"
     severity = Severity.WARNING
     trigger = "tick"
-    fix = ("Read the frame: a loop that should end (retry, spin on a flag, regex) needs an exit "
-           "condition or a timeout; a long CPU-only computation that is expected needs a larger "
-           "--busy-timeout.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         busy = sorted(r for r, w in window.work.items()

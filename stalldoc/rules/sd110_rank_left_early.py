@@ -36,9 +36,9 @@ class RankLeftEarly(Rule):
         last phase and last collective; the group, op and sequence number the others wait in.
 
     Fix
-        Give every rank the same number of steps: shard data evenly (DistributedSampler with
-        drop_last, or ``torch.distributed.algorithms.Join`` for uneven inputs), and make sure an
-        early return or an exception on one rank ends the job (``destroy_process_group`` /
+        Make every rank run the same number of steps (even data shards: DistributedSampler with
+        drop_last, or ``torch.distributed.algorithms.Join`` for uneven inputs), and make an early
+        return or exception on one rank end the whole job (``destroy_process_group`` /
         ``sys.exit(1)``) instead of leaving the others in the next collective.
 
     References
@@ -49,9 +49,6 @@ class RankLeftEarly(Rule):
     code = "SD110"
     name = "rank-left-early"
     severity = Severity.ERROR
-    fix = ("Make every rank run the same number of steps (even data shards, drop_last, or the "
-           "Join context manager for uneven inputs), and make an early exit on one rank end the "
-           "whole job instead of leaving the others in the next collective.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         ended = {e.rank: e for e in window.exits}

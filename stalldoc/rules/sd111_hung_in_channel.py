@@ -74,9 +74,12 @@ class HungInChannel(Rule):
         the call, the user frame and frames, the rank's TCP peers outside the job.
 
     Fix
-        Per channel: read the rollout server's log and check --vllm_server_host / port; for
-        the NCCL weight-sync group, the group port, NCCL_DEBUG=INFO and NCCL_SOCKET_IFNAME;
-        for a reward server, its health and a client timeout.
+        Check the server or group the call waits on (its log, its address and port), and give the
+        call a timeout so that a dead peer becomes an error instead of a hang.
+
+        Per channel (the finding names the channel and prints its own fix): a rollout server: its
+        log and --vllm_server_host / --vllm_server_port; the NCCL weight-sync group: the group port,
+        NCCL_DEBUG=INFO and NCCL_SOCKET_IFNAME; a reward server: its health and a client timeout.
 
     References
         ms-swift issues #4306 (rank 0 waits on the rollout server while the others time out),
@@ -87,8 +90,6 @@ class HungInChannel(Rule):
     code = "SD111"
     name = "hung-in-channel"
     severity = Severity.ERROR
-    fix = ("Check the server or group the call waits on (its log, its address and port), and "
-           "give the call a timeout so that a dead peer becomes an error instead of a hang.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         ended = {e.rank for e in window.exits}

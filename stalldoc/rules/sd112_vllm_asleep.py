@@ -74,8 +74,9 @@ class VllmAsleep(Rule):
         woken tags, where the state came from (agent or log), and the waiting rank's frames.
 
     Fix
-        Make every sleep() reach a wake_up() before the next generate: find the code path that
-        skipped it; wake both weights and kv_cache (wake_up() with no tags does both).
+        Wake the engine before the next generate: every sleep() needs a wake_up() on every rank,
+        also when the step in between raised; find the code path that skipped it, and wake both
+        weights and KV cache (wake_up() with no tags does both).
 
     References
         vLLM docs, features/sleep_mode.md (levels, wake_up tags); vllm/v1/executor/abstract.py
@@ -85,9 +86,6 @@ class VllmAsleep(Rule):
     code = "SD112"
     name = "vllm-asleep"
     severity = Severity.ERROR
-    fix = ("Wake the engine before the next generate: every sleep() needs a wake_up() (no tags: "
-           "weights and KV cache) on every rank, also when the step in between raised; find the "
-           "path that skipped it.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         ended = {e.rank for e in window.exits}

@@ -27,31 +27,27 @@ class OffloadThrash(Rule):
     Why is this bad?
         offload_model, offload_optimizer and zero3_offload move weights and states over PCIe
         every step; on a large model this takes longer than the compute it makes room for. The
-        GPU waits at low utilisation, the step time explodes and the job looks hung (the seed
-        articles' 32B GRPO runs).
+        GPU waits at low utilisation, the step time explodes and the job looks hung (32B GRPO runs
+        in community articles).
 
     Evidence
         bytes moved host->GPU and GPU->host in the window, mean GPU utilisation, share of time
         in offload phases and their names.
 
     Fix
-        In this order, watching the step time after each: turn offload_model off first (the
-        baseline), then offload_optimizer; use zero3 instead of zero3_offload when GPU memory
-        allows; move_model_batches to move the model in parts; gc_collect_after_offload (swift
-        3.x) or torch.cuda.empty_cache after offload.
+        Turn offload_model off first and compare the step time, then offload_optimizer; use zero3
+        instead of zero3_offload when GPU memory allows; set move_model_batches to move the model in
+        parts; empty the CUDA cache after offload (gc_collect_after_offload in swift 3.x).
 
     References
-        seed articles on swift GRPO offload thrash; ms-swift GRPO docs (offload_model,
-        offload_optimizer, move_model_batches); DeepSpeed ZeRO-Offload.
+        community articles on swift GRPO (Chinese, 2025) on offload thrash; ms-swift GRPO docs
+        (offload_model, offload_optimizer, move_model_batches); DeepSpeed ZeRO-Offload.
     """
 
     code = "SD201"
     name = "offload-thrash"
     severity = Severity.WARNING
     trigger = "tick"
-    fix = ("Turn offload_model off first and compare the step time, then offload_optimizer; use "
-           "zero3 instead of zero3_offload if GPU memory allows; set move_model_batches; "
-           "gc_collect_after_offload (swift 3.x) or empty the CUDA cache after offload.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         for rank in sorted({r.rank for r in window.ranks}):

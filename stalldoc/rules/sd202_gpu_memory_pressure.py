@@ -30,9 +30,9 @@ class GpuMemoryPressure(Rule):
         and total memory.
 
     Fix
-        PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (not together with vLLM sleep mode:
-        see SD504); torch.cuda.empty_cache() after offload / rollout; lower
-        vllm_gpu_memory_utilization or the batch / sequence lengths.
+        Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (not with vLLM sleep mode: see SD504),
+        empty the CUDA cache (``torch.cuda.empty_cache()``) after offload / rollout, or lower
+        vllm_gpu_memory_utilization and the batch / sequence lengths.
 
     References
         PyTorch CUDA memory management (memory_stats, num_alloc_retries); ms-swift GRPO docs.
@@ -42,9 +42,6 @@ class GpuMemoryPressure(Rule):
     name = "gpu-memory-pressure"
     severity = Severity.WARNING
     trigger = "tick"
-    fix = ("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (not with vLLM sleep mode), empty "
-           "the CUDA cache after offload / rollout, or lower vllm_gpu_memory_utilization and the "
-           "batch / sequence lengths.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         for rank, history in sorted(window.cuda.items()):

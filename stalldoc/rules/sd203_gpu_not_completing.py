@@ -30,10 +30,12 @@ class GpuNotCompleting(Rule):
         utilisation, the host's frame and phase.
 
     Fix
-        Busy GPU inside a collective: find the rank that is not in it (SD101 / SD103) or the
-        collective the ranks disagree on (SD102); NCCL_DEBUG=INFO and TORCH_NCCL_DUMP_ON_TIMEOUT
-        for the device side. Busy outside a collective: a custom kernel that does not end. Idle
-        GPU with work pending: a stream waiting on an event from another stream or process.
+        GPU busy inside a collective: find the rank that is not in it (SD101 / SD103) or the
+        collective the ranks disagree on (SD102). Busy outside a collective: a kernel that does not
+        end. Idle with work pending: a stream waiting on an event (from another stream or process)
+        that never fires.
+
+        For the device side, run with NCCL_DEBUG=INFO and TORCH_NCCL_DUMP_ON_TIMEOUT=1.
 
     References
         anchors.md (host-vs-device progress); PyTorch Flight Recorder.
@@ -42,10 +44,6 @@ class GpuNotCompleting(Rule):
     code = "SD203"
     name = "gpu-not-completing"
     severity = Severity.ERROR
-    fix = ("If the GPU is busy in a collective, find the rank that is not in it (SD101/SD103) or "
-           "the mismatched collective (SD102), with NCCL_DEBUG=INFO; busy outside a collective "
-           "is a kernel that does not end; idle with work pending is a stream waiting on an "
-           "event that never fires.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         for rank in sorted(window.agents):

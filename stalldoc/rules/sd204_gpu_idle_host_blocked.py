@@ -28,8 +28,8 @@ class GpuIdleHostBlocked(Rule):
         and phase.
 
     Fix
-        Follow the host frame (see the rank-level findings SD101, SD104, SD107): the blocking
-        call on the host is the cause; the GPU side needs nothing.
+        Follow the host frame of the named ranks (and the rank-level findings SD101, SD104, SD107):
+        the blocking call on the host is the cause; the GPUs are only waiting for it.
 
     References
         anchors.md (host-vs-device progress); ms-swift issue #6962 (util 0, memory flat).
@@ -38,8 +38,6 @@ class GpuIdleHostBlocked(Rule):
     code = "SD204"
     name = "gpu-idle-host-blocked"
     severity = Severity.INFO
-    fix = ("Look at the host frame of the named ranks (and SD101 / SD104 / SD107 findings): the "
-           "blocking call on the host is the cause; the GPUs are waiting for it.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         idle: dict[int, float] = {}

@@ -26,22 +26,19 @@ class GpuSharedByRanks(Rule):
         the GPU, the ranks and processes on it, its memory in use.
 
     Fix
-        Make ranks x tensor_parallel_size match the GPUs: NPROC_PER_NODE = GPUs per node,
-        num_infer_workers x tensor_parallel_size <= GPUs, CUDA_VISIBLE_DEVICES listing distinct
-        GPUs, and each rank calling torch.cuda.set_device(LOCAL_RANK).
+        Give each rank its own GPU: NPROC_PER_NODE = GPUs per node, num_infer_workers x
+        tensor_parallel_size <= GPUs, CUDA_VISIBLE_DEVICES listing distinct GPUs, and
+        ``torch.cuda.set_device(LOCAL_RANK)`` in every rank.
 
     References
-        ms-swift issue #3695 (num_infer_workers 8 + tensor_parallel_size 8); seed articles on
-        tensor_parallel_size x num_infer_workers.
+        ms-swift issue #3695 (num_infer_workers 8 + tensor_parallel_size 8); community articles on
+        swift GRPO (Chinese, 2025) on tensor_parallel_size x num_infer_workers.
     """
 
     code = "SD205"
     name = "gpu-shared-by-ranks"
     severity = Severity.WARNING
     trigger = "tick"
-    fix = ("Give each rank its own GPU: NPROC_PER_NODE = GPUs per node, num_infer_workers x "
-           "tensor_parallel_size <= GPUs, distinct CUDA_VISIBLE_DEVICES, and "
-           "torch.cuda.set_device(LOCAL_RANK) in every rank.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         for index, history in sorted(window.gpus.items()):

@@ -29,21 +29,18 @@ class IdleGpus(Rule):
 
     Fix
         Set NPROC_PER_NODE (torchrun --nproc_per_node) to the GPUs per node and check
-        CUDA_VISIBLE_DEVICES; recompute per_device batch sizes and num_generations so the global
-        batch still divides, and max_steps for the new world size.
+        CUDA_VISIBLE_DEVICES; then recompute the per-device batch sizes and num_generations so that
+        the global batch still divides, and max_steps for the new world size.
 
     References
-        seed articles (NPROC_PER_NODE, batch size divisibility, max_steps); ms-swift issue
-        #3401 (uneven NPROC_PER_NODE across nodes).
+        community articles on swift GRPO (Chinese, 2025): NPROC_PER_NODE, batch size divisibility,
+        max_steps; ms-swift issue #3401 (uneven NPROC_PER_NODE across nodes).
     """
 
     code = "SD206"
     name = "idle-gpus"
     severity = Severity.WARNING
     trigger = "tick"
-    fix = ("Set NPROC_PER_NODE / --nproc_per_node to the GPUs of the node and check "
-           "CUDA_VISIBLE_DEVICES; then recompute batch sizes, num_generations and max_steps for "
-           "the new world size.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         histories = {i: recent(h, window.now) for i, h in window.gpus.items()}

@@ -30,21 +30,18 @@ class HostMemoryPressure(Rule):
         largest ranks' RSS at the start and end of the window.
 
     Fix
-        Offload less (zero3 instead of zero3_offload when GPU memory allows, offload_model before
-        offload_optimizer), run fewer ranks per node, fewer dataloader workers, or give the node
-        more memory; never rely on swap for offloaded states.
+        Offload less (zero3 instead of zero3_offload when GPU memory allows; offload_model before
+        offload_optimizer), run fewer ranks or dataloader workers per node, or give the node more
+        memory; never rely on swap for offloaded states: it makes every offload step crawl.
 
     References
-        seed articles on offload in swift GRPO; DeepSpeed ZeRO-Offload docs.
+        community articles on swift GRPO (Chinese, 2025) on offload; DeepSpeed ZeRO-Offload docs.
     """
 
     code = "SD301"
     name = "host-memory-pressure"
     severity = Severity.WARNING
     trigger = "tick"
-    fix = ("Offload less (zero3 instead of zero3_offload if GPU memory allows; offload_model before "
-           "offload_optimizer), run fewer ranks or dataloader workers per node, or add memory; "
-           "swap makes every offload step crawl.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         nodes = recent(window.node, window.now)

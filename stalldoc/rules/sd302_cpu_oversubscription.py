@@ -36,7 +36,7 @@ class CpuOversubscription(Rule):
 
     Fix
         Set OMP_NUM_THREADS to cores / ranks per node, lower dataloader_num_workers, and keep
-        num_infer_workers x tensor_parallel_size within the GPUs and cores of the node.
+        num_infer_workers x tensor_parallel_size within the node's GPUs and cores.
 
     References
         ms-swift issue #3695 (num_infer_workers 8 + tensor_parallel_size 8 hang); PyTorch CPU
@@ -47,8 +47,6 @@ class CpuOversubscription(Rule):
     name = "cpu-oversubscription"
     severity = Severity.WARNING
     trigger = "tick"
-    fix = ("Set OMP_NUM_THREADS to cores / ranks per node, lower dataloader_num_workers, and keep "
-           "num_infer_workers x tensor_parallel_size within the node's GPUs and cores.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         nodes = recent(window.node, window.now)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from stalldoc.launch.config import number
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule
 
@@ -26,29 +27,28 @@ class MaxModelLenConfig(Rule):
         vllm_max_model_len, max_length, max_completion_length and their sum.
 
     Fix
-        vllm_max_model_len >= max_length + max_completion_length, or lower max_length (with
-        truncation_strategy) / max_completion_length.
+        Set vllm_max_model_len >= max_length + max_completion_length, or lower max_length (with
+        truncation_strategy) or max_completion_length.
 
     References
-        seed articles (vllm_max_model_len too small); ms-swift GRPO docs.
+        community articles on swift GRPO (Chinese, 2025: vllm_max_model_len too small); ms-swift
+        GRPO docs.
     """
 
     code = "SD401"
     name = "max-model-len-config"
     severity = Severity.WARNING
     trigger = "launch"
-    fix = ("Set vllm_max_model_len >= max_length + max_completion_length, or lower max_length "
-           "(truncation_strategy) / max_completion_length.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         config = window.config
         if config is None or not config.is_grpo or not config.flag("use_vllm"):
             return
-        model_len = config.number("vllm_max_model_len")
+        model_len = number(config, "vllm_max_model_len")
         if model_len is None:
             return
-        completion = config.number("max_completion_length") or SWIFT_MAX_COMPLETION_LENGTH
-        prompt = config.number("max_length")
+        completion = number(config, "max_completion_length") or SWIFT_MAX_COMPLETION_LENGTH
+        prompt = number(config, "max_length")
         evidence = {"vllm_max_model_len": int(model_len), "max_length": prompt and int(prompt),
                     "max_completion_length": int(completion)}
         if completion >= model_len:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from stalldoc.launch.config import number
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule
 from stalldoc.rules.config_helpers import divisors, listing, visible_gpus
@@ -27,8 +28,8 @@ class VllmTpLayout(Rule):
         GPUs.
 
     Fix
-        Pick vllm_tensor_parallel_size among the divisors of the world size, and keep
-        num_infer_workers x vllm_tensor_parallel_size <= GPUs per node.
+        Choose vllm_tensor_parallel_size among the divisors of the world size (the finding lists
+        them), and keep num_infer_workers x vllm_tensor_parallel_size within the GPUs of a node.
 
     References
         ms-swift GRPO argument checks; issue #3695 (num_infer_workers 8 + tensor_parallel_size 8).
@@ -38,14 +39,12 @@ class VllmTpLayout(Rule):
     name = "vllm-tp-layout"
     severity = Severity.ERROR
     trigger = "launch"
-    fix = ("Choose vllm_tensor_parallel_size among the divisors of the world size and keep "
-           "num_infer_workers x vllm_tensor_parallel_size within the GPUs of a node.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         config = window.config
         if config is None or not config.is_grpo or not config.flag("use_vllm"):
             return
-        tp = int(config.number("vllm_tensor_parallel_size") or 1)
+        tp = int(number(config, "vllm_tensor_parallel_size") or 1)
         world = config.world_size
         if world and world % tp:
             valid, complete = divisors(world)
@@ -53,7 +52,7 @@ class VllmTpLayout(Rule):
                                    f"({world}) evenly; valid: {listing(valid, complete)}",
                                {"tensor_parallel_size": tp, "world_size": world,
                                 "valid": valid, "valid_complete": complete})
-        workers, gpus = config.number("num_infer_workers"), visible_gpus(window)
+        workers, gpus = number(config, "num_infer_workers"), visible_gpus(window)
         if workers and gpus and workers * tp > gpus:
             yield self.finding((), f"num_infer_workers {workers:.0f} x vllm_tensor_parallel_size "
                                    f"{tp} = {workers * tp:.0f} engine shards on {gpus} GPUs",

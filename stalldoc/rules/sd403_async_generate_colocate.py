@@ -23,8 +23,8 @@ class AsyncGenerateColocate(Rule):
         async_generate, vllm_mode.
 
     Fix
-        Run ``swift rollout`` and use vllm_mode server with async_generate, or turn
-        async_generate off for colocate.
+        Use vllm_mode server with a running ``swift rollout`` for async_generate, or turn
+        async_generate off in colocate mode.
 
     References
         ms-swift GRPO docs (async_generate requires server mode); issue #3401.
@@ -34,8 +34,6 @@ class AsyncGenerateColocate(Rule):
     name = "async-generate-colocate"
     severity = Severity.ERROR
     trigger = "launch"
-    fix = ("Use vllm_mode server with a running `swift rollout` for async_generate, or turn "
-           "async_generate off in colocate mode.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         config = window.config

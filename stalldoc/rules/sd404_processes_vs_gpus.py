@@ -26,19 +26,19 @@ class ProcessesVsGpus(Rule):
         processes per node, GPUs, nodes.
 
     Fix
-        NPROC_PER_NODE = GPUs per node (or CUDA_VISIBLE_DEVICES listing exactly the GPUs to
-        use), then recompute batch sizes, num_generations and max_steps for the world size.
+        Set NPROC_PER_NODE to the GPUs per node (or list exactly the GPUs to use in
+        CUDA_VISIBLE_DEVICES), then recompute batch sizes, num_generations and max_steps for that
+        world size.
 
     References
-        seed articles 000 and 004 (NPROC_PER_NODE); ms-swift device checks.
+        the community articles "GRPO parameters for a 32B model in Swift" and "Swift GRPO on a
+        single GPU: parameter settings" (Chinese, 2025: NPROC_PER_NODE); ms-swift device checks.
     """
 
     code = "SD404"
     name = "processes-vs-gpus"
     severity = Severity.ERROR
     trigger = "launch"
-    fix = ("Set NPROC_PER_NODE to the GPUs per node (or list exactly those GPUs in "
-           "CUDA_VISIBLE_DEVICES) and recompute batch sizes, num_generations and max_steps.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         config = window.config

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from stalldoc.launch.config import deepspeed_of
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule
 
 
 class OffloadCombination(Rule):
-    """offload_model together with ZeRO-3 CPU offload: the configuration of seed 002's stall.
+    """offload_model with ZeRO-3 CPU offload: a configuration reported to stall 32B GRPO runs.
 
     What it does
         Before launch, for a swift GRPO command: offload_model (or offload_optimizer) together
@@ -24,26 +25,26 @@ class OffloadCombination(Rule):
         offload_model, offload_optimizer, deepspeed.
 
     Fix
-        In this order, measuring the step time after each: offload_model off first, then
-        offload_optimizer; zero3 instead of zero3_offload when GPU memory allows;
-        move_model_batches; gc_collect_after_offload (3.x) or empty the CUDA cache.
+        In this order, measuring the step time after each: turn offload_model off first, then
+        offload_optimizer; use zero3 instead of zero3_offload when GPU memory allows; set
+        move_model_batches; empty the CUDA cache after offload (gc_collect_after_offload in swift
+        3.x).
 
     References
-        seed article 002; ms-swift GRPO docs; issue #3401 (zero3_offload + async_generate).
+        the community article "Swift GRPO training of a 32B model hangs" (Chinese, 2025); ms-swift
+        GRPO docs; issue #3401 (zero3_offload + async_generate).
     """
 
     code = "SD405"
     name = "offload-combination"
     severity = Severity.WARNING
     trigger = "launch"
-    fix = ("Turn offload_model off first and measure, then offload_optimizer; use zero3 instead "
-           "of zero3_offload if GPU memory allows; set move_model_batches.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         config = window.config
         if config is None or not config.is_grpo:
             return
-        deepspeed = config.deepspeed()
+        deepspeed = deepspeed_of(config)
         moving = [name for name in ("offload_model", "offload_optimizer") if config.flag(name)]
         if moving and deepspeed and (deepspeed.offload_param or deepspeed.offload_optimizer):
             yield self.finding((), f"{' and '.join(moving)} with --deepspeed {deepspeed.name} "

@@ -18,24 +18,26 @@ class NumGenerations(Rule):
     Why is this bad?
         GRPO's advantage compares completions within a group; a group of one has no baseline,
         so swift refuses it — after loading the model, with a message older versions worded as
-        a divisibility error (seed 004: "1 x 1 must be evenly divisible by 1").
+        a divisibility error (a community article quotes "1 x 1 must be evenly divisible by 1").
 
     Evidence
         num_generations.
 
     Fix
-        num_generations >= 2 (seed 001 recommends 4 or more), with the batch sizes adjusted so
-        the generation batch divides (SD406).
+        Set num_generations to 2 or more (4 or more for stable training, as a community article on
+        swift GRPO recommends), with the batch sizes adjusted so that the generation batch still
+        divides (SD406).
 
     References
-        seeds 001 and 004; swift ``num_generations must be greater than 1 for GRPO``.
+        the community articles "GRPO fine-tuning of DeepSeek-R1-Distill-Qwen-7B in Swift" and "Swift
+        GRPO on a single GPU: parameter settings" (Chinese, 2025); swift ``num_generations must be
+        greater than 1 for GRPO``.
     """
 
     code = "SD407"
     name = "num-generations"
     severity = Severity.ERROR
     trigger = "launch"
-    fix = "Set num_generations to 2 or more (4+ for stable training) and keep SD406 satisfied."
 
     def check(self, window: Window) -> Iterator[Finding]:
         plan = plan_of(window)

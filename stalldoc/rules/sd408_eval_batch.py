@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from stalldoc.launch.config import number
 from stalldoc.launch.plan import setting
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule
@@ -18,27 +19,27 @@ class EvalBatch(Rule):
         num_generations_eval (default num_generations), as swift checks.
 
     Why is this bad?
-        swift refuses it after loading the model; seed 000 recommends per_device_eval_batch_size
-        = num_generations for this reason.
+        swift refuses it after loading the model; a community article recommends
+        per_device_eval_batch_size = num_generations for this reason.
 
     Evidence
         world size, per_device_eval_batch_size, num_generations_eval, the valid values (the
         first 24, and whether that is all).
 
     Fix
-        per_device_eval_batch_size a multiple of num_generations_eval / W, or
-        num_generations_eval among the valid values.
+        Make world size x per_device_eval_batch_size a multiple of num_generations_eval (e.g.
+        per_device_eval_batch_size = num_generations), or choose num_generations_eval among the
+        valid values (the finding lists them).
 
     References
-        swift rlhf_trainers/args_mixin.py; seed 000.
+        swift rlhf_trainers/args_mixin.py; the community article "GRPO parameters for a 32B model in
+        Swift" (Chinese, 2025).
     """
 
     code = "SD408"
     name = "eval-batch"
     severity = Severity.ERROR
     trigger = "launch"
-    fix = ("Make world size x per_device_eval_batch_size a multiple of num_generations_eval (e.g. "
-           "per_device_eval_batch_size = num_generations), or pick a valid num_generations_eval.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         plan, config = plan_of(window), window.config
@@ -48,7 +49,7 @@ class EvalBatch(Rule):
         if not evaluates or (config.value("eval_strategy") or "steps") == "no":
             return
         per_device = int(setting(config, "per_device_eval_batch_size"))
-        g_eval = int(config.number("num_generations_eval") or plan.num_generations)
+        g_eval = int(number(config, "num_generations_eval") or plan.num_generations)
         total = plan.world_size * per_device
         if total % g_eval:
             valid, complete = divisors(total)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.launch.config import LaunchConfig
+from stalldoc.launch.config import LaunchConfig, deepspeed_of, number
 from stalldoc.launch.plan import setting
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule
@@ -27,30 +27,28 @@ class VllmMemoryBudget(Rule):
         divided over the ranks under ZeRO-3) plus vLLM's budget above the GPU memory is a warning.
 
     Why is this bad?
-        Too small a budget (seed 002: 0.5 for a 32B model) leaves vLLM a KV cache for a handful
-        of sequences: rollouts preempt and crawl (SD510) or vLLM refuses to start (SD503); too
-        large a budget next to a resident training model runs out of memory at wake-up.
+        Too small a budget (a reported hang: 0.5 for a 32B model) leaves vLLM a KV cache for a
+        handful of sequences: rollouts preempt and crawl (SD510) or vLLM refuses to start (SD503);
+        too large a budget next to a resident training model runs out of memory at wake-up.
 
     Evidence
         parameters, weights per GPU, KV bytes per token and per sequence, the budget, the room
         left, sequences that fit, the training share.
 
     Fix
-        Raise vllm_gpu_memory_utilization towards 0.6-0.7 (offload the training model during
-        rollout: offload_model / sleep_level 1), raise vllm_tensor_parallel_size, or lower
-        vllm_max_model_len / vllm_max_num_seqs.
+        Raise vllm_gpu_memory_utilization towards 0.6-0.7 (when colocated, offload the training
+        model during rollout: offload_model / sleep_level 1), raise vllm_tensor_parallel_size, or
+        lower vllm_max_model_len / vllm_max_num_seqs.
 
     References
-        seed article 002; vLLM memory profiling (weights + activations + KV cache).
+        the community article "Swift GRPO training of a 32B model hangs" (Chinese, 2025); vLLM
+        memory profiling (weights + activations + KV cache).
     """
 
     code = "SD409"
     name = "vllm-memory-budget"
     severity = Severity.ERROR
     trigger = "launch"
-    fix = ("Raise vllm_gpu_memory_utilization towards 0.6-0.7 (with offload_model / sleep_level 1 "
-           "when colocated), raise vllm_tensor_parallel_size, or lower vllm_max_model_len / "
-           "vllm_max_num_seqs.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         config, res = window.config, window.resources
@@ -58,10 +56,10 @@ class VllmMemoryBudget(Rule):
                 or not config.is_grpo or not config.flag("use_vllm"):
             return
         model, memory = res.model, res.gpu_memory
-        tp = int(config.number("vllm_tensor_parallel_size") or 1)
-        budget = int((config.number("vllm_gpu_memory_utilization") or 0.9) * memory)
+        tp = int(number(config, "vllm_tensor_parallel_size") or 1)
+        budget = int((number(config, "vllm_gpu_memory_utilization") or 0.9) * memory)
         weights = model.weight_bytes // tp
-        length = int(config.number("vllm_max_model_len") or model.max_position_embeddings or 0)
+        length = int(number(config, "vllm_max_model_len") or model.max_position_embeddings or 0)
         per_seq = model.kv_bytes_per_token * length // tp
         fit = (budget - weights) // per_seq if per_seq else None
         ev = {"params": model.params, "weights_per_gpu": weights, "budget": budget,
@@ -82,23 +80,23 @@ class VllmMemoryBudget(Rule):
     @staticmethod
     def _batched(config: LaunchConfig) -> int:
         """vllm_max_num_seqs, or swift 4.x's default B x TP x S."""
-        given = config.number("vllm_max_num_seqs")
+        given = number(config, "vllm_max_num_seqs")
         if given:
             return int(given)
-        steps = config.number("steps_per_generation") or setting(config,
+        steps = number(config, "steps_per_generation") or setting(config,
                                                                   "gradient_accumulation_steps")
         return int(setting(config, "per_device_train_batch_size")
-                   * (config.number("vllm_tensor_parallel_size") or 1) * steps)
+                   * (number(config, "vllm_tensor_parallel_size") or 1) * steps)
 
     def _colocated(self, window: Window, weights: int, budget: int, memory: int,
                    ev: dict) -> Iterator[Finding]:
         config = window.config
         assert config is not None and window.resources and window.resources.model
         if (config.value("vllm_mode") or "colocate") != "colocate" or config.flag("offload_model") \
-                or (config.number("sleep_level") or 0) > 0:
+                or (number(config, "sleep_level") or 0) > 0:
             return
         plan = plan_of(window)
-        ds = config.deepspeed()
+        ds = deepspeed_of(config)
         ranks = plan.world_size if plan and ds and ds.stage == 3 else 1
         training = window.resources.model.params * TRAINING_BYTES_PER_PARAM // ranks
         if training + budget > memory:

@@ -41,13 +41,14 @@ class NcclWatchdogTimeout(LogSignature):
         seq and op in that numbering, waiting / missing / passed ranks, the culprits' frames.
 
     Fix
-        Look for the rank that is *not* in collective SeqNum N: stalldoc's stall finding (SD101,
-        SD103) names it with its frame. Fix that rank's cause first (a rank in rollout / vLLM /
-        a reward call while the others gather is the GRPO classic); raise the timeout only for
-        collectives that are legitimately slow (swift / HF: ``--ddp_timeout``; torch:
-        ``init_process_group(timeout=...)``). Next time record the collectives: set
-        ``TORCH_FR_BUFFER_SIZE=2000`` (older torch: ``TORCH_NCCL_TRACE_BUFFER_SIZE``) and
-        ``TORCH_NCCL_DUMP_ON_TIMEOUT=1`` and read the dumps with ``torchfrtrace``.
+        Find the rank that is not in that collective (stalldoc's stall finding, SD101 or SD103,
+        names it with its frame) and fix its cause first: a rank in rollout, vLLM or a reward call
+        while the others gather is the GRPO classic. Raise the timeout (``--ddp_timeout``,
+        ``init_process_group(timeout=...)``) only for collectives that are legitimately slow.
+
+        To record the next one, set ``TORCH_FR_BUFFER_SIZE=2000`` (older torch:
+        ``TORCH_NCCL_TRACE_BUFFER_SIZE``) and ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``, then read the dumps
+        with ``torchfrtrace``.
 
     References
         modelscope/ms-swift#4306 (_ALLGATHER_BASE timeout while rank 0 waits on the rollout
@@ -73,11 +74,6 @@ class NcclWatchdogTimeout(LogSignature):
         r"last completed NCCL work: (?P<last_completed>-?\d+))?",
         r"Received a timeout signal from this local rank",
     )
-    fix = ("Find the rank that is not in that collective (stalldoc's stall finding names it with its "
-           "frame) and fix its cause; raise the timeout (--ddp_timeout, init_process_group(timeout=)) "
-           "only for collectives that are legitimately slow. To record the next one set "
-           "TORCH_FR_BUFFER_SIZE=2000 (older torch: TORCH_NCCL_TRACE_BUFFER_SIZE) and "
-           "TORCH_NCCL_DUMP_ON_TIMEOUT=1, then read the dumps with torchfrtrace.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         for finding in super().check(window):

@@ -21,13 +21,14 @@ class DeviceMismatch(LogSignature):
         ``wrapper_CUDA_cat``) where torch names them, the ranks that printed them.
 
     Fix
-        Check offload_model / offload_optimizer reloads and device_map; upgrade vLLM (>= 0.7.2 per the
-        seed article) and set the vLLM device explicitly.
+        Check the offload and reload of the model (offload_model, offload_optimizer) and device_map;
+        upgrade vLLM (>= 0.7.2) and set the vLLM device explicitly.
 
     References
-        huggingface/trl#3008 (torch.cat of prompt and completion ids on cuda:0 and cuda:1 with
-        vLLM on a second GPU), vllm-project/vllm#2108 (a vLLM model and a second model on another
-        GPU), huggingface/trl#2851 (GRPOTrainer with vLLM, two GPUs); seed article on swift GRPO hangs; ms-swift GRPO docs.
+        huggingface/trl#3008 (torch.cat of prompt and completion ids on cuda:0 and cuda:1 with vLLM
+        on a second GPU), vllm-project/vllm#2108 (a vLLM model and a second model on another GPU),
+        huggingface/trl#2851 (GRPOTrainer with vLLM, two GPUs); the community article "Swift GRPO
+        training of a 32B model hangs" (Chinese, 2025); ms-swift GRPO docs.
     """
 
     code = "SD502"
@@ -40,5 +41,3 @@ class DeviceMismatch(LogSignature):
         r"\w+ in method (?P<op>\w+)\))?",
         r"Expected all tensors to be on the same device, but found at least two devices",
     )
-    fix = ("Check the offload/reload of the model (offload_model, offload_optimizer) and device_map; "
-           "upgrade vLLM (>= 0.7.2) and set the vLLM device explicitly.")

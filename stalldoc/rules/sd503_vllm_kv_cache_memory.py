@@ -22,14 +22,15 @@ class VllmKvCacheMemory(LogSignature):
         the lines; free and total GiB on the device when vLLM printed them.
 
     Fix
-        Free the GPU for vLLM: --offload_model true / --offload_optimizer true, --sleep_level 1;
-        set --vllm_gpu_memory_utilization below the free share the line prints (free / total,
-        0.6-0.7 typical for colocate); lower --vllm_max_model_len or raise
+        Free the GPU for vLLM (--offload_model true / --offload_optimizer true, --sleep_level 1),
+        set --vllm_gpu_memory_utilization below the free share the line prints (free / total;
+        0.6-0.7 is typical for colocate), lower --vllm_max_model_len or raise
         --vllm_tensor_parallel_size.
 
     References
-        seed articles (vllm_gpu_memory_utilization), ms-swift GRPO docs, vLLM engine args;
-        pytorch/pytorch#175666, vllm-project/vllm#33297, noonghunna/club-3090#4.
+        community articles on swift GRPO (Chinese, 2025: vllm_gpu_memory_utilization), ms-swift GRPO
+        docs, vLLM engine args; pytorch/pytorch#175666, vllm-project/vllm#33297,
+        noonghunna/club-3090#4.
     """
 
     code = "SD503"
@@ -42,6 +43,3 @@ class VllmKvCacheMemory(LogSignature):
         r"Free memory on device(?: \S+)? \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on startup "
         r"is less than desired GPU memory utilization",
     )
-    fix = ("Free the GPU for vLLM (offload_model / offload_optimizer, sleep_level 1), set "
-           "vllm_gpu_memory_utilization to what is really free (0.6-0.7 for colocate), lower "
-           "vllm_max_model_len or raise tensor_parallel_size.")

@@ -21,9 +21,9 @@ class ExpandableSegmentsPool(LogSignature):
         the lines, the ranks that printed them.
 
     Fix
-        Remove ``expandable_segments:True`` from PYTORCH_CUDA_ALLOC_CONF when vLLM sleep mode
-        (sleep_level) is on, or turn sleep mode off, or upgrade vLLM (>= 0.20.1 toggles it off
-        around its pool, per NovaSky-AI/SkyRL#1768).
+        Remove ``expandable_segments:True`` from PYTORCH_CUDA_ALLOC_CONF while vLLM sleep mode
+        (sleep_level) is on, or turn sleep mode off, or upgrade vLLM (>= 0.20.1 turns it off around
+        its pool, per NovaSky-AI/SkyRL#1768).
 
     References
         OpenRLHF/OpenRLHF#1011 (the assertion with --colocate_all_models and vLLM sleep),
@@ -40,5 +40,3 @@ class ExpandableSegmentsPool(LogSignature):
         r"Expandable segments are not compatible with memory pool",
         r"assert \"expandable_segments:True\" not in conf",
     )
-    fix = ("Remove expandable_segments:True from PYTORCH_CUDA_ALLOC_CONF while vLLM sleep mode "
-           "(sleep_level) is on, or turn sleep mode off, or upgrade vLLM (>= 0.20.1 handles it).")

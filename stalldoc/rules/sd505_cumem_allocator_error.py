@@ -23,11 +23,14 @@ class CumemAllocatorError(LogSignature):
         the lines, the ranks that printed them.
 
     Fix
-        ``out of memory`` at wake-up: the training side still holds the memory — set
-        --offload_model true and --offload_optimizer true, lower --vllm_gpu_memory_utilization.
-        ``invalid argument``: upgrade vLLM (wake-up error handling was reworked). ``allocator is
-        not available``: vLLM was built without it (vllm-ascend: reinstall with
-        COMPILE_CUSTOM_KERNELS=1); until then --sleep_level 0.
+        ``out of memory`` at wake-up: the training side still holds the memory: set --offload_model
+        true and --offload_optimizer true, and lower --vllm_gpu_memory_utilization. ``invalid
+        argument``: upgrade vLLM. ``allocator is not available``: reinstall vLLM with it; until then
+        --sleep_level 0.
+
+        ``invalid argument``: vLLM's wake-up error handling was reworked in later versions.
+        ``allocator is not available``: vLLM was built without its memory pool allocator
+        (vllm-ascend: reinstall with COMPILE_CUSTOM_KERNELS=1).
 
     References
         modelscope/ms-swift#9144 (colocate hang with a cumem_allocator.cpp error),
@@ -42,6 +45,3 @@ class CumemAllocatorError(LogSignature):
         r"cumem_allocator\.cpp",
         r"c[au]mem allocator is not available",
     )
-    fix = ("OOM at wake-up: --offload_model true --offload_optimizer true and a lower "
-           "--vllm_gpu_memory_utilization; invalid argument: upgrade vLLM; allocator not available: "
-           "reinstall vLLM with it (vllm-ascend: COMPILE_CUSTOM_KERNELS=1), until then --sleep_level 0.")

@@ -20,7 +20,7 @@ class CudaOom(LogSignature):
 
     Fix
         Lower vllm_gpu_memory_utilization, use sleep_level, move_model_batches, raise
-        tensor_parallel_size, or reduce the per-device batch / max lengths.
+        tensor_parallel_size, or reduce the per-device batch size / max lengths.
 
     References
         huggingface/trl#3172 (GRPO with LoRA and ZeRO-3 on 8xH100), huggingface/trl#2776;
@@ -35,5 +35,3 @@ class CudaOom(LogSignature):
         r"CUDA out of memory\. Tried to allocate (?P<requested>[\d.]+ [KMG]i?B)",
         r"torch\.(cuda\.)?OutOfMemoryError",
     )
-    fix = ("Lower vllm_gpu_memory_utilization, use sleep_level, move_model_batches, raise "
-           "tensor_parallel_size, or reduce per-device batch size / max lengths.")

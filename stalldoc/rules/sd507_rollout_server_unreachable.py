@@ -19,9 +19,9 @@ class RolloutServerUnreachable(LogSignature):
 
     Fix
         Check that ``swift rollout`` is running and healthy, and that --vllm_server_host /
-        --vllm_server_port point at it (a port taken by another process makes the server bump to
-        the next one); unset http_proxy / https_proxy for the trainer; raise
-        --vllm_server_timeout while the server still loads.
+        --vllm_server_port point at it (a port taken by another process makes the server move to the
+        next one); unset http_proxy / https_proxy for the trainer; raise --vllm_server_timeout while
+        the server still loads.
 
     References
         ms-swift GRPO server mode docs; modelscope/ms-swift#4306, modelscope/ms-swift#5911.
@@ -34,5 +34,3 @@ class RolloutServerUnreachable(LogSignature):
     patterns = (
         r"Servers not reachable after (?P<waited_seconds>[\d.]+)s",
     )
-    fix = ("Check that the swift rollout server is running and that vllm_server_host / vllm_server_port "
-           "point at it (a busy port makes the server move to the next one).")

@@ -20,13 +20,14 @@ class MaxModelLenTooSmall(LogSignature):
         the lines; max_model_len, prompt tokens and requested tokens where printed.
 
     Fix
-        Set --vllm_max_model_len >= longest prompt (--max_length) + --max_completion_length, or
-        truncate prompts (--truncation_strategy left; TRL: max_prompt_length) / lower
+        Set --vllm_max_model_len >= the longest prompt (--max_length) + --max_completion_length, or
+        truncate prompts (--truncation_strategy left; TRL: max_prompt_length) or lower
         --max_completion_length.
 
     References
-        seed articles (vllm_max_model_len), ms-swift GRPO docs; huggingface/open-r1#672,
-        xorbitsai/inference#3785, unslothai/unsloth#2666 (GRPO with use_vllm).
+        community articles on swift GRPO (Chinese, 2025): vllm_max_model_len; ms-swift GRPO docs;
+        huggingface/open-r1#672, xorbitsai/inference#3785, unslothai/unsloth#2666 (GRPO with
+        use_vllm).
     """
 
     code = "SD508"
@@ -39,5 +40,3 @@ class MaxModelLenTooSmall(LogSignature):
         r"The decoder prompt \(length (?P<prompt_tokens>\d+)\) is longer than the maximum "
         r"model length of (?P<max_model_len>\d+)",
     )
-    fix = ("Set vllm_max_model_len >= the longest prompt (max_length) + max_completion_length, or "
-           "truncate prompts / lower max_completion_length.")

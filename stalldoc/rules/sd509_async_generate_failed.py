@@ -21,8 +21,9 @@ class AsyncGenerateFailed(LogSignature):
         the lines (the exception follows them in the log), the ranks that printed them.
 
     Fix
-        Read the exception after the line and fix it; until then run with --async_generate false
-        (colocate mode does not support it anyway), which makes such errors fatal and visible.
+        Read the exception that follows the line and fix it; until then run with --async_generate
+        false (colocate mode does not support it anyway), so that such errors stop the job instead
+        of hanging it.
 
     References
         ms-swift issue #3401 (zero3_offload + async_generate hang); ms-swift GRPO docs;
@@ -40,5 +41,3 @@ class AsyncGenerateFailed(LogSignature):
         r"exception calling callback for <Future at 0x[0-9a-f]+ state=finished raised "
         r"(?P<exception>\w+)>",
     )
-    fix = ("Read the exception that follows the line and fix it; until then run without async_generate, "
-           "so that such errors stop the job instead of hanging it.")

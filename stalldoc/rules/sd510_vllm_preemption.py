@@ -27,12 +27,13 @@ class VllmPreemption(LogSignature):
 
     Fix
         Raise --vllm_gpu_memory_utilization towards 0.6-0.7 when the GPU has memory to spare
-        (colocate: --offload_model true during rollout first), or lower --vllm_max_num_seqs /
-        --vllm_max_model_len, or raise --vllm_tensor_parallel_size.
+        (colocate: offload the training model during rollout first, --offload_model true), or lower
+        --vllm_max_num_seqs / --vllm_max_model_len, or raise --vllm_tensor_parallel_size.
 
     References
-        seed article 002 (32B with vllm_gpu_memory_utilization 0.5); vLLM docs on preemption;
-        GAIR-NLP/LIMO#29 (a 32B evaluation, 101 cumulative preemptions).
+        the community article "Swift GRPO training of a 32B model hangs" (Chinese, 2025; 32B with
+        vllm_gpu_memory_utilization 0.5); vLLM docs on preemption; GAIR-NLP/LIMO#29 (a 32B
+        evaluation, 101 cumulative preemptions).
     """
 
     code = "SD510"
@@ -44,9 +45,6 @@ class VllmPreemption(LogSignature):
         r"cache space",
         r"not enough KV cache space",
     )
-    fix = ("Raise vllm_gpu_memory_utilization towards 0.6-0.7 if the GPU has memory to spare "
-           "(offload the training model during rollout first), or lower vllm_max_num_seqs / "
-           "vllm_max_model_len, or raise vllm_tensor_parallel_size.")
 
     def check(self, window: Window) -> Iterator[Finding]:
         unused = {str(i): h[-1].memory_total - h[-1].memory_used for i, h in window.gpus.items()

@@ -26,12 +26,12 @@ class NcclWatchdogStuck(LogSignature):
         ranks that printed them.
 
     Fix
-        Dump the stuck rank's threads first (``py-spy dump --native --pid``; stalldoc's stall
-        finding shows them): a thread in a CUDA call or holding the GIL is the cause. If the
-        watchdog is only slow (a huge checkpoint save, a long CPU phase at teardown), raise
-        ``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC`` or turn the monitor off with
-        ``TORCH_NCCL_ENABLE_MONITORING=0``; call ``torch.distributed.destroy_process_group()``
-        on every rank at the end of training.
+        Dump the stuck rank's threads (``py-spy dump --native --pid PID``; stalldoc's stall finding
+        shows them): a thread in a CUDA call or holding the GIL is the cause. If the watchdog is
+        only slow, raise TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC or set TORCH_NCCL_ENABLE_MONITORING=0.
+
+        The watchdog is only slow during a huge checkpoint save or a long CPU phase at teardown.
+        Call ``torch.distributed.destroy_process_group()`` on every rank at the end of training.
 
     References
         modelscope/ms-swift#7992 (stuck in teardown of the expert-parallel groups after
@@ -48,7 +48,3 @@ class NcclWatchdogStuck(LogSignature):
         r"Heartbeat monitor timed out! Process will be terminated after dumping debug info\."
         r"(?: workMetaList_\.size\(\)=(?P<pending_works>\d+))?",
     )
-    fix = ("Dump the stuck rank's threads (py-spy dump --native; stalldoc's stall finding shows them): "
-           "a thread in a CUDA call or holding the GIL is the cause. If the watchdog is only slow, raise "
-           "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC or set TORCH_NCCL_ENABLE_MONITORING=0; call "
-           "destroy_process_group() on every rank at the end of training.")

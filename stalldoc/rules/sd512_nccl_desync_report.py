@@ -27,9 +27,9 @@ class NcclDesyncReport(LogSignature):
 
     Fix
         Look at what the lagging ranks were doing at collective #N (stalldoc's stall finding and
-        their stacks; a rank that took another branch, e.g. an ``if rank == 0`` around a
-        collective, an uneven last batch, or a rank still in rollout). Make every rank call the
-        same collectives in the same order.
+        their stacks): a rank that took another branch (an ``if rank == 0`` around a collective), an
+        uneven last batch, a rank still in rollout. Make every rank call the same collectives in the
+        same order.
 
     References
         pytorch/pytorch#152623 (a lagging rank that finished #182 and never joined #183),
@@ -48,6 +48,3 @@ class NcclDesyncReport(LogSignature):
         r"the lagging/dead/mismatched ranks that caused the desync are",
         r"\[(?P<reporting_rank>\d+)\] Timeout at collective: (?P<op>\w+), #(?P<seq>\d+)",
     )
-    fix = ("Look at what the lagging ranks were doing at that collective (stalldoc's stall finding and "
-           "their stacks): a rank on another branch, an uneven last batch, a rank still in rollout. "
-           "Make every rank call the same collectives in the same order.")

@@ -28,10 +28,9 @@ class NcclWatchdogAbort(LogSignature):
 
     Fix
         Find the cause in the finding printed with it: SD501 (a timeout: the rank outside the
-        collective) or SD516 / SD517 (a network or NCCL error). Compare ``last_completed``
-        across ranks: the lowest is the rank that stopped first. Keep
-        TORCH_NCCL_ASYNC_ERROR_HANDLING at 3 (taking the process down beats hanging); with
-        NCCL_DEBUG=WARN the NCCL reason is printed too.
+        collective) or SD516 / SD517 (a network or NCCL error); the rank with the lowest
+        ``last_completed`` stopped first. Keep TORCH_NCCL_ASYNC_ERROR_HANDLING=3 (taking the process
+        down beats hanging); with NCCL_DEBUG=WARN NCCL prints its reason too.
 
     References
         OpenRLHF/OpenRLHF#1126, pytorch/pytorch#152623 (failure detected ... last completed
@@ -55,6 +54,3 @@ class NcclWatchdogAbort(LogSignature):
         r"To avoid data inconsistency, we are taking the entire process down",
         r"(?:Process group|NCCL) watchdog thread terminated with exception",
     )
-    fix = ("Find the cause printed with it: SD501 (timeout: the rank outside the collective) or "
-           "SD516/SD517 (network or NCCL error); the rank with the lowest last_completed stopped first. "
-           "Keep TORCH_NCCL_ASYNC_ERROR_HANDLING=3 and run with NCCL_DEBUG=WARN to see NCCL's reason.")

@@ -46,15 +46,18 @@ class C10dStoreTimeout(LogSignature):
         them.
 
     Fix
-        For /broadcast_from/ keys: check the rollout server's own log and that it is alive
-        (stalldoc's SD107 / SD507); restart it together with the trainer so both sides recreate
-        the communicator; use one server per trainer group. For ncclUniqueId: find what rank 0
-        was doing (the stall finding); raise the store timeout (``init_process_group(timeout=)``,
-        swift / HF ``--ddp_timeout``) only for legitimately slow starts. For clients joined:
-        check that every node started with the same ``--nnodes`` / ``MASTER_ADDR`` /
-        ``MASTER_PORT`` and can reach it. Cannot connect: MASTER_ADDR / ``--rdzv-endpoint`` must
-        be an address of rank 0's node that the others reach (``nc -zv ADDR PORT``), rank 0 must
-        be up, no firewall on the port.
+        The key says which: ``/broadcast_from/`` (the weight-sync communicator with a vLLM / SGLang
+        server lost its peer): check that the server is alive, restart both sides together.
+        ``ncclUniqueId``: find what rank 0 was doing. Clients joined / cannot connect: the same
+        --nnodes / MASTER_ADDR / MASTER_PORT on every node, reachable from all.
+
+        ``/broadcast_from/``: read the rollout server's own log (stalldoc's SD107 / SD507);
+        restarting it together with the trainer makes both sides recreate the communicator; use one
+        server per trainer group. ``ncclUniqueId``: the stall finding says where rank 0 is; raise
+        the store timeout (``init_process_group(timeout=)``, swift / HF ``--ddp_timeout``) only for
+        legitimately slow starts. Cannot connect: MASTER_ADDR / ``--rdzv-endpoint`` must be an
+        address of rank 0's node that the others reach (``nc -zv ADDR PORT``), rank 0 must be up, no
+        firewall on the port.
 
     References
         modelscope/ms-swift#4906 (``/broadcast_from/0/75465`` in swift's vllm_client weight
@@ -85,11 +88,6 @@ class C10dStoreTimeout(LogSignature):
         r"The client socket has failed to connect to any network address of \((?P<peer>[^)]*)\)",
         r"RendezvousConnectionError: The connection to the C10d store has failed",
     )
-    fix = ("Keys /broadcast_from/...: the weight-sync communicator with the vLLM/SGLang server lost its "
-           "peer: check the server is alive (its log, SD107/SD507), restart both sides together. "
-           "ncclUniqueId: find what rank 0 was doing; raise --ddp_timeout / init_process_group(timeout=) "
-           "only for slow starts. Clients joined / cannot connect: same --nnodes/MASTER_ADDR/MASTER_PORT "
-           "on every node, reachable from all (nc -zv ADDR PORT), rank 0 up, no firewall.")
 
     def details(self, match: re.Match[str]) -> dict[str, Any]:
         figures = super().details(match)

@@ -27,9 +27,9 @@ class C10dSocketConnect(LogSignature):
         that printed them.
 
     Fix
-        Check MASTER_ADDR / MASTER_PORT on every node (same values, an address of rank 0's node
-        reachable from the others: ``nc -zv ADDR PORT``), that rank 0 is alive, and that no
-        firewall blocks the port; for a vLLM / TRL communicator check the host and port given to
+        Check MASTER_ADDR / MASTER_PORT on every node (the same values, an address of rank 0's node
+        reachable from the others: ``nc -zv ADDR PORT``), that rank 0 is alive, and that no firewall
+        blocks the port; for a vLLM / TRL communicator check the host and port given to
         ``init_communicator`` / ``vllm_server_host``.
 
     References
@@ -46,6 +46,3 @@ class C10dSocketConnect(LogSignature):
         r"\[c10d\] The client socket has failed to connect to (?P<peer>\S+) \((?:errno|system "
         r"error): (?P<errno>\d+) - (?P<reason>[^)]*)\)",
     )
-    fix = ("Check MASTER_ADDR/MASTER_PORT on every node (same values, reachable: nc -zv ADDR PORT), "
-           "that rank 0 is alive, and that no firewall blocks the port; for a vLLM/TRL communicator "
-           "check the host and port it was given.")

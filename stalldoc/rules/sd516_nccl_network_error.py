@@ -30,12 +30,13 @@ class NcclNetworkError(LogSignature):
         that printed them (NCCL's own ``host:pid:tid [N]`` prefix names the local GPU, not a rank).
 
     Fix
-        Find the peer's first error (it often died first). For IB: check the links
-        (``ibstat``, ``ibv_devinfo``, switch counters), pin the right HCAs with
-        ``NCCL_IB_HCA=mlx5_0,mlx5_1,...``, raise ``NCCL_IB_TIMEOUT`` (e.g. 22) and
-        ``NCCL_IB_RETRY_CNT`` for a lossy fabric, set ``NCCL_IB_GID_INDEX`` for RoCE. For sockets:
-        ``NCCL_SOCKET_IFNAME`` must name an interface every node can reach (not docker0/lo).
-        Run with ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET`` and test the fabric with
+        Find the peer's first error (it often died first). InfiniBand: check the links (``ibstat``,
+        ``ibv_devinfo``), set NCCL_IB_HCA to the right HCAs, raise NCCL_IB_TIMEOUT (e.g. 22) /
+        NCCL_IB_RETRY_CNT. Sockets: NCCL_SOCKET_IFNAME must name an interface every node reaches
+        (not docker0 / lo).
+
+        InfiniBand: also the switch counters; ``NCCL_IB_HCA=mlx5_0,mlx5_1,...``; NCCL_IB_GID_INDEX
+        for RoCE. Run with ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET`` and test the fabric with
         nccl-tests (``all_reduce_perf``).
 
     References
@@ -64,7 +65,3 @@ class NcclNetworkError(LogSignature):
         r"NCCL WARN \[Proxy Service \d+\] Failed to execute operation (?P<operation>\w+)",
         r"NCCL WARN \[Service thread\] Connection closed by localRank",
     )
-    fix = ("Find the peer's first error (it often died first). IB: check links (ibstat, ibv_devinfo), "
-           "set NCCL_IB_HCA to the right HCAs, raise NCCL_IB_TIMEOUT (e.g. 22) / NCCL_IB_RETRY_CNT, "
-           "NCCL_IB_GID_INDEX for RoCE. Sockets: NCCL_SOCKET_IFNAME must name an interface every node "
-           "reaches. Debug with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and nccl-tests.")

@@ -33,13 +33,16 @@ class NcclError(LogSignature):
         of an async failure; the global ranks that printed them.
 
     Fix
-        Rerun with ``NCCL_DEBUG=WARN`` (or INFO) to get NCCL's "Last error". Remote error: find
-        the rank or node that failed first, check the fabric (SD516). System error: give the
-        container ``--shm-size`` / ``--ipc=host``, set ``NCCL_SOCKET_IFNAME`` (and
-        ``NCCL_IB_DISABLE=1`` without a working IB). Unhandled CUDA error: look for the first
-        CUDA error or Xid on that GPU; on GPUs without working P2P (consumer cards, VMs with
-        IOMMU) set ``NCCL_P2P_DISABLE=1``; NCCL 2.18.6 fixed one such bug
-        (NVIDIA/nccl#1024). Invalid usage: make ranks issue the same collectives.
+        Rerun with NCCL_DEBUG=WARN (or INFO) to get NCCL's "Last error", then by kind: remote error:
+        the rank or node that failed first, and the fabric (SD516); system error: shared memory and
+        sockets; unhandled CUDA error: the first CUDA error or Xid on that GPU; invalid usage: make
+        ranks issue the same collectives.
+
+        System error: give the container ``--shm-size`` / ``--ipc=host``, set ``NCCL_SOCKET_IFNAME``
+        (and ``NCCL_IB_DISABLE=1`` without a working InfiniBand). Unhandled CUDA error: on GPUs
+        without working P2P (consumer cards, VMs with IOMMU) set ``NCCL_P2P_DISABLE=1``; NCCL 2.18.6
+        fixed one such bug (NVIDIA/nccl#1024). Internal error on NCCL 2.18: often a network error
+        (NCCL_DEBUG=WARN, NCCL_SOCKET_IFNAME).
 
     References
         NVIDIA/nccl#1410 (ncclUnhandledCudaError, Cuda failure 1 'invalid argument'),
@@ -66,9 +69,3 @@ class NcclError(LogSignature):
         r"NCCL communicator was aborted on rank (?P<aborted_rank>\d+)",
         r"NCCL error: (?P<reason>[^,(]+?)\s*(?:[,(]|$)",
     )
-    fix = ("Rerun with NCCL_DEBUG=WARN for NCCL's 'Last error'. Remote error: find the rank/node that "
-           "failed first and check the fabric (SD516). System error: --shm-size/--ipc=host, "
-           "NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE=1 without IB. Unhandled CUDA error: the first CUDA "
-           "error/Xid on that GPU; NCCL_P2P_DISABLE=1 where P2P is broken. Internal error on NCCL 2.18: "
-           "often a network error (NCCL_DEBUG=WARN, NCCL_SOCKET_IFNAME). Invalid usage: make ranks "
-           "issue the same collectives.")

@@ -24,9 +24,9 @@ class C10dPortInUse(LogSignature):
         printed them.
 
     Fix
-        Give each run its own port: ``MASTER_PORT`` / ``--master_port`` (swift and torchrun read
-        ``MASTER_PORT``), or ``torchrun --standalone`` / ``--rdzv-endpoint=localhost:0`` for a
-        single node; find the holder with ``ss -ltnp 'sport = :29500'`` and end the leftover run.
+        Give each run its own port (``MASTER_PORT`` / ``--master_port``, which swift and torchrun
+        read; on one node ``torchrun --standalone`` or ``--rdzv-endpoint=localhost:0``); find the
+        holder with ``ss -ltnp 'sport = :29500'`` (the port in the line) and end the leftover run.
 
     References
         pytorch/pytorch#85604 and pytorch/pytorch#126510 (errno 98 with torchrun),
@@ -43,6 +43,3 @@ class C10dPortInUse(LogSignature):
         r"The server socket has failed to listen on any local network address",
         r"name: EADDRINUSE",
     )
-    fix = ("Give each run its own port (MASTER_PORT / --master_port; torchrun --standalone or "
-           "--rdzv-endpoint=localhost:0 on one node); find the holder with ss -ltnp 'sport = :PORT' "
-           "and end the leftover run.")

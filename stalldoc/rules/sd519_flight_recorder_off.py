@@ -23,11 +23,13 @@ class FlightRecorderOff(LogSignature):
         the lines, the global ranks that printed them.
 
     Fix
-        Turn the recorder on for the next run: ``TORCH_FR_BUFFER_SIZE=2000`` (older torch:
-        ``TORCH_NCCL_TRACE_BUFFER_SIZE=2000``), ``TORCH_NCCL_DUMP_ON_TIMEOUT=1`` and a dump
-        location every rank can write (``TORCH_FR_DUMP_TEMP_FILE``, older torch:
-        ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, e.g. on the shared run directory); then compare the
-        ranks' dumps with ``torchfrtrace``. The cost is a ring buffer per process group.
+        Turn the Flight Recorder on for the next run: ``TORCH_FR_BUFFER_SIZE=2000`` (older torch:
+        ``TORCH_NCCL_TRACE_BUFFER_SIZE``), ``TORCH_NCCL_DUMP_ON_TIMEOUT=1`` and a dump path every
+        rank can write (``TORCH_FR_DUMP_TEMP_FILE``, older torch:
+        ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``); then compare the ranks' dumps with ``torchfrtrace``.
+
+        The dump path can be on the shared run directory. The cost is a ring buffer per process
+        group.
 
     References
         snowflakedb/ArcticTraining#219 (the hint next to the failure detected by the watchdog),
@@ -43,7 +45,3 @@ class FlightRecorderOff(LogSignature):
         r"Stack trace of the failed collective not found, potentially because FlightRecorder is "
         r"disabled",
     )
-    fix = ("Turn the Flight Recorder on for the next run: TORCH_FR_BUFFER_SIZE=2000 (older torch: "
-           "TORCH_NCCL_TRACE_BUFFER_SIZE), TORCH_NCCL_DUMP_ON_TIMEOUT=1, a dump path every rank can "
-           "write (TORCH_FR_DUMP_TEMP_FILE / TORCH_NCCL_DEBUG_INFO_TEMP_FILE), then compare the dumps "
-           "with torchfrtrace.")

@@ -28,10 +28,11 @@ class VllmEngineDead(LogSignature):
 
     Fix
         Read the first exception of the EngineCore traceback above the line and restart the job
-        (colocate) or ``swift rollout`` / ``trl vllm-serve`` (server mode). A CUDA OOM there:
-        lower --vllm_gpu_memory_utilization, keep --sleep_level 1 with --offload_model true and
-        --offload_optimizer true; ``RPC call to execute_model timed out``: see SD522; a crash in
-        CUDA graph capture or replay: --vllm_enforce_eager true.
+        (colocate) or ``swift rollout`` / ``trl vllm-serve`` (server mode).
+
+        A CUDA OOM there: lower --vllm_gpu_memory_utilization, keep --sleep_level 1 with
+        --offload_model true and --offload_optimizer true; ``RPC call to execute_model timed out``:
+        see SD522; a crash in CUDA graph capture or replay: --vllm_enforce_eager true.
 
     References
         vllm-project/vllm#17276, vllm-project/vllm#19668 (fatal error after an RPC timeout),
@@ -52,8 +53,3 @@ class VllmEngineDead(LogSignature):
         r"Dumping input data for V1 LLM engine",
     )
     shutdown_patterns = (r"Engine core proc (?P<engine>\S+) died unexpectedly",)
-    fix = ("Read the first exception of the EngineCore traceback above the line and restart the job "
-           "(colocate) or swift rollout / trl vllm-serve (server mode). CUDA OOM: lower "
-           "--vllm_gpu_memory_utilization, --sleep_level 1 with --offload_model true "
-           "--offload_optimizer true; RPC timeout: see SD522; crash in CUDA graphs: "
-           "--vllm_enforce_eager true.")

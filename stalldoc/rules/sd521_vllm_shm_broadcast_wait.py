@@ -22,10 +22,12 @@ class VllmShmBroadcastWait(LogSignature):
         the lines, how often they came; the seconds waited per message.
 
     Fix
-        Take the stacks of the VllmWorker processes (stalldoc's stack rules name the frame) and
-        look for an earlier worker error; restart the engine once the cause is known. If it only
-        appears during start-up compilation or loading, wait, or use --vllm_enforce_eager true.
-        VLLM_RINGBUFFER_WARNING_INTERVAL changes only how often the message is printed.
+        Take the stacks of the VllmWorker processes (stalldoc's stack rules name the frame) and look
+        for an earlier worker error; restart the engine once the cause is known. If it only shows
+        during start-up compilation or loading, wait, or use --vllm_enforce_eager true.
+
+        A bigger /dev/shm does not help; VLLM_RINGBUFFER_WARNING_INTERVAL changes only how often the
+        message is printed.
 
     References
         vllm-project/vllm#25566 (the message rewritten to say "hanging"), vllm-project/vllm#51986,
@@ -40,6 +42,3 @@ class VllmShmBroadcastWait(LogSignature):
     patterns = (
         r"No available (?:shared memory broadcast )?block found in (?P<waited_seconds>\d+) seconds?",
     )
-    fix = ("Take the VllmWorker processes' stacks and look for an earlier worker error, then restart "
-           "the engine; if it only shows during start-up compilation or loading, wait or use "
-           "--vllm_enforce_eager true. A bigger /dev/shm does not help.")

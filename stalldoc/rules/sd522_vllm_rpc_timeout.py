@@ -21,11 +21,13 @@ class VllmRpcTimeout(LogSignature):
         the lines; the method that timed out.
 
     Fix
-        Find the slow or hung worker (its stack, its GPU's utilisation) before raising any
-        timeout. If a step is really that long (very long sequences, huge batches), raise
-        VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (execute_model with TP > 1); otherwise lower
-        --vllm_max_num_seqs / --vllm_max_model_len, keep the training model off the rollout GPUs
-        (--offload_model true, --sleep_level 1), and try --vllm_enforce_eager true.
+        Find the slow or hung vLLM worker (its stack, its GPU's utilisation) before raising any
+        timeout. If a step is really that long, raise VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS; otherwise
+        lower --vllm_max_num_seqs / --vllm_max_model_len, keep the training model off the rollout
+        GPUs (--offload_model true, --sleep_level 1), and try --vllm_enforce_eager true.
+
+        A step is really that long with very long sequences or huge batches (the timeout applies to
+        execute_model with TP > 1).
 
     References
         vllm-project/vllm#21899, intel/llm-scaler#77, vllm-project/vllm#19668,
@@ -39,7 +41,3 @@ class VllmRpcTimeout(LogSignature):
     patterns = (
         r"RPC call to (?P<method>\w+) timed out",
     )
-    fix = ("Find the hung or slow vLLM worker (stack, GPU utilisation) first. For genuinely long steps "
-           "raise VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS; otherwise lower --vllm_max_num_seqs / "
-           "--vllm_max_model_len, keep training off the rollout GPUs (--offload_model true, "
-           "--sleep_level 1) and try --vllm_enforce_eager true.")

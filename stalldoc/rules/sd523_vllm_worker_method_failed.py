@@ -21,12 +21,13 @@ class VllmWorkerMethodFailed(LogSignature):
         the lines; the method that failed (its traceback follows the line).
 
     Fix
-        Fix the error in the traceback that follows, then restart: the waiting workers do not
-        recover. load_model / determine_num_available_blocks out of memory: lower
-        --vllm_gpu_memory_utilization or --vllm_max_model_len, or raise
-        --vllm_tensor_parallel_size. collective_rpc after ``/init_communicator/``: restart the
-        vLLM server after a crashed trainer (it keeps the old group), use the same trl / swift and
-        vLLM versions on both sides, and let the trainer reach the group port (NCCL_SOCKET_IFNAME).
+        Fix the error in the traceback after the line, then restart: the waiting workers do not
+        recover. Out of memory in load_model / determine_num_available_blocks: lower
+        --vllm_gpu_memory_utilization or --vllm_max_model_len, or raise --vllm_tensor_parallel_size.
+
+        collective_rpc after ``/init_communicator/``: restart the vLLM server after a crashed
+        trainer (it keeps the old group), use the same trl / swift and vLLM versions on both sides,
+        and let the trainer reach the group port (NCCL_SOCKET_IFNAME).
 
     References
         vllm-project/vllm#4946 (load_model), vllm-project/vllm#10151, vllm-project/vllm#7046,
@@ -41,8 +42,3 @@ class VllmWorkerMethodFailed(LogSignature):
         r"Error executing method '?(?P<method>\w+)'?\. This might cause deadlock",
         r"Invocation of (?P<method>\w+) method failed",
     )
-    fix = ("Fix the error in the traceback after the line and restart. OOM in load_model / "
-           "determine_num_available_blocks: lower --vllm_gpu_memory_utilization or "
-           "--vllm_max_model_len, or raise --vllm_tensor_parallel_size. collective_rpc after "
-           "/init_communicator/: restart the vLLM server, match trl / swift / vLLM versions on both "
-           "sides, check the group port is reachable (NCCL_SOCKET_IFNAME).")

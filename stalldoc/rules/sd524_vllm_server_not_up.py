@@ -23,8 +23,8 @@ class VllmServerNotUp(LogSignature):
 
     Fix
         Start the server first, on GPUs the trainer does not use (``CUDA_VISIBLE_DEVICES=0 trl
-        vllm-serve --model ...``), and point vllm_server_host / vllm_server_port (or
-        vllm_server_base_url) at it; raise vllm_server_timeout if it loads slowly. On one node
+        vllm-serve --model ...``), point vllm_server_host / vllm_server_port (or
+        vllm_server_base_url) at it, and raise vllm_server_timeout if it loads slowly; on one node
         without a spare GPU use vllm_mode="colocate" instead.
 
     References
@@ -41,7 +41,3 @@ class VllmServerNotUp(LogSignature):
         r"The vLLM server can't be reached at (?P<server>\S+) after (?P<waited_seconds>[\d.]+) "
         r"seconds",
     )
-    fix = ("Start the server first on GPUs the trainer does not use (trl vllm-serve --model ...), point "
-           "vllm_server_host / vllm_server_port (or vllm_server_base_url) at it, raise "
-           "vllm_server_timeout if it loads slowly; on one node without a spare GPU use "
-           "vllm_mode='colocate'.")

@@ -21,12 +21,13 @@ class RolloutRequestFailed(LogSignature):
         the lines (the server's traceback follows them); the method, the server and status.
 
     Fix
-        Read the traceback after the line. collective_rpc right after ``/init_communicator/``:
-        the server's vLLM lacks what swift calls (e.g. vLLM 0.8's AsyncLLMEngine raises
-        NotImplementedError) — install the vLLM version your swift supports on the server and
-        restart it. infer / async_infer: fix the error shown (template, multi-turn plugin; an
-        engine crash is SD520) and restart ``swift rollout``. ``Server N failed``: read that
-        server's log.
+        Read the server traceback after the line. collective_rpc right after
+        ``/init_communicator/``: install the vLLM version your swift supports on the server and
+        restart it. infer / async_infer: fix the error shown (template, multi-turn plugin; an engine
+        crash is SD520) and restart ``swift rollout``.
+
+        collective_rpc fails when the server's vLLM lacks what swift calls (e.g. vLLM 0.8's
+        AsyncLLMEngine raises NotImplementedError). ``Server N failed``: read that server's log.
 
     References
         modelscope/ms-swift#6935 (collective_rpc NotImplementedError), modelscope/ms-swift#7933
@@ -42,6 +43,3 @@ class RolloutRequestFailed(LogSignature):
         r"\[ERROR:swift\] Method execution failed: (?P<method>\w+)",
         r"Server (?P<server>\d+) failed: (?P<status>\d{3})",
     )
-    fix = ("Read the server traceback after the line. collective_rpc after /init_communicator/: install "
-           "the vLLM version your swift supports on the server and restart it; infer / async_infer: "
-           "fix the error shown (template, plugin; engine crash: SD520) and restart swift rollout.")

@@ -23,10 +23,11 @@ class RolloutConnectionDropped(LogSignature):
         the lines, the ranks that printed them; the endpoint where printed.
 
     Fix
-        Read the server's log at that moment (EngineDeadError or OOM: SD520). In TRL use a
-        version whose VLLMClient retries requests; restart the server and resume from the last
-        checkpoint. If the server is overloaded by weight sync, sync less often or with fewer,
-        larger requests (LoRA, or a newer client that batches parameters).
+        Read the server's log at that moment (EngineDeadError or OOM: SD520); use a TRL version
+        whose VLLMClient retries requests, restart the server and resume from the last checkpoint.
+        If weight sync overloads the server, sync less often or with fewer, larger requests.
+
+        LoRA, or a newer client that batches parameters, sends fewer, larger requests.
 
     References
         huggingface/trl#3622, huggingface/trl#3347, sgl-project/sglang#4848 (weight update to an
@@ -44,6 +45,3 @@ class RolloutConnectionDropped(LogSignature):
         r"generate|chat|init_communicator|close_communicator|reset_prefix_cache|get_world_size|"
         r"health|infer|update_adapter_flattened_param)/",
     )
-    fix = ("Read the server log at that moment (engine death or OOM: SD520); use a TRL whose VLLMClient "
-           "retries, restart the server and resume from the last checkpoint; sync weights less often "
-           "or in fewer, larger requests.")

@@ -22,10 +22,10 @@ class DeepspeedCacheFlushes(LogSignature):
         the lines, the number of flushes per step.
 
     Fix
-        Lower memory per GPU: smaller per_device_train_batch_size or max_length, gradient
-        checkpointing, lower stage3_max_live_parameters / stage3_prefetch_bucket_size, or
-        offload (zero3_offload / offload_optimizer). If flushes stay, call
-        get_accelerator().empty_cache() at the same point of every rank's step, as DeepSpeed
+        Lower memory per GPU: a smaller per_device_train_batch_size or max_length, gradient
+        checkpointing, lower stage3_max_live_parameters / stage3_prefetch_bucket_size, or offload
+        (zero3_offload / offload_optimizer). If flushes stay, call
+        ``get_accelerator().empty_cache()`` at the same point of every rank's step, as DeepSpeed
         suggests, so that ranks flush together.
 
     References
@@ -39,6 +39,3 @@ class DeepspeedCacheFlushes(LogSignature):
     patterns = (
         r"(?P<flushes>\d+) pytorch allocator cache flushes since last step",
     )
-    fix = ("Lower memory per GPU (batch size, max_length, gradient checkpointing, smaller "
-           "stage3_max_live_parameters / stage3_prefetch_bucket_size, or offload); otherwise call "
-           "get_accelerator().empty_cache() at the same point of every rank's step.")

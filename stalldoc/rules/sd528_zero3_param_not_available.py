@@ -22,10 +22,10 @@ class Zero3ParamNotAvailable(LogSignature):
         the lines, the ranks that printed them.
 
     Fix
-        Run such code inside ``deepspeed.zero.GatheredParameters`` (TRL:
-        ds3_gather_for_generation true, the default); keep RL generation on vLLM
-        (--use_vllm true) rather than the DeepSpeed-wrapped model; if it persists, train with
-        --deepspeed zero2 (or zero3_offload only when memory forces it).
+        Run the code that uses the parameters inside ``deepspeed.zero.GatheredParameters`` (TRL:
+        ds3_gather_for_generation true, the default); generate with vLLM (--use_vllm true) rather
+        than the DeepSpeed-wrapped model; if it persists, train with --deepspeed zero2 (or
+        zero3_offload only when memory forces it).
 
     References
         deepspeedai/DeepSpeed#4194 (RLHF generation under ZeRO-3), hiyouga/LlamaFactory#1121,
@@ -40,6 +40,3 @@ class Zero3ParamNotAvailable(LogSignature):
         r"assert param\.ds_status == ZeroParamStatus\.AVAILABLE",
         r"'status': 'NOT_AVAILABLE'",
     )
-    fix = ("Run the code that uses the parameters inside deepspeed.zero.GatheredParameters (TRL: "
-           "ds3_gather_for_generation true), generate with vLLM (--use_vllm true), or train with "
-           "--deepspeed zero2.")

@@ -43,6 +43,20 @@ def test_a_process_without_torch_never_imports_it(tmp_path):
     assert list((tmp_path / "agents").glob("agent-*.state"))
 
 
+def test_the_agent_loads_only_its_own_modules(tmp_path):
+    """The agent runs in every process of the job: the watcher's parts (model, launch, rules,
+    the state reader) never load there."""
+    env = agent_environment(tmp_path, dict(os.environ), os.getpid())
+    code = "import sys; print(' '.join(m for m in sys.modules if m.startswith('stalldoc')))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    loaded = set(out.stdout.split())
+    assert "stalldoc.agent.runtime" in loaded
+    assert {m for m in loaded if m != "stalldoc" and not m.startswith("stalldoc.agent.")} \
+        == {"stalldoc.agent"}
+    assert "stalldoc.agent.state_reader" not in loaded
+
+
 NEW_NAMES = textwrap.dedent("""
     import os, warnings, torch, torch.distributed as dist
     warnings.simplefilter("ignore")

@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from stalldoc.launch.arguments import BadArgument
-from stalldoc.launch.config import parse_command, parse_flags
+from stalldoc.launch.config import deepspeed_of, number, parse_command, parse_flags
 
 GRPO = ["--rlhf_type", "grpo", "--model", "Qwen/Qwen2.5-32B", "--use_vllm", "true",
         "--tensor_parallel_size", "4", "--reward_funcs", "accuracy", "format",
@@ -37,14 +37,14 @@ def test_swift_grpo_under_every_launcher(argv, env, launcher, nproc, nnodes):
     assert (config.launcher, config.nproc_per_node, config.nnodes) == (launcher, nproc, nnodes)
     assert config.swift_command == "rlhf" and config.is_grpo
     assert config.flag("use_vllm") and config.flag("offload_model")
-    assert config.number("vllm_tensor_parallel_size") == 4
+    assert number(config, "vllm_tensor_parallel_size") == 4
     assert config.value("deepspeed") == "zero3_offload"
 
 
 def test_not_swift_and_bad_numbers_stay_quiet():
     config = parse_command(["python", "train.py", "--lr", "x"], {"NPROC_PER_NODE": "eight"})
     assert (config.launcher, config.program, config.swift_command) == ("python", "train.py", None)
-    assert config.nproc_per_node is None and config.number("lr") is None and not config.is_grpo
+    assert config.nproc_per_node is None and number(config, "lr") is None and not config.is_grpo
     assert config.world_size is None
     assert parse_command([], {}).launcher == "other"
 
@@ -57,7 +57,7 @@ def test_swift_config_file_form(tmp_path):
     config = parse_command(["swift", "rlhf", str(config_file), "--num_generations", "8"],
                            {"NNODES": "1"})
     assert config.is_grpo and config.args["reward_funcs"] == ("accuracy", "format")
-    assert config.number("num_generations") == 8          # the command line comes after the file
+    assert number(config, "num_generations") == 8          # the command line comes after the file
     assert config.flag("use_vllm")
     assert (config.nproc_per_node, config.nnodes) == (4, 1)  # the environment wins over ENV
 
@@ -66,7 +66,7 @@ def test_swift_yaml_config_and_unreadable_file(tmp_path):
     yaml_file = tmp_path / "grpo.yaml"
     yaml_file.write_text("rlhf_type: grpo\nper_device_train_batch_size: 3\n")
     config = parse_command(["swift", "rlhf", str(yaml_file)], {})
-    assert config.is_grpo and config.number("per_device_train_batch_size") == 3
+    assert config.is_grpo and number(config, "per_device_train_batch_size") == 3
     missing = parse_command(["swift", "rlhf", str(tmp_path / "nope.yaml")], {})
     assert missing.error.startswith("cannot read") and not missing.is_grpo
 
@@ -94,7 +94,7 @@ def test_a_number_out_of_range_is_one_line_and_raises_only_when_used(flag, value
     config = parse_command([*GRPO_HEAD, f"--{flag}", value], {})
     assert config.error == f"--{flag} {value}: {why}"
     with pytest.raises(BadArgument, match=f"^--{flag} "):
-        config.number(flag)
+        number(config, flag)
 
 
 def test_hostile_values_are_quoted_and_cut_so_the_message_stays_one_line():
@@ -112,10 +112,10 @@ def test_good_numbers_read_as_swift_reads_them():
                             "--max_steps", "-1", "--save_total_limit", "0",
                             "--vllm_gpu_memory_utilization", "1"], {})
     assert config.error == ""
-    assert config.number("num_generations") == 4 and config.number("num_train_epochs") == 0.5
-    assert config.number("max_steps") == -1 and config.number("save_total_limit") == 0
-    assert config.number("lr") is None and parse_command(["swift", "rlhf", "--lr", "inf"],
-                                                         {}).number("lr") is None
+    assert number(config, "num_generations") == 4 and number(config, "num_train_epochs") == 0.5
+    assert number(config, "max_steps") == -1 and number(config, "save_total_limit") == 0
+    assert number(config, "lr") is None
+    assert number(parse_command(["swift", "rlhf", "--lr", "inf"], {}), "lr") is None
 
 
 def test_a_training_script_of_its_own_is_not_held_to_swifts_numbers():
@@ -233,7 +233,7 @@ def test_deepspeed_json_of_the_wrong_shape(tmp_path, doc, why):
     ds.write_text(json.dumps(doc))
     config = parse_command([*GRPO_HEAD, "--deepspeed", str(ds)], {})
     assert config.error == f"cannot read {ds}: {why}"
-    assert config.deepspeed().stage is None
+    assert deepspeed_of(config).stage is None
 
 
 @pytest.mark.timeout(20)
@@ -244,5 +244,5 @@ def test_deepspeed_fifo_is_refused_without_blocking(tmp_path):
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"zero_optimization": {"stage": "3", "offload_param":
                                                       {"device": "CPU"}}}))
-    choice = parse_command([*GRPO_HEAD, "--deepspeed", str(good)], {}).deepspeed()
+    choice = deepspeed_of(parse_command([*GRPO_HEAD, "--deepspeed", str(good)], {}))
     assert (choice.stage, choice.offload_param, choice.error) == (3, True, "")

@@ -63,3 +63,39 @@ def test_the_largest_values_allowed_plan_finitely():
                           "1000000", "--num_iterations", "1000000", "--num_train_epochs",
                           "1000000"), 10**12)
     assert math.isclose(many.max_steps, 10**24)          # E * R * I * S / GA, in floats as swift
+
+
+def test_every_letter_is_defined_with_where_its_value_comes_from():
+    config = grpo("--per_device_train_batch_size", "4", "--num_generations", "8")
+    plan = grpo_plan(config, 100, "counted from x.jsonl")
+    letters = {s.symbol: s for s in plan.symbols}
+    assert list(letters) == ["B", "W", "GA", "S", "G", "I", "E", "N"]
+    assert (letters["B"].value, letters["B"].source) == ("4", "")             # given
+    assert (letters["GA"].value, letters["GA"].source) == ("1", "swift's default")
+    assert letters["S"].source == "swift's default: GA"
+    assert letters["W"].source == "NPROC_PER_NODE not set: swift runs one process"
+    assert letters["N"].source == "the dataset's rows (counted from x.jsonl)"
+    assert "per_device_train_batch_size" not in plan.defaults
+    assert {"gradient_accumulation_steps", "num_iterations", "num_train_epochs"} <= set(
+        plan.defaults)
+
+
+def test_an_unknown_dataset_says_why_and_a_split_says_how_much():
+    unknown = grpo_plan(grpo(), None, "x.jsonl is not a local file (give --dataset-size)")
+    n = unknown.symbols[-1]
+    assert (n.value, n.source) == ("unknown", "x.jsonl is not a local file (give --dataset-size)")
+    split = grpo_plan(grpo("--split_dataset_ratio", "0.01"), 8000).symbols[-1]
+    assert (split.value, split.source) == ("7920", "8000 rows, 1% held out (split_dataset_ratio)")
+
+
+def test_counts_are_whole_and_singular_where_they_are_one():
+    one = grpo_plan(grpo("--num_generations", "8"), None)      # B = W = S = 1
+    assert one.arithmetic[0] == "global batch B*W = 1*1 = 1 completion"
+    assert one.arithmetic[1] == ("generation batch Gb = B*W*S = 1*1*1 = 1 completion: not a whole "
+                                 "number of prompts of G = 8 generations (see SD406)")
+    whole = grpo_plan(grpo("--per_device_train_batch_size", "8", "--num_generations", "8"), None)
+    assert whole.arithmetic[1].endswith("= 8 completions = 1 prompt x 8 generations")
+    given = grpo_plan(grpo("--generation_batch_size", "32", env={"NPROC_PER_NODE": "4"}), None)
+    assert given.arithmetic[1] == ("generation batch Gb = 32 completions (generation_batch_size) "
+                                   "= 4 prompts x 8 generations")
+    assert given.symbols[3].source == "generation_batch_size / (B*W)"

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from stalldoc.launch.arguments import BadArgument
-from stalldoc.launch.config import parse_command
+from stalldoc.launch.config import deepspeed_of, parse_command
 from stalldoc.model import Severity, Window
 from stalldoc.rules import run_rules
 from stalldoc.rules.config_helpers import DIVISORS_SHOWN, divisors, listing
@@ -93,7 +93,7 @@ def test_deepspeed_json_offload_counts_like_the_preset(tmp_path):
 
 def test_unreadable_deepspeed_json_is_said_not_raised(tmp_path):
     config = parse_command(["swift", "rlhf", "--deepspeed", str(tmp_path / "missing.json")], {})
-    choice = config.deepspeed()
+    choice = deepspeed_of(config)
     assert choice.stage is None and choice.error.startswith("cannot read")
 
 
