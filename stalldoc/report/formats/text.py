@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar, Iterable, Sequence
+from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 from stalldoc.report.records import Report, RunInfo, RunRecord
 from stalldoc.report.stack_groups import stack_groups
@@ -83,20 +83,30 @@ def _node(merged: bool, node: str) -> str:
 
 def stalls(report: Report) -> list[str]:
     lines = ["Stalls:"]
+    states = {(g.node, g.stall_id, r): g.state for g in stack_groups(report) for r in g.ranks}
     for s in report.stalls:
         lines.append(f"  #{s.id}{_node(report.merged, s.node)}: no rank showed work since "
                      f"{when(s.started_at)}, detected {when(s.detected_at)} (threshold "
-                     f"{s.threshold:.0f} s), ended {when(s.ended_at)}; ranks "
+                     f"{s.threshold:.0f} s), "
+                     f"{f'ended {when(s.ended_at)}' if s.ended_at else 'never ended'}; ranks "
                      f"{','.join(map(str, s.ranks))}")
-        rows = [(r, s.phases.get(r, "") or "-", w.get("seen", ""), w.get("reason", ""))
-                for r, w in sorted(s.work.items(), key=lambda kv: int(kv[0]))]
-        rows += [(r, p, "", "") for r, p in sorted(s.phases.items(), key=lambda kv: int(kv[0]))
-                 if r not in s.work and p]
+        rows = [(r, s.phases.get(str(r), "") or "-", *_seen(s.work.get(str(r), {})),
+                 states.get((s.node, s.id, r), "not taken")) for r in s.ranks]
         if rows:
-            lines += table(("rank", "phase", "seen", "verdict"), rows, indent="     ")
+            lines += table(("rank", "phase", "cpu", "io", "gpu", "seen at detection",
+                            "stack after"), rows, indent="     ")
     if not report.stalls:
         lines.append("  none")
     return lines + [""]
+
+
+def _seen(work: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """CPU, I/O, GPU and the verdict at the stall's detection (from its stored work)."""
+    def pct(v: Any) -> str:
+        return "-" if v is None else f"{v:.0f}%"
+    io = work.get("io_bps")
+    return (pct(work.get("cpu_percent")), "-" if io is None else f"{io / 1e3:.0f} kB/s",
+            pct(work.get("gpu_util")), work.get("reason", "-"))
 
 
 def findings(report: Report) -> list[str]:
