@@ -56,6 +56,11 @@ def installed_torch_cuda() -> str | None:
             text = fh.read(_VERSION_FILE_LIMIT)
     except Exception:  # noqa: BLE001
         return None
+    return cuda_in(text)
+
+
+def cuda_in(text: str) -> str | None:
+    """The CUDA version a ``torch/version.py`` names (None: a CPU build)."""
     match = _CUDA_LINE.search(text)
     return match.group(1) if match else None
 
@@ -106,9 +111,10 @@ class VersionsPublisher:
     """Publishes this process's versions once torch is imported (or after ``WAIT_BEATS``
     beats), and again if torch is imported after that; then never looks again."""
 
-    def __init__(self, directory: str, pid: int) -> None:
+    def __init__(self, directory: str, pid: int, modules: dict[str, Any] | None = None) -> None:
         self.directory = directory
         self.pid = pid
+        self.modules = sys.modules if modules is None else modules
         self.beats = 0
         self.published = False   # at least once
         self.done = False        # with torch imported: nothing left to learn
@@ -117,8 +123,8 @@ class VersionsPublisher:
         if self.done:
             return
         self.beats += 1
-        with_torch = imported_torch(sys.modules) is not None   # type: ignore[arg-type]
+        with_torch = imported_torch(self.modules) is not None
         if with_torch or (not self.published and self.beats >= WAIT_BEATS):
             self.done = with_torch
             self.published = True
-            publish(self.directory, self.pid, collect(sys.modules))  # type: ignore[arg-type]
+            publish(self.directory, self.pid, collect(self.modules))

@@ -123,7 +123,8 @@ def summary(report: Report, caps: Caps) -> list[str]:
         lines.append(f"- {more(len(report.stalls) - caps.stalls, 'stall(s)')}")
     for run in report.runs[:caps.nodes]:
         where = f" ({escape(run.node)})" if report.merged else ""
-        lines.append(f"- Run {escape(run.info.id)}{where}: {len({r.rank for r in run.ranks})} rank(s) "
+        count = len({r.rank for r in run.ranks})
+        lines.append(f"- Run {escape(run.info.id)}{where}: {count} rank(s) "
                      f"on {escape(run.info.node)}, started {_when(run.info.started_at)}; "
                      f"{escape(ending(run.info))}")
     if len(report.runs) > caps.nodes:

@@ -4,6 +4,7 @@ real Markdown parser (markdown-it-py, CommonMark with GFM tables)."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sqlite3
 import subprocess
@@ -13,14 +14,16 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from stalldoc.model import Finding, Frame, RankProcess, RankStacks, Severity, StallEpisode, ThreadStack
+from stalldoc.model import (Finding, Frame, RankProcess, RankStacks, Severity, StallEpisode,
+                            ThreadStack)
 from stalldoc.report.formats import FORMATS, reporter
 from stalldoc.report.formats.markdown import MAX_LINES
 from stalldoc.report.read import read_report
 from stalldoc.store.db import RunStore
 from support import watch
 
-SECRETS = ("hf_abcdefghijklmnopqrstuvwx", "wandb-secret-value-123", "sk-proj-abcdefghijklmnopqrstuvwx")
+SECRETS = ("hf_abcdefghijklmnopqrstuvwx", "wandb-secret-value-123",
+           "sk-proj-abcdefghijklmnopqrstuvwx")
 
 
 def markdown(*run_dirs: Path) -> str:
@@ -159,10 +162,11 @@ def test_a_big_run_stays_short_enough_to_paste(tmp_path, nodes):
     assert text.startswith("### What happened") and "**SD101 (error)" in text
     assert "outer frame(s)" in text and "more line(s) of arguments" in text
     assert not any(secret in text for secret in SECRETS)
-    # every fence closes and the frames' <module> is text, not an HTML tag
-    assert all(t.type != "html_inline" for t in parsed(text) if t.children is None) and \
-        not any(c.type == "html_inline" for t in parsed(text) if t.children for c in t.children
-                if "module" in c.content)
+    # the frames' <module> is text, not an HTML tag: the only HTML is the closing line's
+    html = [c.content for t in parsed(text) if t.children for c in t.children
+            if c.type == "html_inline"]
+    assert html == ["<sub>", "</sub>"]
+    assert len(fences(text)) == text.count("\n```bash") + text.count("\n```text")
 
 
 def test_a_secret_stored_in_clear_by_an_older_stalldoc_is_redacted_again(tmp_path):
@@ -184,3 +188,16 @@ def test_a_run_recorded_before_versions_were_says_so(tmp_path):
     text = markdown(tmp_path / "old")
     assert "Not recorded" in text and "No stall was detected" in text
     assert [info for info, _ in fences(text)] == ["bash"]
+
+
+def test_the_driver_and_gpus_come_from_nvml_in_the_watcher(tmp_path):
+    # two scripted GPUs: the pynvml functions replaced in the watcher, nothing above them
+    nvml = Path(__file__).resolve().parents[2] / "nvml_sitecustomize"
+    result = watch(tmp_path, [sys.executable, "-c", "print('trained')"],
+                   env={"PYTHONPATH": os.pathsep.join([str(nvml),
+                                                       os.environ.get("PYTHONPATH", "")])})
+    assert result.code == 0, result.stderr
+    text = markdown(result.run_dir)
+    versions = {row[0]: row[1] for row in table_cells(text)}
+    assert versions["NVIDIA driver"] == "550.54.15"
+    assert "GPUs: 2 x NVIDIA H100 80GB HBM3 (80 GiB)." in text
