@@ -87,7 +87,8 @@ class AgentStateProbe:
                 costs.add(identity.startup_seconds)
             for name in (path, os.path.join(self.directory, f"faulthandler-{pid}.txt"),
                          os.path.join(self.directory, f"flight-{pid}"),
-                         versions_path(self.directory, pid)):
+                         versions_path(self.directory, pid),
+                         versions_path(self.directory, pid) + ".tmp"):
                 try:
                     os.unlink(name)
                 except OSError:
