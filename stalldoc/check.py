@@ -2,6 +2,7 @@
 ``launch_checks``, the same within a time budget, for ``stalldoc watch`` before it launches."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -19,7 +20,7 @@ from stalldoc.launch.plan import GrpoPlan, grpo_plan
 from stalldoc.launch.resources import ModelInfo, Resources, dataset_size, read_model
 from stalldoc.model import Finding, GpuSample, Severity, Window
 from stalldoc.probes.nvml import NvmlProbe
-from stalldoc.redact import redact_text
+from stalldoc.redact import redact_json, redact_text
 from stalldoc.rules import RULES, Rule, redacted
 from stalldoc.rules.config_helpers import visible_gpus
 
@@ -196,6 +197,15 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
     return {"code": finding.code, "name": finding.name, "severity": finding.severity.value,
             "ranks": list(finding.ranks), "summary": finding.summary,
             "evidence": dict(finding.evidence), "fix": finding.fix, "trigger": "launch"}
+
+
+def launch_document(checks: LaunchChecks) -> dict[str, Any]:
+    """What ``stalldoc check --format json`` prints besides the findings: the GRPO plan, the
+    resources it was worked out from, the parts skipped (stored as meta ``launch_plan``)."""
+    return redact_json({"plan": dataclasses.asdict(checks.plan) if checks.plan else None,
+                        "resources": dataclasses.asdict(checks.resources),
+                        "skipped": list(checks.skipped),
+                        "not_checked": list(checks.unchecked)})
 
 
 def failed(findings: list[Finding] | tuple[Finding, ...], strict: bool) -> bool:

@@ -205,7 +205,7 @@ def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, ti
     usage error or bad input (a number swift would refuse, a config file that cannot be read),
     said in one line.
     """
-    from stalldoc.check import failed, finding_dict, parse_size, run_check
+    from stalldoc.check import failed, finding_dict, launch_document, parse_size, run_check
     from stalldoc.check_text import render_check
 
     try:
@@ -213,12 +213,9 @@ def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, ti
         checks = run_check(list(command), gpus, memory, dataset_size, time_budget)
     except StalldocError as error:
         fail(error)
-    plan = dataclasses.asdict(checks.plan) if checks.plan else None
     if fmt == "json":
         click.echo(json.dumps({"findings": [finding_dict(f) for f in checks.findings],
-                               "plan": plan, "resources": dataclasses.asdict(checks.resources),
-                               "skipped": list(checks.skipped),
-                               "not_checked": list(checks.unchecked)}, indent=2))
+                               **launch_document(checks)}, indent=2))
     else:
         click.echo(render_check(checks))
     sys.exit(1 if failed(checks.findings, strict) else 0)

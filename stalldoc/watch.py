@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Iterable
 
 from stalldoc.agent.statefile import STATUS_EXCEPTION
-from stalldoc.check import failed, launch_checks
+from stalldoc.check import failed, launch_checks, launch_document
 from stalldoc.detect.progress import ProgressTracker
 from stalldoc.detect.vllm_sleep import SleepLog
 from stalldoc.errors import StalldocError, log_traceback
@@ -35,6 +35,7 @@ from stalldoc.probes.exits import DeathWatch, from_wait_status
 from stalldoc.probes.flight_dumps import FlightDumps
 from stalldoc.sidecar import RelayLink
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
+from stalldoc.probes.versions import RunVersions
 from stalldoc.redact import redact_text
 from stalldoc.report.text import render_findings
 from stalldoc.rules import STICKY, run_rules
@@ -78,6 +79,8 @@ class Watcher:
         self.parents: dict[int, int] = {}
         self.found: Discovery | None = None   # this tick's processes, from one table scan
         self.config: LaunchConfig | None = None
+        self.launch_plan: dict | None = None   # the launch checks' plan, resources and skips
+        self.versions = RunVersions(self.agent_dir, self.sampler.nvml.driver_version())
         self.finding_counts: Counter[tuple[str, str]] = Counter()
         self.stall_findings: list[Finding] = []   # of the stall going on
         self.stall_stacks: dict[int, RankStacks] = {}   # taken at its diagnosis, for tick rules
@@ -116,6 +119,9 @@ class Watcher:
                              self.started_at, self.opts.stall_timeout, self.opts.agent)
         self.store.set_meta("flight_recorder", json.dumps(flight_settings(
             self.run_dir, dict(os.environ), self.flight is not None)))
+        if self.launch_plan is not None:
+            self.store.set_meta("launch_plan", json.dumps(self.launch_plan))
+        self.store.set_meta("versions", json.dumps(self.versions.initial()))
         self.say(f"watching pid {self.link.job_pid}; run directory {self.run_dir}")
         if self.store.journal.reason:
             self.say(self.store.journal.reason)
@@ -196,6 +202,7 @@ class Watcher:
             if self.tick_errors:
                 self.store.set_meta("tick_errors", str(self.tick_errors))
             self._store_startup_costs()
+            self._store_versions(final=True)
             self.store.end_run(time.time(), code)
             self.store.close()
         except Exception:  # noqa: BLE001
@@ -219,6 +226,13 @@ class Watcher:
         if now - self.swept_at >= SWEEP_SECONDS:
             self.swept_at = now
             self.agents_probe.sweep({r.pid for r in self.ranks.values()}, self.startup_costs)
+            self._store_versions()
+
+    def _store_versions(self, final: bool = False) -> None:
+        """The versions a rank published, once it has (``probes/versions.py``)."""
+        found = self.versions.update(self.ranks.values(), final)
+        if found is not None:
+            self.store.set_meta("versions", json.dumps(found))
 
     def _internal_error(self, what: str = "watching stopped (job runs on)") -> None:
         self.say(f"internal error, {what}: {log_traceback(self.run_dir / INTERNAL_ERRORS)}")
@@ -426,6 +440,7 @@ class Watcher:
         except Exception:  # noqa: BLE001 - a rule's failure must not stop the launch
             self._internal_error("launch checks skipped")
             return []
+        self.launch_plan = launch_document(checks)
         for skipped in checks.skipped:
             self.say(f"launch check skipped: {skipped}")
         findings = list(checks.findings)

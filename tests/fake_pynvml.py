@@ -31,6 +31,8 @@ class FakeGpu:
 class FakeNvml:
     """Install with ``install(monkeypatch)``; edit ``gpus`` between samples."""
 
+    driver = "550.54.15"
+
     def __init__(self, gpus: list[FakeGpu], init_error: int | None = None) -> None:
         self.gpus = gpus
         self.init_error = init_error
@@ -41,7 +43,7 @@ class FakeNvml:
                      "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates",
                      "nvmlDeviceGetPowerUsage", "nvmlDeviceGetUUID", "nvmlDeviceGetName",
                      "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetPcieThroughput",
-                     "nvmlDeviceGetFieldValues"):
+                     "nvmlDeviceGetFieldValues", "nvmlSystemGetDriverVersion"):
             monkeypatch.setattr(pynvml, name, self._wrap(name, getattr(self, name[4:])))
 
     def _wrap(self, name: str, fn: Any) -> Any:
@@ -59,6 +61,9 @@ class FakeNvml:
 
     def Shutdown(self) -> None:
         pass
+
+    def SystemGetDriverVersion(self) -> str:
+        return self.driver
 
     def DeviceGetCount(self) -> int:
         return len(self.gpus)

@@ -65,6 +65,7 @@ class Agent:
         self._cuda_off = False
         self._cuda_module: Any = None
         self._flight: Any = None   # the Flight Recorder dumper; None: not looked at, False: off
+        self._versions: Any = None   # the versions publisher; None: not made yet, False: done
 
     # ----- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -88,6 +89,23 @@ class Agent:
             beats += 1
             self._cuda_tick(now, allocator=beats % ALLOCATOR_EVERY_BEATS == 1)
             self._flight_tick()
+            self._versions_tick()
+
+    def _versions_tick(self) -> None:
+        """Publish the versions this process runs with, for the watcher (``agent/versions.py``):
+        once torch is imported, or after a while without it."""
+        if self._versions is False:
+            return
+        try:
+            if self._versions is None:
+                from stalldoc.agent.versions import VersionsPublisher
+                self._versions = VersionsPublisher(self.directory, self.pid)
+            self._versions.tick()
+            if self._versions.done:
+                self._versions = False
+        except Exception as exc:  # noqa: BLE001 - no versions; the agent stays on
+            self._versions = False
+            report_failure(self.directory, exc, "versions not published")
 
     def _flight_tick(self) -> None:
         """Answer the watcher's request for a Flight Recorder dump (``agent/flight.py``): one

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from stalldoc.agent.statefile import state_path
+from stalldoc.agent.versions import versions_path
 from stalldoc.agent.state_reader import AgentSnapshot, StateFileError, read_started_at, read_state
 from stalldoc.model import RankProcess
 
@@ -85,7 +86,9 @@ class AgentStateProbe:
             if identity is not None:
                 costs.add(identity.startup_seconds)
             for name in (path, os.path.join(self.directory, f"faulthandler-{pid}.txt"),
-                         os.path.join(self.directory, f"flight-{pid}")):
+                         os.path.join(self.directory, f"flight-{pid}"),
+                         versions_path(self.directory, pid),
+                         versions_path(self.directory, pid) + ".tmp"):
                 try:
                     os.unlink(name)
                 except OSError:

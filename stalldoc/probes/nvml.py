@@ -62,6 +62,12 @@ class NvmlProbe:
             _read(pynvml.nvmlShutdown)
             self.handles = []
 
+    def driver_version(self) -> str | None:
+        """The NVIDIA driver's version (None: NVML off or refusing)."""
+        if not self.handles:
+            return None
+        return _text(_read(pynvml.nvmlSystemGetDriverVersion))
+
     def sample(self, now: float) -> list[GpuSample]:
         return [self._gpu(now, index, handle) for index, handle in enumerate(self.handles)]
 

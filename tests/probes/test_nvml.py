@@ -83,3 +83,9 @@ def test_no_driver_says_why_once_and_stays_off(monkeypatch, error, words):
 def test_no_gpu(monkeypatch):
     FakeNvml([]).install(monkeypatch)
     assert NvmlProbe().start() == "NVML sees no GPU"
+
+
+def test_the_driver_version(monkeypatch):
+    probe, _ = started(monkeypatch, FakeGpu("GPU-a"))
+    assert probe.driver_version() == "550.54.15"
+    assert NvmlProbe().driver_version() is None    # not started: no NVML
