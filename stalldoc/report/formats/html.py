@@ -15,7 +15,6 @@ from stalldoc.report.formats import html_charts, html_view
 from stalldoc.report.formats.html_timeline import build_timeline
 from stalldoc.report.formats.text import gib
 from stalldoc.report.records import Report
-from stalldoc.report.stack_groups import stack_groups
 
 
 def environment() -> jinja2.Environment:
@@ -41,7 +40,7 @@ def context(report: Report) -> dict[str, Any]:
         "curves": html_charts.curve_charts(report, timeline.origin, timeline.end),
         "findings": html_view.findings(report, launch=False),
         "launch_findings": html_view.findings(report, launch=True),
-        "groups": stack_groups(report), "fallbacks": [s for s in report.stacks if s.error],
+        "groups": html_view.stack_views(report), "fallbacks": [s for s in report.stacks if s.error],
         "plans": [(r.node, p) for r in runs if (p := html_view.launch_plan(r))],
         "run_records": runs, "plotly_js": html_charts.plotly_js(),
         "generated": time.strftime("%Y-%m-%d %H:%M:%S"), "version": __version__,

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Mapping
 from stalldoc.report.formats.html_timeline import exit_text
 from stalldoc.report.formats.text import ending
 from stalldoc.report.records import FindingRecord, Report, RunRecord
+from stalldoc.report.stack_groups import StackGroup, stack_groups
 
 SEVERITY_ORDER = {"critical": 3, "error": 2, "warning": 1, "info": 0}
 SHOWN_ELSEWHERE = {"frames", "frame", "culprits", "waiting_at", "phase_stack"}
@@ -61,6 +62,12 @@ class FindingView:
     evidence_json: str
     fix: str
     when: str
+
+
+@dataclass(frozen=True)
+class GroupView:
+    group: StackGroup
+    culprit: bool          # holds a rank an error finding names (and not every rank of the stall)
 
 
 @dataclass(frozen=True)
@@ -174,3 +181,19 @@ def launch_plan(run: RunRecord) -> Plan | None:
     arithmetic = plan.get("arithmetic") if isinstance(plan.get("arithmetic"), list) else []
     return Plan(_pairs(plan, ("arithmetic", "plan", "resources", "skipped")),
                 tuple(map(str, arithmetic)), _pairs(resources), tuple(map(str, skipped)))
+
+
+def stack_views(report: Report) -> list[GroupView]:
+    """``stack_groups``, each stall's culprit group (ranks an error names) first."""
+    blamed = {(f.node, r) for f in report.findings if f.trigger != "launch"
+              and SEVERITY_ORDER.get(f.severity, 0) >= 2 for r in f.ranks}
+    groups = stack_groups(report)
+    stalls = list(dict.fromkeys((g.node, g.stall_id) for g in groups))
+    views = []
+    for node, stall_id in stalls:
+        mine = [g for g in groups if (g.node, g.stall_id) == (node, stall_id)]
+        hits = [any((node, r) in blamed for r in g.ranks) for g in mine]
+        partial = any(hits) and not all(hits)
+        views += sorted((GroupView(g, partial and hit) for g, hit in zip(mine, hits)),
+                        key=lambda v: not v.culprit)
+    return views
