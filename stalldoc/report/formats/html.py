@@ -36,7 +36,7 @@ def context(report: Report) -> dict[str, Any]:
                     html_view.when(s.ended_at) if s.ended_at else "never (it held to the end)")
                    for s in report.stalls],
         "timeline": html_charts.timeline_chart(timeline) if timeline.rows else None,
-        "hidden_bars": timeline.hidden,
+        "thinned": timeline.thinned,
         "curves": html_charts.curve_charts(report, timeline.origin, timeline.end),
         "findings": html_view.findings(report, launch=False),
         "launch_findings": html_view.findings(report, launch=True),

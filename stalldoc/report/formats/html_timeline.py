@@ -10,7 +10,8 @@ from typing import Iterable, Iterator
 
 from stalldoc.report.records import RankPoint, RankRecord, Report, RunRecord
 
-MAX_BARS = 1500   # per row and kind: the longest are drawn, the others are sub-pixel anyway
+MAX_BARS = 1500   # per row and kind; beyond, bars far from stalls are merged into time bins
+NEAR_STALL = 30.0  # seconds around a stall whose bars are never merged
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Timeline:
     collectives: tuple[Bar, ...]
     marks: tuple[Mark, ...]
     stalls: tuple[Shade, ...]
-    hidden: int = 0               # short bars not drawn (MAX_BARS)
+    thinned: int = 0              # bars merged into others (MAX_BARS)
 
 
 def row_label(rank: int, node: str, merged: bool) -> str:
@@ -98,10 +99,13 @@ def build_timeline(report: Report) -> Timeline:
         collectives += collective_bars(run, origin, end, merged)
         marks += exit_marks(run, origin, merged) + finding_marks(run, origin, merged)
         rows += tuple(row for row in _rows_of(run, merged) if row not in rows)
-    kept_phases, hidden_phases = _longest(phases)
-    kept_collectives, hidden_collectives = _longest(collectives)
+    near = [(s.started_at - origin - NEAR_STALL, (s.ended_at or end) - origin + NEAR_STALL)
+            for s in report.stalls]
+    kept_phases, thinned_phases = thin(phases, near)
+    kept_collectives, thinned_collectives = thin(collectives, near)
     return Timeline(origin, end - origin, rows, kept_phases, kept_collectives, tuple(marks),
-                    tuple(stall_shades(report, origin, end)), hidden_phases + hidden_collectives)
+                    tuple(stall_shades(report, origin, end)),
+                    thinned_phases + thinned_collectives)
 
 
 def _rows_of(run: RunRecord, merged: bool) -> Iterator[str]:
@@ -110,16 +114,48 @@ def _rows_of(run: RunRecord, merged: bool) -> Iterator[str]:
         yield row_label(rank, run.node, merged)
 
 
-def _longest(bars: list[Bar]) -> tuple[tuple[Bar, ...], int]:
-    """At most MAX_BARS bars per row, the longest; and how many were left out."""
+def thin(bars: list[Bar], keep: list[tuple[float, float]]) -> tuple[tuple[Bar, ...], int]:
+    """Rows of more than MAX_BARS bars: those near a stall (``keep``) as they are, the others
+    merged into MAX_BARS time bins; and how many bars were merged away."""
     by_row: dict[str, list[Bar]] = defaultdict(list)
     for bar in bars:
         by_row[bar.row].append(bar)
     kept: list[Bar] = []
     for row_bars in by_row.values():
-        longest = sorted(row_bars, key=lambda b: b.end - b.start, reverse=True)[:MAX_BARS]
-        kept += sorted(longest, key=lambda b: b.start)
+        if len(row_bars) <= MAX_BARS:
+            kept += row_bars
+            continue
+        close = [any(b.end >= a and b.start <= z for a, z in keep) for b in row_bars]
+        near = [b for b, c in zip(row_bars, close) if c]
+        far = [b for b, c in zip(row_bars, close) if not c]
+        kept += near + binned(far) if len(near) <= MAX_BARS else binned(row_bars)
+    kept.sort(key=lambda b: (b.row, b.start))
     return tuple(kept), len(bars) - len(kept)
+
+
+def binned(bars: list[Bar]) -> list[Bar]:
+    """MAX_BARS bars at most: those starting in one time bin become one bar, named after what
+    took most of its time; its hover says what was merged."""
+    if not bars:
+        return []
+    lo, hi = min(b.start for b in bars), max(b.end for b in bars)
+    width = max(hi - lo, 1e-9) / MAX_BARS
+    bins: dict[int, list[Bar]] = defaultdict(list)
+    for bar in bars:
+        bins[min(int((bar.start - lo) / width), MAX_BARS - 1)].append(bar)
+    return [group[0] if len(group) == 1 else _merged(group) for group in bins.values()]
+
+
+def _merged(group: list[Bar]) -> Bar:
+    seconds: dict[str, float] = defaultdict(float)
+    for bar in group:
+        seconds[bar.name] += bar.end - bar.start
+    top = sorted(seconds.items(), key=lambda kv: -kv[1])
+    parts = ", ".join(f"{name} {secs:.1f} s" for name, secs in top[:3])
+    first = group[0]
+    return Bar(first.row, top[0][0], min(b.start for b in group), max(b.end for b in group),
+               f"{len(group)} merged (zoomed out): {parts}" + (", ..." if len(top) > 3 else ""),
+               any(b.open for b in group))
 
 
 def phase_bars(run: RunRecord, origin: float, end: float, merged: bool) -> list[Bar]:

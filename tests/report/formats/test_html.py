@@ -138,7 +138,6 @@ def test_the_page_is_self_contained_with_plotly_inlined_once(demo_page):
     assert remote == []
     assert not any(tag in ("script", "link", "img", "iframe") for tag, _, _ in links.found)
     assert html.count(get_plotlyjs()[:400]) == 1
-    print(f"demo page: {len(html) / 1e6:.2f} MB, of which plotly.js {len(get_plotlyjs()) / 1e6:.2f}")
     assert len(html) < len(get_plotlyjs()) + 500_000
 
 

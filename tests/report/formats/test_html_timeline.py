@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from support import run_record as _run
 from stalldoc.report.formats import html_timeline
 from stalldoc.report.formats.html_charts import curve_charts, cuda_memory
 from stalldoc.report.formats.html_timeline import MAX_BARS, build_timeline
-from stalldoc.report.records import CollectiveSpan, PhaseSpan, RankPoint, Report, TimeSeries
+from stalldoc.report.records import (CollectiveSpan, PhaseSpan, RankPoint, Report,
+                                     StallRecord, TimeSeries)
 
 T0 = 1_700_000_000.0
 
@@ -37,13 +40,22 @@ def test_collectives_completed_and_not_and_kills_by_stalldoc():
     assert "exit 137 (SIGKILL), ended by stalldoc" in timeline.marks[0].hover
 
 
-def test_a_long_run_draws_the_longest_bars_and_counts_the_others():
-    spans = tuple(PhaseSpan(0, "step", T0 + i, T0 + i + (0.5 if i % 2 else 0.1))
-                  for i in range(MAX_BARS + 100))
-    timeline = build_timeline(Report((_run(spans=spans),)))
-    assert len(timeline.phases) == MAX_BARS and timeline.hidden == 100
-    assert all(b.end - b.start > 0.4 for b in timeline.phases[-50:])
-    assert [b.start for b in timeline.phases] == sorted(b.start for b in timeline.phases)
+def test_a_long_run_merges_bars_far_from_stalls_into_time_bins():
+    spans = tuple(PhaseSpan(0, "step" if i % 3 else "rollout", T0 + i, T0 + i + 0.9)
+                  for i in range(3 * MAX_BARS))
+    stall = StallRecord(1, T0 + 100, T0 + 110, T0 + 120, 10, (0,))
+    timeline = build_timeline(Report((_run(spans=spans, stalls=(stall,)),)))
+    bars = timeline.phases
+    assert len(bars) <= MAX_BARS + 80 and timeline.thinned == 3 * MAX_BARS - len(bars)
+    # THEN around the stall (30 s either side) every span is as it was
+    near = [b for b in bars if 70 <= b.start <= 150]
+    assert [(b.start, b.name) for b in near] == [(float(i), "step" if i % 3 else "rollout")
+                                                 for i in range(70, 151)]
+    # AND elsewhere one bar per bin covers the run to its end, named after its larger part
+    far = [b for b in bars if b.start > 200]
+    assert all("merged" in b.hover and b.name == "step" for b in far)
+    assert max(b.end for b in bars) == pytest.approx(3 * MAX_BARS - 1 + 0.9)
+    assert [b.start for b in bars] == sorted(b.start for b in bars)
 
 
 def test_merged_rows_are_node_qualified():
