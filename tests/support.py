@@ -253,3 +253,19 @@ def synthetic_tick(t: float, ranks: int, gpus: int, phase: str, seed: int = 0,
 
 
 __all__ = ["SCENARIOS", "torchrun", "launcher", "watch", "pid_alive", "signal"]
+
+
+def run_record(**fields: Any) -> Any:
+    """A report's ``RunRecord`` built directly: ranks 0 and 1 on "node" from T0 = 1.7e9, killed
+    by stalldoc (exit 137) at T0 + 19, the run ended at T0 + 20; ``fields`` replace its own."""
+    from dataclasses import replace
+    from stalldoc.report.records import (HostSummary, RankRecord, RunInfo, RunRecord,
+                                         TimeSeries)
+    t0 = 1_700_000_000.0
+    info = RunInfo("r", ("train.py",), "node", t0, t0 + 20, 124, 5.0, True, 4,
+                   watch_exit_code=124, ended_by="stalldoc", on_stall="kill")
+    ranks = tuple(RankRecord(r, 100 + r, r, ("python",), t0, t0 + 19, 137, 9, "proc", "node")
+                  for r in (0, 1))
+    run = RunRecord("/run", "node", info, ranks, (), (), (), {}, HostSummary(), (), (), (), (),
+                    TimeSeries())
+    return replace(run, **fields)

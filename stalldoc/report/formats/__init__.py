@@ -16,6 +16,7 @@ FORMATS: dict[str, str] = {
     "text": "stalldoc.report.formats.text",
     "json": "stalldoc.report.formats.json_format",
     "markdown": "stalldoc.report.formats.markdown",
+    "html": "stalldoc.report.formats.html",
 }
 
 
