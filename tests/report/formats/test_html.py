@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+import support
+
 from support import synthetic_tick
 from stalldoc.model import (Finding, Frame, RankExit, RankProcess, RankStacks, Severity,
                             StallEpisode, ThreadStack)
@@ -56,14 +58,9 @@ def render(out: Path, *run_dirs: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One real `stalldoc demo` (rank 1 hangs in its data loader), shared by the tests here."""
-    run_dir = tmp_path_factory.mktemp("demo") / "run"
-    done = subprocess.run([sys.executable, "-m", "stalldoc", "demo", "--run-dir", str(run_dir)],
-                          capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert (run_dir / "run.db").is_file(), done.stdout + done.stderr
-    return run_dir
+def demo_run() -> Path:
+    """The session's one real `stalldoc demo` run (rank 1 hangs in its data loader)."""
+    return support.demo_run()
 
 
 @pytest.fixture(scope="module")

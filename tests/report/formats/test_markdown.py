@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import support
 from markdown_it import MarkdownIt
 
 from stalldoc.model import (Finding, Frame, RankProcess, RankStacks, Severity, StallEpisode,
@@ -59,11 +61,9 @@ def table_cells(text: str) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("demo") / "run"
-    subprocess.run([sys.executable, "-m", "stalldoc", "demo", "--run-dir", str(run_dir)],
-                   capture_output=True, text=True, timeout=180)
-    return run_dir
+def demo_run() -> Path:
+    """The session's one real `stalldoc demo` run (rank 1 hangs in its data loader)."""
+    return support.demo_run()
 
 
 def test_markdown_is_a_format():
