@@ -34,6 +34,7 @@ class RankRow:
     phase: str             # at the last stall, if any
     seen: str              # what the watcher saw at the last stall
     exit: str
+    stack: str = "-"       # the stack taken at that stall: "working", "waiting: collective"
 
 
 @dataclass(frozen=True)
@@ -117,14 +118,17 @@ def run_facts(run: RunRecord) -> RunFacts:
 def rank_rows(report: Report) -> list[RankRow]:
     """Every rank: where it was at its node's last stall, how it ended."""
     last = {s.node: s for s in report.stalls}
+    states = {(g.node, g.stall_id, r): g.state for g in stack_groups(report) for r in g.ranks}
     rows = []
     for r in report.ranks:
         stall = last.get(r.node)
         work = stall.work.get(str(r.rank), {}) if stall else {}
+        seen = str(work.get("seen") or "-").replace(", stack not sampled", "")
         rows.append(RankRow(r.rank, r.node, r.pid,
-                            (stall.phases.get(str(r.rank)) if stall else "") or "-",
-                            str(work.get("seen") or "-"),
-                            exit_text(r) if r.ended_at else "running at the end"))
+                            (stall.phases.get(str(r.rank)) if stall else "") or "-", seen,
+                            exit_text(r) if r.ended_at else "running at the end",
+                            states.get((r.node, stall.id, r.rank), "not taken") if stall
+                            else "-"))
     return rows
 
 
