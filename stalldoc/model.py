@@ -143,11 +143,15 @@ class RankStacks:
 
     @property
     def main(self) -> ThreadStack | None:
-        """The main thread (py-spy lists it first: its os thread id is the pid)."""
-        for thread in self.threads:
-            if thread.thread_id == self.pid:
-                return thread
-        return self.threads[0] if self.threads else None
+        return main_thread(self.pid, self.threads)
+
+
+def main_thread(pid: int, threads: tuple[ThreadStack, ...]) -> ThreadStack | None:
+    """The main thread of process ``pid`` (its os thread id is the pid; py-spy lists it first)."""
+    for thread in threads:
+        if thread.thread_id == pid:
+            return thread
+    return threads[0] if threads else None
 
 
 @dataclass(frozen=True)

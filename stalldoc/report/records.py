@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from stalldoc.model import ThreadStack
+from stalldoc.model import ThreadStack, main_thread
 
 
 @dataclass(frozen=True)
@@ -109,10 +109,7 @@ class StackRecord:
 
     @property
     def main(self) -> ThreadStack | None:
-        for thread in self.threads:
-            if thread.thread_id == self.pid:
-                return thread
-        return self.threads[0] if self.threads else None
+        return main_thread(self.pid, self.threads)
 
 
 @dataclass(frozen=True)
