@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from stalldoc.agent.state_reader import AgentSnapshot, PhaseRecord  # noqa: E402
+from stalldoc.findings.ledger import Ledger  # noqa: E402
 from stalldoc.model import (Finding, GpuProcess, GpuSample, HostMemory, HostSample,  # noqa: E402
                             LogLine, ProbeRun, RankStacks, Severity, StallEpisode)
 from stalldoc.sampling import Tick  # noqa: E402
@@ -66,18 +67,22 @@ class Feed:
         return Tick(t, host, node, gpus, agents, probes)
 
 
-def _events(store: RunStore, i: int, ranks: int) -> None:
-    """Three stalls a day with stacks and findings; a slow-rank finding every 40 minutes."""
+def _events(store: RunStore, ledger: Ledger, i: int, ranks: int) -> None:
+    """Three stalls a day with stacks and findings; a slow-rank finding every 40 minutes, for
+    a second."""
     t = T0 + i
     if i % 28_800 == 14_400:
         stall = i // 28_800 + 1
         store.save_stall(StallEpisode(stall, t - 45, t, 45, tuple(range(ranks))))
         store.add_stacks(stall, [RankStacks(r, 1000 + r, t, "py-spy", ()) for r in range(ranks)])
-        store.add_findings(t, stall, [Finding("SD101", "rank-outside-collective", Severity.ERROR,
-                                              (3,), "rank 3 not in all_reduce #9", {}, "fix")])
+        store.put_findings(ledger.stall(t, stall, [Finding(
+            "SD101", "rank-outside-collective", Severity.ERROR, (3,),
+            "rank 3 not in all_reduce #9", {}, "fix")]).entries)
     if i % 2400 == 1200:
-        store.add_findings(t, None, [Finding("SD108", "slow-rank", Severity.WARNING, (0,),
-                                             "rank 0 slow", {}, "wait")], "tick")
+        store.put_findings(ledger.tick(t, [Finding("SD108", "slow-rank", Severity.WARNING, (0,),
+                                                    "rank 0 slow", {}, "wait")]).entries)
+    if i % 2400 == 1201:
+        store.put_findings(ledger.tick(t, []).entries)
 
 
 def fill(run_dir: Path, seconds: int, ranks: int, gpus: int, lines_per_s: int,
@@ -85,7 +90,7 @@ def fill(run_dir: Path, seconds: int, ranks: int, gpus: int, lines_per_s: int,
     """Feed ``seconds`` of the run; the mean write cost per tick in ms."""
     store = RunStore(run_dir, policy)
     store.start_run(run_dir.name, ["swift", "rlhf", "--rlhf_type", "grpo"], "node", T0, 45, True)
-    feed, spent = Feed(ranks, gpus), 0.0
+    feed, spent, ledger = Feed(ranks, gpus), 0.0, Ledger()
     for i in range(seconds):
         tick = feed.tick(i)
         lines = [LogLine(tick.t, "stderr", LINE.format(pct=i * 100 // 86400, i=i, s=i % 60))
@@ -93,7 +98,7 @@ def fill(run_dir: Path, seconds: int, ranks: int, gpus: int, lines_per_s: int,
         started = time.perf_counter()
         store.add_logs(lines)
         store.add_tick(tick)
-        _events(store, i, ranks)
+        _events(store, ledger, i, ranks)
         store.compact(tick.t, 45 + policy.around_before)
         spent += time.perf_counter() - started
     store.end_run(T0 + seconds, 0)

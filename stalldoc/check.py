@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from stalldoc.errors import StalldocError
+from stalldoc.findings.record import finding_record
 from stalldoc.launch.arguments import BadArgument
 from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.launch.coverage import unchecked
@@ -193,10 +194,8 @@ def run_check(argv: list[str], gpus: int | None, gpu_memory: int | None, size: i
 
 
 def finding_dict(finding: Finding) -> dict[str, Any]:
-    """The report's finding shape."""
-    return {"code": finding.code, "name": finding.name, "severity": finding.severity.value,
-            "ranks": list(finding.ranks), "summary": finding.summary,
-            "evidence": dict(finding.evidence), "fix": finding.fix, "trigger": "launch"}
+    """A launch finding's record, as ``check --format json`` lists it."""
+    return finding_record(finding, "launch")
 
 
 def launch_document(checks: LaunchChecks) -> dict[str, Any]:

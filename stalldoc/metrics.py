@@ -34,11 +34,11 @@ class MetricsState:
     collective_seq: Mapping[tuple[int, str], int] = field(default_factory=dict)
     rss: Mapping[int, int] = field(default_factory=dict)
     stall_active: bool = False
-    findings: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    findings: Mapping[tuple[str, str], int] = field(default_factory=dict)   # opened (ledger)
     gpus: tuple[GpuSample, ...] = ()
     gpu_peaks: Mapping[int, int] = field(default_factory=dict)
     probes: tuple[ProbeRun, ...] = ()
-    open_findings: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    open_findings: Mapping[tuple[str, str], int] = field(default_factory=dict)   # open (ledger)
 
 
 def job_name(config: LaunchConfig | None) -> str:
@@ -114,9 +114,9 @@ class StateCollector(Collector):
         for (code, severity), count in sorted(s.findings.items()):
             findings.add_metric([code, severity], count)
         yield findings
-        still = GaugeMetricFamily("stalldoc_findings_open", "Findings that hold now (tick findings "
-                                  "not resolved, findings of the stall going on)",
-                                  labels=["code", "severity"])
+        still = GaugeMetricFamily("stalldoc_findings_open", "Findings open now: not resolved "
+                                  "(the run's findings ledger; as resolved_at IS NULL in the "
+                                  "run database)", labels=["code", "severity"])
         for (code, severity), count in sorted(s.open_findings.items()):
             still.add_metric([code, severity], count)
         yield still

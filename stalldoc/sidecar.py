@@ -38,6 +38,8 @@ class RelayLink:
         self.job_pid = 0
         self.job_started_at = 0.0
         self.job_code: int | None = None
+        self.watch_code: int | None = None    # what `stalldoc watch` exits with, the relay says
+        self.ended_by = "job"                 # job / stalldoc / interrupt, the relay says
         self.dropped = 0
         self.ending = False
         self.relay_gone = False
@@ -113,6 +115,8 @@ class RelayLink:
             self.ending = True
         elif kind == "E":
             self.dropped = int(fields[1])
+            if len(fields) >= 4:
+                self.watch_code, self.ended_by = int(fields[2]), fields[3]
             self.job_code = int(fields[0])
 
     def send(self, **message: object) -> None:

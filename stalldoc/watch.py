@@ -11,7 +11,6 @@ import json
 import os
 import socket
 import time
-from collections import Counter
 from typing import Iterable
 
 from stalldoc.agent.statefile import STATUS_EXCEPTION
@@ -19,6 +18,7 @@ from stalldoc.check import failed, launch_checks, launch_document
 from stalldoc.detect.progress import ProgressTracker
 from stalldoc.detect.vllm_sleep import SleepLog
 from stalldoc.errors import StalldocError, log_traceback
+from stalldoc.findings.ledger import Changes, Ledger
 from stalldoc.history import Histories, gpu_util_by_rank
 from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.launch.inject import FLIGHT_DIR, flight_settings
@@ -39,7 +39,6 @@ from stalldoc.probes.versions import RunVersions
 from stalldoc.redact import redact_text
 from stalldoc.report.text import render_findings
 from stalldoc.rules import STICKY, run_rules
-from stalldoc.rules.engine import FindingBook
 from stalldoc.rules.base import join_ranks
 from stalldoc.sampling import Discovery, Sampler, Tick
 from stalldoc.store.db import RunStore
@@ -72,7 +71,7 @@ class Watcher:
         self.sleep_log = SleepLog()   # vLLM engines' sleep state from their log lines
         link.on_line = self.logs.put
         self.history = Histories()
-        self.book = FindingBook()
+        self.ledger = Ledger(STICKY)   # every finding of the run
         self.killed_for_stall = False
         self.explained: set[str] = set()
         self.deaths = DeathWatch()
@@ -81,8 +80,6 @@ class Watcher:
         self.config: LaunchConfig | None = None
         self.launch_plan: dict | None = None   # the launch checks' plan, resources and skips
         self.versions = RunVersions(self.agent_dir, self.sampler.nvml.driver_version())
-        self.finding_counts: Counter[tuple[str, str]] = Counter()
-        self.stall_findings: list[Finding] = []   # of the stall going on
         self.stall_stacks: dict[int, RankStacks] = {}   # taken at its diagnosis, for tick rules
         self.stall_flight: dict[int, FlightDump] = {}   # the Flight Recorder dumps, likewise
         self.gpu_peaks: dict[int, int] = {}
@@ -92,7 +89,6 @@ class Watcher:
         self.startup_costs = StartupCosts()
         self.swept_at = 0.0
         self.tick_errors = 0
-        self.exit_rows: dict[tuple[str, tuple[int, ...]], int] = {}
         self.store_trouble_said = False
         self.tick_error_kinds: set[str] = set()
         self.flight = FlightDumps(self.run_dir / "agents", self.run_dir / FLIGHT_DIR) \
@@ -117,6 +113,7 @@ class Watcher:
         self.started_at = self.link.job_started_at
         self.store.start_run(self.run_dir.name, list(self.opts.argv), socket.gethostname(),
                              self.started_at, self.opts.stall_timeout, self.opts.agent)
+        self.store.set_meta("on_stall", self.opts.on_stall)
         self.store.set_meta("flight_recorder", json.dumps(flight_settings(
             self.run_dir, dict(os.environ), self.flight is not None)))
         if self.launch_plan is not None:
@@ -128,9 +125,7 @@ class Watcher:
         for probe, why in self.sampler.unavailable.items():
             self.store.probe_unavailable(probe, why)
             self.say(f"{probe} probe off: {why}")
-        if launch_findings:
-            self.store.add_findings(self.started_at, None, launch_findings, "launch")
-            self._count(launch_findings)
+        self._save(self.ledger.launch(self.started_at, launch_findings))
         try:
             self._loop()
         except Exception:  # noqa: BLE001 - never harm the job
@@ -203,6 +198,7 @@ class Watcher:
                 self.store.set_meta("tick_errors", str(self.tick_errors))
             self._store_startup_costs()
             self._store_versions(final=True)
+            self._store_exit_codes()
             self.store.end_run(time.time(), code)
             self.store.close()
         except Exception:  # noqa: BLE001
@@ -210,6 +206,13 @@ class Watcher:
         for part in (self.deaths, self.sampler, self.background, self.exporter):
             if part is not None:
                 part.close()
+
+    def _store_exit_codes(self) -> None:
+        """watch's own exit code and who ended the job, as the relay told (unknown, and not
+        stored, when the relay was killed: then no code reached the shell from it)."""
+        if self.link.watch_code is not None:
+            self.store.set_meta("watch_exit_code", str(self.link.watch_code))
+            self.store.set_meta("ended_by", self.link.ended_by)
 
     def _store_startup_costs(self) -> None:
         """The agent's start-up cost per Python process of the job (ranks and the rest)."""
@@ -317,15 +320,7 @@ class Watcher:
         """Exit findings: each (rule, ranks) once; when later deaths add to one already made
         (collateral ranks that settled after the first), its stored summary is brought up to
         date instead of a second diagnosis."""
-        new = []
-        for finding in findings:
-            row_id = self.exit_rows.get((finding.code, finding.ranks))
-            if row_id is None:
-                new.append(finding)
-            else:
-                self.store.update_finding(row_id, time.time(), finding, 1)
-        ids = self._report(new, None)
-        self.exit_rows.update({(f.code, f.ranks): i for f, i in zip(new, ids)})
+        self._diagnosis(self._save(self.ledger.exits(time.time(), findings)))
 
     def _record_exit(self, exit: RankExit) -> None:
         self.exits[exit.rank] = exit
@@ -354,8 +349,8 @@ class Watcher:
         started, ended = self.tracker.check(now)
         if ended is not None:
             self.store.save_stall(ended)
-            self.store.resolve_stall_findings(ended.id, now)
-            self.stall_findings, self.stall_stacks, self.stall_flight = [], {}, {}
+            self._save(self.ledger.stall_ended(now, ended.id))
+            self.stall_stacks, self.stall_flight = {}, {}
             self.say(f"progress resumed after stall #{ended.id}")
         if started is None:
             return
@@ -383,7 +378,8 @@ class Watcher:
                                      flight=flight)
         self.store.add_stacks(episode.id, stacks.values())
         self.stall_stacks, self.stall_flight = stacks, flight
-        self._report(run_rules(window, "stall"), episode.id)
+        self._diagnosis(self._save(self.ledger.stall(now, episode.id,
+                                                      run_rules(window, "stall"))))
 
     def _ask_flight(self, live: list[RankProcess]) -> None:
         """Ask the live ranks' agents for Flight Recorder dumps (they come while stacks are
@@ -459,48 +455,29 @@ class Watcher:
         findings = run_rules(window, "tick")
         if final:
             findings = [f for f in findings if f.code in STICKY]
-        changes = self.book.update(now, findings, STICKY, resolve=not final)
+        changes = self._save(self.ledger.tick(now, findings, resolve=not final))
         if changes.opened:
-            findings = [t.finding for t in changes.opened]
-            for tracked, row_id in zip(changes.opened,
-                                       self.store.add_findings(now, None, findings, "tick")):
-                tracked.row_id = row_id
-            self.say("finding:\n" + render_findings(findings))
-            self._count(findings)
-        for tracked in changes.updated:
-            self.store.update_finding(tracked.row_id or 0, now, tracked.finding,
-                                      tracked.occurrences)
-        for tracked in changes.resolved:
-            self.store.resolve_finding(tracked.row_id or 0, now)
-            self.say(f"resolved: {tracked.finding.code} {tracked.finding.summary}")
+            self.say("finding:\n" + render_findings(e.finding for e in changes.opened))
+        for entry in changes.resolved:
+            self.say(f"resolved: {entry.finding.code} {entry.finding.summary}")
 
     def _resolve_shutdown_lines(self, now: float) -> None:
         """The job exited 0: events made only of lines libraries also print at a normal
         shutdown (vLLM's "engine core died unexpectedly"), printed in its last
         ``SHUTDOWN_SECONDS``, were its shutdown, not a failure."""
-        for key, tracked in list(self.book.open.items()):
-            evidence = tracked.finding.evidence
-            if evidence.get("at_shutdown") and evidence.get("first_at", 0) >= (
-                    now - SHUTDOWN_SECONDS):
-                del self.book.open[key]
-                self.store.resolve_finding(tracked.row_id or 0, now)
-                self.say(f"resolved: {tracked.finding.code} printed as the job shut down; it "
-                         "exited 0")
+        for entry in self._save(self.ledger.shutdown(now, now - SHUTDOWN_SECONDS)).resolved:
+            self.say(f"resolved: {entry.finding.code} printed as the job shut down; it "
+                     "exited 0")
 
-    def _report(self, findings: list[Finding], stall_id: int | None) -> list[int]:
-        """Store, count and print a diagnosis; the stored findings' ids."""
-        if not findings:
-            return []
-        ids = self.store.add_findings(time.time(), stall_id, findings)
-        self._count(findings)
-        if stall_id is not None:
-            self.stall_findings += findings
-        self.say("diagnosis:\n" + render_findings(findings))
-        return ids
+    def _diagnosis(self, changes: Changes) -> None:
+        """Print the findings a diagnosis (of a stall, of exits) opened."""
+        if changes.opened:
+            self.say("diagnosis:\n" + render_findings(e.finding for e in changes.opened))
 
-    def _count(self, findings: Iterable[Finding]) -> None:
-        for finding in findings:
-            self.finding_counts[(finding.code, finding.severity.value)] += 1
+    def _save(self, changes: Changes) -> Changes:
+        """The ledger's changes, written to the store; returned for printing."""
+        self.store.put_findings(changes.entries)
+        return changes
 
     # ----- storage and status -----------------------------------------------------------------
     def _publish(self, now: float, sample: Tick) -> None:
@@ -517,9 +494,8 @@ class Watcher:
             {r: s.phase for r, s in live.items()},
             {(r, g.name): g.started for r, a in sample.agents.items() for g in a.groups},
             {r: h.rss_bytes for r, h in sample.host.items()}, self.tracker.episode is not None,
-            dict(self.finding_counts), sample.gpus, dict(self.gpu_peaks), sample.probes,
-            Counter((f.code, f.severity.value) for f in
-                    [t.finding for t in self.book.open.values()] + self.stall_findings)))
+            self.ledger.opened_counts(), sample.gpus, dict(self.gpu_peaks), sample.probes,
+            self.ledger.open_counts()))
 
     def _status(self, now: float) -> None:
         tracker = self.tracker

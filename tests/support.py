@@ -115,6 +115,17 @@ class Result:
     def findings(self, code: str) -> list[dict[str, Any]]:
         return [f for f in self.report()["findings"] if f["code"] == code]
 
+    def meta(self) -> dict[str, str]:
+        return run_meta(self.run_dir)
+
+
+def run_meta(run_dir: Path) -> dict[str, str]:
+    """The run's meta table (watch_exit_code, ended_by, on_stall, ...), read as the report reads
+    the store."""
+    from stalldoc.store.reader import open_reader
+    with open_reader(run_dir) as conn:
+        return dict(conn.execute("SELECT key, value FROM meta").fetchall())
+
 
 def watch(tmp_path: Path, command: list[str], *options: str, env: dict[str, str] | None = None,
           timeout: float = 120, prefix: list[str] | None = None) -> Result:

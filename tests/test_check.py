@@ -43,6 +43,9 @@ def test_seed_004_single_gpu_one_generation():
     [finding] = doc["findings"]
     assert (finding["code"], finding["summary"]) == (
         "SD407", "num_generations must be greater than 1 for GRPO")
+    assert list(finding) == ["code", "name", "severity", "ranks", "summary", "evidence", "fix",
+                             "trigger"]
+    assert (finding["severity"], finding["trigger"]) == ("error", "launch")
 
 
 def test_seed_000_batch_not_divisible_lists_valid_values():

@@ -34,6 +34,10 @@ def test_stuck_rank_is_named_with_its_frame(run_watch, nproc, stuck_rank, func, 
     assert any(frame.startswith(f"{func} (") for frame in finding["evidence"]["frames"])
     assert result.findings("SD104") == []  # waiting on an Event is not a lock deadlock
     assert f"rank {stuck_rank} not in {op}" in finding["summary"]
+    assert (finding["trigger"], finding["stall_id"], finding["resolved_at"]) == ("stall", 1, None)
+    meta = result.meta()   # who ended the job, and watch's own code beside the job's
+    assert (meta["on_stall"], meta["ended_by"], meta["watch_exit_code"]) == ("kill", "stalldoc",
+                                                                            "124")
     report = result.report()
     assert len(report["stalls"]) == 1
     stall = report["stalls"][0]
@@ -102,6 +106,11 @@ def test_sigkilled_rank_is_blamed_with_signal_and_memory(run_watch):
     assert result.code != 0
     [dead] = result.findings("SD103")
     assert dead["ranks"] == [2]
+    assert (dead["trigger"], dead["stall_id"]) == ("exit", None)
+    assert {f["trigger"] for f in result.report()["findings"]} <= {"exit", "tick"}
+    meta = result.meta()
+    assert (meta["on_stall"], meta["ended_by"]) == ("observe", "job")
+    assert meta["watch_exit_code"] == str(result.code)
     assert dead["evidence"]["signal"] == 9
     assert "SIGKILL" in dead["summary"]
     assert "OOM" in dead["fix"]

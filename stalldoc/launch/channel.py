@@ -7,7 +7,10 @@ Relay → sidecar, written without ever blocking the relay. Control records are 
   ``T``                        the relay is ending the job (its ranks' deaths are not findings)
   ``G<o|e>``                   output of that stream was dropped just before the next chunk
   ``Z<o|e>``                   that stream ended
-  ``E <code> <dropped>``       the job exited with ``code``; ``dropped`` lines were not handed on
+  ``E <code> <dropped> <watch code> <ended by>``  the job exited with ``code``; ``dropped``
+                               lines were not handed on; ``stalldoc watch`` exits with ``watch
+                               code``; who ended the job: ``job`` (itself), ``stalldoc``
+                               (``--on-stall kill``) or ``interrupt`` (SIGINT / SIGTERM to watch)
 Output goes as raw chunks, ``C<o|e> <t> <n>`` and a newline, then ``n`` bytes: the relay does a
 constant amount of work per chunk whatever the lines in it; the sidecar cuts the lines.
 

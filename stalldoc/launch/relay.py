@@ -48,8 +48,10 @@ class Relay:
         self.foreground = Foreground()
         self.job: Job | None = None
         self.code: int | None = None
+        self.job_signal: int | None = None    # the signal the job died of
         self.exited_at = 0.0
-        self.stall_killed = False
+        self.ended_by: str | None = None      # who ended the job on purpose: stalldoc / interrupt
+        self.interrupted = False               # SIGINT reached us and went on to the job
         self.aborted: int | None = None       # a signal that came before the job started
         self.term_requested = False
         self.ending: Ending | None = None
@@ -82,10 +84,23 @@ class Relay:
             self.code = copy_until_exit({fd: st.target for fd, st in self.streams.items()},
                                         self.job.pid, self.code, self.exited_at, DRAIN_WAIT)
         ended = (f"job ended by stalldoc (--on-stall kill; the job's own exit status "
-                 f"{self.code}, stalldoc exits {EXIT_STALL_KILLED})" if self.stall_killed
-                 else f"job exited {self.code}")
+                 f"{self.code}, stalldoc exits {EXIT_STALL_KILLED})"
+                 if self.ended_by == "stalldoc" else f"job exited {self.code}")
         self.say(f"{ended}; report: stalldoc report {self.run_dir}")
-        return EXIT_STALL_KILLED if self.stall_killed else int(self.code or 0)
+        return self._watch_code()
+
+    def _watch_code(self) -> int:
+        """What ``stalldoc watch`` exits with: the job's code, or 124 when --on-stall kill
+        ended it."""
+        return EXIT_STALL_KILLED if self.ended_by == "stalldoc" else int(self.code or 0)
+
+    def _who_ended(self) -> str:
+        """``stalldoc`` (--on-stall kill), ``interrupt`` (SIGTERM to us; SIGINT to us or, from
+        the terminal, to the job, which it died of), else ``job``: it ended by itself."""
+        if self.ended_by is not None:
+            return self.ended_by
+        by_sigint = self.job_signal == signal.SIGINT
+        return "interrupt" if self.interrupted or by_sigint else "job"
 
     def _relay_job(self) -> None:
         self._serve(lambda: self.code is not None and (
@@ -126,7 +141,8 @@ class Relay:
 
     def _finish_sidecar(self, code: int) -> None:
         """The job ended: let the sidecar store the end (or stop waiting for it)."""
-        self.link.outbox.control(f"E {code} {self.link.outbox.dropped}")
+        self.link.outbox.control(f"E {code} {self.link.outbox.dropped} {self._watch_code()} "
+                                 f"{self._who_ended()}")
         if self.link.outbox.dropped:
             self.say(f"{self.link.outbox.dropped} output line(s) were not analysed (the sidecar "
                      f"lagged); the job's output itself is complete")
@@ -232,8 +248,7 @@ class Relay:
             elif "rank_pid" in message:
                 self._rank_started(int(str(message["rank_pid"])))
             elif message.get("end_job") == "stall":
-                self.stall_killed = True
-                self._end_job()
+                self._end_job("stalldoc")
         if not self.link.inbox_open:
             self._unregister(self.link.inbox)
 
@@ -261,7 +276,8 @@ class Relay:
                 continue
             self.link.outbox.control(f"X {pid} {status}")
             if self.job is not None and pid == self.job.pid:
-                self.code, self.exited_at = from_wait_status(status)[0], time.time()
+                self.code, self.job_signal = from_wait_status(status)
+                self.exited_at = time.time()
 
     def _sidecar_ended(self, status: int) -> None:
         self.link.exit_status = status
@@ -291,6 +307,7 @@ class Relay:
             if signum in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
                 self.aborted = signum
             return
+        self.interrupted |= signum == signal.SIGINT and self.code is None
         if signum == signal.SIGWINCH:
             for stream in self.streams.values():
                 stream.sync_size()
@@ -311,12 +328,16 @@ class Relay:
     def _handle_term(self) -> None:
         if self.term_requested and self.ending is None:
             self.say("SIGTERM: ending the job")
-            self._end_job()
+            self._end_job("interrupt")
 
-    def _end_job(self) -> None:
-        """End the whole job tree (SIGTERM, then SIGKILL after --kill-grace)."""
+    def _end_job(self, by: str) -> None:
+        """End the whole job tree (SIGTERM, then SIGKILL after --kill-grace); ``by``: who asked.
+        The first to ask while the job runs is who ended it (its code is then settled: the
+        sidecar is told it with the job's)."""
         if self.job is None or self.ending is not None:
             return
+        if self.code is None:
+            self.ended_by = by
         self.link.outbox.control("T")
         self.ending = Ending(self.job.descendants(exclude=self.link.pid), self.opts.kill_grace)
 

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
+from stalldoc.findings.record import finding_fields
 from stalldoc.model import Finding
 
 
@@ -11,20 +12,25 @@ def _when(t: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
 
 
-def finding_lines(code: str, severity: str, summary: str, frames: list[str], fix: str) -> list[str]:
-    lines = [f"  [{code} {severity}] {summary}"]
+def record_lines(record: Mapping[str, Any]) -> list[str]:
+    """A finding's lines, from its record (``stalldoc.findings.record``): what the watcher
+    prints, ``check`` prints and the report shows."""
+    frames = list(record["evidence"].get("frames", []))
+    lines = [f"  [{record['code']} {record['severity']}] {record['summary']}"]
     lines += [f"      {frame}" for frame in frames[:8]]
-    lines.append(f"      fix: {fix}")
+    lines.append(f"      fix: {record['fix']}")
     return lines
+
+
+def finding_lines(code: str, severity: str, summary: str, frames: list[str], fix: str) -> list[str]:
+    """``record_lines`` of a record given field by field (the report's older caller)."""
+    return record_lines({"code": code, "severity": severity, "summary": summary,
+                         "evidence": {"frames": frames}, "fix": fix})
 
 
 def render_findings(findings: Iterable[Finding]) -> str:
     """What the watcher prints when it has a diagnosis."""
-    lines = []
-    for f in findings:
-        lines += finding_lines(f.code, f.severity.value, f.summary,
-                               list(f.evidence.get("frames", [])), f.fix)
-    return "\n".join(lines)
+    return "\n".join(line for f in findings for line in record_lines(finding_fields(f)))
 
 
 def _gib(value: float | None) -> str:

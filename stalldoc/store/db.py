@@ -14,7 +14,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
-from stalldoc.model import (Finding, GpuSample, HostSample, ProbeRun, RankExit, RankProcess,
+from stalldoc.findings.ledger import Entry
+from stalldoc.findings.record import entry_record
+from stalldoc.model import (GpuSample, HostSample, ProbeRun, RankExit, RankProcess,
                             RankStacks, StallEpisode)
 from stalldoc.redact import redact_argv as redact
 from stalldoc.sampling import Tick
@@ -191,38 +193,14 @@ class RunStore:
         self.pruned_stacks += prune_stacks(self.conn, self.policy.stacks_first_stalls,
                                            self.policy.stacks_last_stalls)
 
-    @_guarded(list)
-    def add_findings(self, t: float, stall_id: int | None, findings: Iterable[Finding],
-                     trigger: str = "stall") -> list[int]:
-        """Store findings; returns their ids (in order)."""
-        ids = []
-        for f in findings:
-            cursor = self.conn.execute(
-                "INSERT INTO findings (t, stall_id, code, name, severity, ranks, summary, evidence,"
-                " fix, trigger, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (t, stall_id, f.code, f.name, f.severity.value, json.dumps(list(f.ranks)),
-                 f.summary, _json(f.evidence), f.fix, trigger, t))
-            ids.append(int(cursor.lastrowid or 0))
-        self.conn.commit()
-        return ids
-
     @_guarded()
-    def update_finding(self, row_id: int, t: float, finding: Finding, occurrences: int) -> None:
-        """A finding that still holds: its latest summary, evidence and count."""
-        self.conn.execute("UPDATE findings SET updated_at = ?, ranks = ?, summary = ?, "
-                          "evidence = ?, occurrences = ? WHERE id = ?",
-                          (t, json.dumps(list(finding.ranks)), finding.summary,
-                           _json(finding.evidence), occurrences, row_id))
-
-    @_guarded()
-    def resolve_finding(self, row_id: int, t: float) -> None:
-        self.conn.execute("UPDATE findings SET resolved_at = ? WHERE id = ?", (t, row_id))
-
-    @_guarded()
-    def resolve_stall_findings(self, stall_id: int, t: float) -> None:
-        """Progress resumed: the findings of that stall no longer hold."""
-        self.conn.execute("UPDATE findings SET resolved_at = ? WHERE stall_id = ? AND "
-                          "resolved_at IS NULL", (t, stall_id))
+    def put_findings(self, entries: Iterable[Entry]) -> None:
+        """Ledger entries as they are now, each its row (the entry's id is the row's): new ones
+        inserted, changed ones (updated, resolved) overwritten."""
+        rows = [_finding_row(entry_record(e)) for e in entries]
+        if rows:
+            self.conn.executemany(_FINDING_UPSERT, rows)
+            self.conn.commit()
 
     @_guarded()
     def compact(self, now: float, keep_seconds: float) -> None:
@@ -254,6 +232,12 @@ _PROBE_UPSERT = (
     "skipped = skipped + excluded.skipped, total_seconds = total_seconds + excluded.total_seconds,"
     " max_seconds = MAX(max_seconds, excluded.max_seconds), last_error = CASE WHEN "
     "excluded.last_error != '' THEN excluded.last_error ELSE last_error END")
+FINDING_COLUMNS = ("id", "t", "stall_id", "code", "name", "severity", "ranks", "summary",
+                   "evidence", "fix", "trigger", "updated_at", "resolved_at", "occurrences")
+_FINDING_JSON = ("ranks", "evidence")
+_FINDING_UPSERT = (f"INSERT INTO findings ({', '.join(FINDING_COLUMNS)}) VALUES "
+                   f"({', '.join('?' * len(FINDING_COLUMNS))}) ON CONFLICT (id) DO UPDATE SET "
+                   + ", ".join(f"{c} = excluded.{c}" for c in FINDING_COLUMNS[1:]))
 _PHASE_STATS = ("INSERT INTO phase_stats VALUES (?1, 1, ?2) ON CONFLICT (name) DO UPDATE SET "
                 "count = count + 1, max = MAX(max, excluded.max)")
 _PHASE_HIST = ("INSERT INTO phase_hist VALUES (?1, ?2, 1, ?3) ON CONFLICT (name, bin) DO UPDATE "
@@ -287,8 +271,10 @@ def _insert(table: str, columns: tuple[str, ...]) -> str:
     return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, default=str)
+def _finding_row(record: dict[str, Any]) -> tuple[Any, ...]:
+    """A finding's record as its row: the JSON columns as text."""
+    return tuple(json.dumps(record[c]) if c in _FINDING_JSON else record[c]
+                 for c in FINDING_COLUMNS)
 
 
 def _probe_row(p: ProbeRun) -> tuple[Any, ...]:

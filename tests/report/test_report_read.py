@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from stalldoc.findings.ledger import Ledger
 from stalldoc.model import (Finding, Frame, RankProcess, RankStacks, Severity, StallEpisode,
                             ThreadStack)
 from stalldoc.report.document import document
@@ -32,9 +33,9 @@ def node_run(run_dir: Path, host: str, ranks: range, started: float, culprit: in
     store.add_stacks(1, [RankStacks(r, 100 + r, started + 55, "py-spy",
                                     (ThreadStack(100 + r, "MainThread", False, False, frames),))
                          for r in ranks])
-    store.add_findings(started + 56, 1, [Finding(
+    store.put_findings(Ledger().stall(started + 56, 1, [Finding(
         "SD101", "rank-outside-collective", Severity.ERROR, (culprit,),
-        f"rank {culprit} not in all_reduce #42", {"frames": []}, "look at rank's frame")])
+        f"rank {culprit} not in all_reduce #42", {"frames": []}, "look at rank's frame")]).entries)
     store.end_run(started + 60, 1)
     store.close()
     return run_dir

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from support import synthetic_tick
 from stalldoc.cli import main
+from stalldoc.findings.ledger import Ledger
 from stalldoc.model import Finding, LogLine, Severity, StallEpisode
 from stalldoc.report.build import build_report
 from stalldoc.store.db import RunStore
@@ -33,9 +34,9 @@ def _store(run_dir: Path, seconds: int = 30) -> RunStore:
     for i in range(seconds):
         store.add_tick(synthetic_tick(T0 + i, 2, 1, "rollout"))
     store.save_stall(StallEpisode(1, T0 + 5, T0 + 20, 15, (0, 1)))
-    store.add_findings(T0 + 20, 1, [Finding("SD101", "rank-outside-collective", Severity.ERROR,
-                                            (1,), "rank 1 not in all_reduce #7",
-                                            {"frames": ["load (data.py:18)"]}, "look")])
+    store.put_findings(Ledger().stall(T0 + 20, 1, [Finding(
+        "SD101", "rank-outside-collective", Severity.ERROR, (1,), "rank 1 not in all_reduce #7",
+        {"frames": ["load (data.py:18)"]}, "look")]).entries)
     store.add_logs([LogLine(T0, "stdout", "global_step 1/10")])
     store.commit()
     return store

@@ -10,6 +10,7 @@ import pytest
 
 from support import synthetic_tick
 from stalldoc.agent.state_reader import PhaseRecord
+from stalldoc.findings.ledger import Ledger
 from stalldoc.model import Finding, LogLine, RankStacks, Severity, StallEpisode
 from stalldoc.report import telemetry
 from stalldoc.report.build import build_report
@@ -85,8 +86,8 @@ def test_full_resolution_around_a_stall_and_a_finding(tmp_path):
 
     def events(store: RunStore) -> None:
         store.save_stall(StallEpisode(1, stall_at, stall_at + 45, 45, (0, 1, 2)))
-        store.add_findings(finding_at, None, [Finding("SD108", "slow-rank", Severity.WARNING,
-                                                      (0,), "slow", {}, "wait")], "tick")
+        store.put_findings(Ledger().tick(finding_at, [Finding(
+            "SD108", "slow-rank", Severity.WARNING, (0,), "slow", {}, "wait")]).entries)
 
     _report(tmp_path, "events", 1800, compact=True, extra=events)
     conn = sqlite3.connect(tmp_path / "events" / "run.db")

@@ -21,6 +21,7 @@ import pytest
 import support
 
 from support import synthetic_tick
+from stalldoc.findings.ledger import Ledger
 from stalldoc.model import (Finding, Frame, RankExit, RankProcess, RankStacks, Severity,
                             StallEpisode, ThreadStack)
 from stalldoc.report.read import read_report
@@ -155,9 +156,9 @@ def _store(run_dir: Path, command: list[str], summary: str, node: str = "node") 
         1000 + r, "MainThread", True, False, (Frame("wait", "dist.py", 3),
                                               Frame("main", "train.py", 9 + r))),))
                          for r in (0, 1)])
-    store.add_findings(T0 + 20, 1, [Finding("SD101", "rank-outside-collective", Severity.ERROR,
+    store.put_findings(Ledger().stall(T0 + 20, 1, [Finding("SD101", "rank-outside-collective", Severity.ERROR,
                                             (1,), summary, {"frames": ["main (train.py:10)"],
-                                                            "seq": 7}, "look at rank 1")])
+                                                            "seq": 7}, "look at rank 1")]).entries)
     store.commit()
     return store
 
@@ -187,9 +188,9 @@ def test_a_grpo_run_shows_gpus_kills_launch_checks_and_the_plan(tmp_path):
                            capture_output=True, text=True, timeout=60)
     checked = json.loads(check.stdout)
     store.set_meta("launch_plan", json.dumps(checked["plan"]))
-    store.add_findings(T0, None, [Finding(f["code"], f["name"], Severity(f["severity"]),
+    store.put_findings(Ledger().launch(T0, [Finding(f["code"], f["name"], Severity(f["severity"]),
                                           tuple(f["ranks"]), f["summary"], f["evidence"], f["fix"])
-                                  for f in checked["findings"]], "launch")
+                                  for f in checked["findings"]]).entries)
     for rank in (0, 1):
         store.rank_exit(RankExit(rank, 1000 + rank, T0 + 29, 143, 15, "proc"))
     store.set_meta("ended_by", "stalldoc")

@@ -16,6 +16,7 @@ import pytest
 import support
 from markdown_it import MarkdownIt
 
+from stalldoc.findings.ledger import Ledger
 from stalldoc.model import (Finding, Frame, RankProcess, RankStacks, Severity, StallEpisode,
                             ThreadStack)
 from stalldoc.report.formats import FORMATS, reporter
@@ -138,10 +139,10 @@ def big_run(run_dir: Path, node: str, ranks: int = 64, findings: int = 40) -> Pa
         store.save_stall(StallEpisode(stall, 20.0 * stall, 20.0 * stall + 5, 5.0,
                                       tuple(range(ranks))))
         store.add_stacks(stall, [_stack(r, 40, r) for r in range(ranks)])
-    store.add_findings(70.0, 3, [
+    store.put_findings(Ledger().stall(70.0, 3, [
         Finding(f"SD{100 + i}", f"rule-{i}", Severity.ERROR if i % 3 else Severity.WARNING,
                 tuple(range(ranks)), f"finding {i} with <module> and token={SECRETS[2]}",
-                {}, f"fix {i}") for i in range(findings)])
+                {}, f"fix {i}") for i in range(findings)]).entries)
     store.set_meta("versions", json.dumps({"python": "3.11.7", "torch": "2.13.0",
                                            "source": "rank 0"}))
     store.set_meta("launch_plan", json.dumps({"plan": {"arithmetic": [

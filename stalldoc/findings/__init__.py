@@ -1,0 +1,3 @@
+"""Findings in a run: their life (``ledger.py``), events seen again (``events.py``) and their one
+serialized shape (``record.py``), shared by the store, ``check --format json``, the metrics and
+the text renderers."""

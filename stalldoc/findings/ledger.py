@@ -1,0 +1,188 @@
+"""The ledger: the one owner of the findings of a run.
+
+Every finding the watcher makes is an ``Entry`` here, with the moment that made it (its
+*trigger*): ``launch`` (the command line, before the job starts), ``stall`` (a stall's diagnosis),
+``exit`` (ranks that ended) or ``tick`` (the cheap rules, every tick). Each operation returns
+``Changes``: the entries it opened, updated and resolved, from which the watcher stores rows,
+prints and counts; the store and the metrics exporter read nothing else.
+
+**Open** has one meaning: an entry is open while it has not been resolved (``state == "open"``,
+``resolved_at is None``; in the store, ``resolved_at IS NULL``; in the metrics,
+``stalldoc_findings_open``). What resolves an entry:
+
+- a tick finding: the first tick it no longer holds (events, the findings of sticky rules,
+  never resolve by silence: a repeat counts up, see ``events.py``);
+- a stall's findings: the stall ending (progress resumed);
+- an event printed as the job shut down, when the job then exited 0 (``shutdown``).
+
+Launch and exit findings are never resolved: the command line and the dead ranks stay as they
+were. Exit findings are made once per (code, ranks); a later judgement of the same ones (ranks
+that died after the first, settling) updates that entry in place.
+
+The ledger holds the open entries only; a resolved entry is handed back once in ``Changes``
+(the store keeps it) and forgotten, so a run of days keeps its memory bounded. Entries are
+numbered from 1 in the order they are opened: that number is their row's id in the store.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Literal
+
+from stalldoc.findings.events import Key, key_of, printed_at_shutdown, repeated_event
+from stalldoc.model import Finding
+
+Trigger = Literal["launch", "stall", "exit", "tick"]
+TRIGGERS: tuple[Trigger, ...] = ("launch", "stall", "exit", "tick")
+OPEN, RESOLVED = "open", "resolved"
+CodeSeverity = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One finding of the run and its life."""
+
+    id: int                          # 1, 2, ... in the order opened; its store row's id
+    finding: Finding                 # as last seen (an event: its first occurrence, gathered)
+    trigger: Trigger
+    opened_at: float
+    updated_at: float
+    stall_id: int | None = None      # the stall it diagnosed (trigger "stall")
+    resolved_at: float | None = None
+    occurrences: int = 1             # ticks it was seen in (tick findings); 1 otherwise
+
+    @property
+    def state(self) -> str:
+        """``open`` until resolved, then ``resolved``: the one definition of open."""
+        return OPEN if self.resolved_at is None else RESOLVED
+
+    @property
+    def is_open(self) -> bool:
+        return self.resolved_at is None
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What one operation did to the ledger."""
+
+    opened: tuple[Entry, ...] = ()
+    updated: tuple[Entry, ...] = ()
+    resolved: tuple[Entry, ...] = ()
+
+    @property
+    def entries(self) -> tuple[Entry, ...]:
+        """Every entry that changed, as it is now (for the store)."""
+        return self.opened + self.updated + self.resolved
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+
+class Ledger:
+    """The findings of one run; ``sticky``: the codes of the rules whose findings are events."""
+
+    def __init__(self, sticky: frozenset[str] = frozenset()) -> None:
+        self.sticky = sticky
+        self._open: dict[int, Entry] = {}       # by id, in the order opened
+        self._ticks: dict[Key, int] = {}        # open tick findings: key -> id
+        self._exits: dict[Key, int] = {}        # exit findings: (code, ranks) -> id
+        self._opened: Counter[CodeSeverity] = Counter()
+        self._next_id = 1
+
+    # ----- reading ----------------------------------------------------------------------------
+    def open_entries(self, trigger: Trigger | None = None) -> tuple[Entry, ...]:
+        """The open entries (of ``trigger``), in the order they were opened."""
+        return tuple(e for e in self._open.values() if trigger in (None, e.trigger))
+
+    def opened_counts(self) -> dict[CodeSeverity, int]:
+        """Entries ever opened, by (code, severity): ``stalldoc_findings_total``."""
+        return dict(self._opened)
+
+    def open_counts(self) -> dict[CodeSeverity, int]:
+        """Open entries, by (code, severity): ``stalldoc_findings_open``."""
+        return dict(Counter(_code_severity(e.finding) for e in self._open.values()))
+
+    # ----- opening ----------------------------------------------------------------------------
+    def launch(self, now: float, findings: Iterable[Finding]) -> Changes:
+        """The launch checks' findings."""
+        return Changes(opened=tuple(self._add(f, "launch", now) for f in findings))
+
+    def stall(self, now: float, stall_id: int, findings: Iterable[Finding]) -> Changes:
+        """A stall's diagnosis: open until the stall ends."""
+        return Changes(opened=tuple(self._add(f, "stall", now, stall_id) for f in findings))
+
+    def exits(self, now: float, findings: Iterable[Finding]) -> Changes:
+        """The exit rules' judgement of the ranks that ended so far: each (code, ranks) opened
+        once; the same again, changed (later deaths named in it), updates that entry."""
+        opened, updated = [], []
+        for finding in findings:
+            known = self._exits.get((finding.code, finding.ranks))
+            if known is None:
+                entry = self._add(finding, "exit", now)
+                self._exits[(finding.code, finding.ranks)] = entry.id
+                opened.append(entry)
+            elif self._open[known].finding != finding:
+                updated.append(self._put(dataclasses.replace(
+                    self._open[known], finding=finding, updated_at=now)))
+        return Changes(tuple(opened), tuple(updated))
+
+    def tick(self, now: float, findings: Iterable[Finding], resolve: bool = True) -> Changes:
+        """This tick's findings of the tick rules: new ones opened, those seen again updated
+        (events gathered), those gone resolved (events never; with ``resolve`` False none: a
+        partial look such as the last one)."""
+        current = {key_of(f, self.sticky): f for f in findings}
+        opened, updated = [], []
+        for key, finding in current.items():
+            known = self._ticks.get(key)
+            if known is None:
+                entry = self._add(finding, "tick", now)
+                self._ticks[key] = entry.id
+                opened.append(entry)
+            else:
+                updated.append(self._seen_again(self._open[known], finding, now))
+        gone = [i for k, i in self._ticks.items() if resolve and k not in current
+                and self._open[i].finding.code not in self.sticky]
+        return Changes(tuple(opened), tuple(updated), tuple(self._resolve(i, now) for i in gone))
+
+    # ----- resolving --------------------------------------------------------------------------
+    def stall_ended(self, now: float, stall_id: int) -> Changes:
+        """Progress resumed: the findings of that stall no longer hold."""
+        ended = [e.id for e in self._open.values() if e.trigger == "stall"
+                 and e.stall_id == stall_id]
+        return Changes(resolved=tuple(self._resolve(i, now) for i in ended))
+
+    def shutdown(self, now: float, since: float) -> Changes:
+        """The job exited 0: open events made only of lines libraries also print at a normal
+        shutdown, first printed at ``since`` or later, were that shutdown, not a failure."""
+        done = [e.id for e in self._open.values() if e.trigger == "tick"
+                and printed_at_shutdown(e.finding, since)]
+        return Changes(resolved=tuple(self._resolve(i, now) for i in done))
+
+    # ----- inside -----------------------------------------------------------------------------
+    def _add(self, finding: Finding, trigger: Trigger, now: float,
+             stall_id: int | None = None) -> Entry:
+        entry = Entry(self._next_id, finding, trigger, now, now, stall_id)
+        self._next_id += 1
+        self._opened[_code_severity(finding)] += 1
+        return self._put(entry)
+
+    def _put(self, entry: Entry) -> Entry:
+        self._open[entry.id] = entry
+        return entry
+
+    def _seen_again(self, entry: Entry, finding: Finding, now: float) -> Entry:
+        if entry.finding.code in self.sticky:
+            finding = repeated_event(entry.finding, finding)
+        return self._put(dataclasses.replace(entry, finding=finding, updated_at=now,
+                                             occurrences=entry.occurrences + 1))
+
+    def _resolve(self, entry_id: int, now: float) -> Entry:
+        entry = dataclasses.replace(self._open.pop(entry_id), resolved_at=now)
+        if entry.trigger == "tick":
+            del self._ticks[key_of(entry.finding, self.sticky)]
+        return entry
+
+
+def _code_severity(finding: Finding) -> CodeSeverity:
+    return finding.code, finding.severity.value

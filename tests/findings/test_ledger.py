@@ -1,0 +1,142 @@
+"""The ledger: each trigger's findings opened, updated and resolved, one meaning of open."""
+from __future__ import annotations
+
+from stalldoc.findings.events import EVENT_LINES
+from stalldoc.findings.ledger import OPEN, RESOLVED, Ledger
+from stalldoc.model import Finding, LogLine, Severity, Window
+from stalldoc.rules import STICKY, run_rules
+
+
+def finding(code: str, ranks: tuple[int, ...], summary: str = "s",
+            severity: Severity = Severity.WARNING, **evidence: object) -> Finding:
+    return Finding(code, "n", severity, ranks, summary, evidence, "fix")
+
+
+def test_every_trigger_opens_entries_numbered_in_order():
+    ledger = Ledger()
+    launch = ledger.launch(1.0, [finding("SD404", (), severity=Severity.ERROR)])
+    stall = ledger.stall(2.0, 7, [finding("SD101", (1,)), finding("SD203", (0, 1))])
+    exits = ledger.exits(3.0, [finding("SD103", (2,), severity=Severity.CRITICAL)])
+    tick = ledger.tick(4.0, [finding("SD108", (0,))])
+    opened = launch.opened + stall.opened + exits.opened + tick.opened
+    assert [(e.id, e.trigger) for e in opened] == [
+        (1, "launch"), (2, "stall"), (3, "stall"), (4, "exit"), (5, "tick")]
+    assert [e.stall_id for e in opened] == [None, 7, 7, None, None]
+    assert all(e.state == OPEN and e.opened_at == e.updated_at for e in opened)
+    assert ledger.opened_counts() == ledger.open_counts() == {
+        ("SD404", "error"): 1, ("SD101", "warning"): 1, ("SD203", "warning"): 1,
+        ("SD103", "critical"): 1, ("SD108", "warning"): 1}
+    assert [e.id for e in ledger.open_entries("stall")] == [2, 3]
+
+
+def test_a_tick_finding_is_opened_once_updated_while_it_holds_then_resolved():
+    ledger = Ledger()
+    [first] = ledger.tick(1.0, [finding("SD301", (0,), "a")]).opened
+    second = ledger.tick(2.0, [finding("SD301", (0,), "b"), finding("SD301", (1,))])
+    assert [e.finding.ranks for e in second.opened] == [(1,)]     # other ranks: another finding
+    [held] = second.updated
+    assert (held.id, held.finding.summary, held.occurrences) == (first.id, "b", 2)
+    assert (held.opened_at, held.updated_at) == (1.0, 2.0)
+    [gone] = ledger.tick(3.0, [finding("SD301", (1,))]).resolved
+    assert (gone.id, gone.state, gone.resolved_at) == (first.id, RESOLVED, 3.0)
+    assert gone.updated_at == 2.0                                  # when it was last seen
+    assert ledger.tick(4.0, []).resolved[0].finding.ranks == (1,)
+    assert ledger.open_entries() == () and ledger.open_counts() == {}
+    assert ledger.opened_counts() == {("SD301", "warning"): 2}
+    # the same finding holding again later is a new entry
+    [again] = ledger.tick(5.0, [finding("SD301", (0,))]).opened
+    assert again.id == 3 and ledger.opened_counts() == {("SD301", "warning"): 3}
+
+
+def test_the_last_look_resolves_nothing():
+    ledger = Ledger()
+    ledger.tick(1.0, [finding("SD301", (0,))])
+    assert not ledger.tick(2.0, [], resolve=False)
+    assert len(ledger.open_entries("tick")) == 1
+
+
+def test_events_are_never_resolved_by_silence_and_gather_their_ranks():
+    ledger = Ledger(frozenset({"SD506"}))
+    ledger.tick(1.0, [finding("SD506", (3,))])
+    assert ledger.tick(2.0, []).resolved == ()
+    [again] = ledger.tick(3.0, [finding("SD506", (0,))]).updated
+    assert again.finding.ranks == (0, 3) and again.occurrences == 2
+    assert ledger.tick(4.0, [finding("SD506", (5,))]).opened == ()
+    assert ledger.opened_counts() == {("SD506", "warning"): 1}
+
+
+def _watchdog_line(rank: int, seq: int) -> str:
+    return (f"[rank{rank}]:[E1121 14:02:11.123456 ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog "
+            f"caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, "
+            "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600011 milliseconds before "
+            "timing out.")
+
+
+def test_a_repeated_event_keeps_its_first_lines_and_figures():
+    """The first watchdog line names the collective that hung; the lines printed after it (other
+    ranks, the teardown) are counted, and only fill the evidence up to its cap."""
+    def tick(t: float, *lines: str) -> list[Finding]:
+        window = Window(t, (), log=tuple(LogLine(t - 0.5, "stderr", text) for text in lines))
+        return [f for f in run_rules(window, "tick") if f.code == "SD501"]
+
+    ledger = Ledger(STICKY)
+    first = _watchdog_line(3, 131)
+    [opened] = ledger.tick(10.0, tick(10.0, first)).opened
+    later = [_watchdog_line(r, 132 + r) for r in range(8)]
+    [held] = ledger.tick(11.0, tick(11.0, *later)).updated
+    evidence = held.finding.evidence
+    assert evidence["lines"][0] == first and evidence["seq"] == "131"
+    assert evidence["lines"][1:] == later[:EVENT_LINES - 1]
+    assert evidence["count"] == 1 + len(later) and evidence["first_at"] == 9.5
+    assert evidence["last_at"] == 10.5 and held.finding.summary == opened.finding.summary
+    assert evidence["last_line"] == later[-1]
+    assert held.finding.ranks == tuple(range(8)) and held.occurrences == 2
+
+
+def test_a_stalls_findings_resolve_when_it_ends_and_only_they():
+    ledger = Ledger()
+    ledger.launch(0.0, [finding("SD407", ())])
+    ledger.stall(1.0, 1, [finding("SD101", (1,)), finding("SD106", (0, 1))])
+    ledger.tick(2.0, [finding("SD108", (1,))])
+    ended = ledger.stall_ended(5.0, 1)
+    assert [(e.finding.code, e.resolved_at) for e in ended.resolved] == [("SD101", 5.0),
+                                                                          ("SD106", 5.0)]
+    assert not ledger.stall_ended(6.0, 1)
+    assert [e.finding.code for e in ledger.open_entries()] == ["SD407", "SD108"]
+    [second] = ledger.stall(7.0, 2, [finding("SD101", (1,))]).opened
+    assert second.stall_id == 2 and [e.id for e in ledger.open_entries("stall")] == [second.id]
+
+
+def test_exit_findings_are_made_once_and_later_deaths_update_them_in_place():
+    ledger = Ledger()
+    [dead] = ledger.exits(1.0, [finding("SD103", (2,), "rank 2 died")]).opened
+    assert dead.trigger == "exit"
+    assert not ledger.exits(2.0, [finding("SD103", (2,), "rank 2 died")])   # nothing new
+    later = ledger.exits(3.0, [finding("SD103", (2,), "rank 2 died; ranks 0, 1 followed"),
+                               finding("SD110", (0,))])
+    [updated] = later.updated
+    assert (updated.id, updated.finding.summary) == (dead.id, "rank 2 died; ranks 0, 1 followed")
+    assert (updated.opened_at, updated.updated_at, updated.occurrences) == (1.0, 3.0, 1)
+    assert [e.finding.code for e in later.opened] == ["SD110"]
+    assert ledger.opened_counts() == {("SD103", "warning"): 1, ("SD110", "warning"): 1}
+    assert all(e.is_open for e in ledger.open_entries("exit"))   # dead ranks stay dead
+
+
+def test_events_printed_at_a_clean_shutdown_resolve_and_nothing_else():
+    ledger = Ledger(frozenset({"SD520"}))
+    ledger.stall(10.0, 1, [finding("SD101", (1,), at_shutdown=True, first_at=9.0)])
+    ledger.tick(90.0, [finding("SD520", (), at_shutdown=True, first_at=89.0),
+                       finding("SD301", (0,))])
+    [held, event] = ledger.tick(95.0, [finding("SD301", (0,)), finding(
+        "SD520", (), at_shutdown=True, first_at=94.0)]).updated
+    assert event.finding.evidence["first_at"] == 89.0      # the first occurrence's
+    done = ledger.shutdown(100.0, since=40.0)
+    assert [(e.finding.code, e.resolved_at) for e in done.resolved] == [("SD520", 100.0)]
+    assert [e.finding.code for e in ledger.open_entries()] == ["SD101", "SD301"]
+
+
+def test_an_event_printed_long_before_the_end_stays_open():
+    ledger = Ledger(frozenset({"SD520"}))
+    ledger.tick(10.0, [finding("SD520", (), at_shutdown=True, first_at=9.0)])
+    assert not ledger.shutdown(100.0, since=40.0)
+    assert ledger.open_counts() == {("SD520", "warning"): 1}
