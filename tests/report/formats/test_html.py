@@ -140,7 +140,8 @@ def test_the_page_is_self_contained_with_plotly_inlined_once(demo_page):
     assert len(html) < len(get_plotlyjs()) + 500_000
 
 
-def _store(run_dir: Path, command: list[str], summary: str, node: str = "node") -> RunStore:
+def _store(run_dir: Path, command: list[str], summary: str, node: str = "node",
+           ledger: Ledger | None = None) -> RunStore:
     """A run written through the real store: 2 ranks on 2 GPUs in a rollout, a stall at
     T0 + 5 declared at T0 + 20, an SD101 finding with ``summary``, the stacks."""
     run_dir.mkdir()
@@ -156,7 +157,7 @@ def _store(run_dir: Path, command: list[str], summary: str, node: str = "node") 
         1000 + r, "MainThread", True, False, (Frame("wait", "dist.py", 3),
                                               Frame("main", "train.py", 9 + r))),))
                          for r in (0, 1)])
-    store.put_findings(Ledger().stall(T0 + 20, 1, [Finding("SD101", "rank-outside-collective", Severity.ERROR,
+    store.put_findings((ledger or Ledger()).stall(T0 + 20, 1, [Finding("SD101", "rank-outside-collective", Severity.ERROR,
                                             (1,), summary, {"frames": ["main (train.py:10)"],
                                                             "seq": 7}, "look at rank 1")]).entries)
     store.commit()
@@ -180,7 +181,9 @@ def test_the_jobs_strings_are_text_not_markup(tmp_path):
 
 def test_a_grpo_run_shows_gpus_kills_launch_checks_and_the_plan(tmp_path):
     run_dir = tmp_path / "run"
-    store = _store(run_dir, ["swift", "rlhf", "--rlhf_type", "grpo"], "rank 1 not in broadcast #7")
+    ledger = Ledger()    # the run's one ledger numbers its findings (the store rows' ids)
+    store = _store(run_dir, ["swift", "rlhf", "--rlhf_type", "grpo"], "rank 1 not in broadcast #7",
+                   ledger=ledger)
     check = subprocess.run([sys.executable, "-m", "stalldoc", "check", "--gpus", "8",
                             "--dataset-size", "8000", "--format", "json", "--", "swift", "rlhf",
                             "--rlhf_type", "grpo", "--num_generations", "8",
@@ -188,7 +191,7 @@ def test_a_grpo_run_shows_gpus_kills_launch_checks_and_the_plan(tmp_path):
                            capture_output=True, text=True, timeout=60)
     checked = json.loads(check.stdout)
     store.set_meta("launch_plan", json.dumps(checked["plan"]))
-    store.put_findings(Ledger().launch(T0, [Finding(f["code"], f["name"], Severity(f["severity"]),
+    store.put_findings(ledger.launch(T0, [Finding(f["code"], f["name"], Severity(f["severity"]),
                                           tuple(f["ranks"]), f["summary"], f["evidence"], f["fix"])
                                   for f in checked["findings"]]).entries)
     for rank in (0, 1):
