@@ -9,6 +9,10 @@
   report says per phase (memory peaks, PCIe traffic) was summed per tick beforehand.
 - Raw phase rows are dropped on the same schedule; their durations were summed into
   ``phase_stats`` / ``phase_hist`` when they arrived.
+- Collective calls: each one the agents' rings showed, stored once (at most
+  ``collectives_per_rank_tick`` new ones per rank and tick, the newest; a job can issue
+  thousands a second and a ring holds the latest 64 per group), dropped with the phase rows;
+  one still pending stays.
 - Stacks are kept for the first and the latest stalls.
 - Log lines: the first ``log_head_bytes`` for good, then a rolling ``log_tail_bytes``.
 """
@@ -33,6 +37,7 @@ class RetentionPolicy:
     log_tail_bytes: int = 56 << 20
     stacks_first_stalls: int = 20
     stacks_last_stalls: int = 30
+    collectives_per_rank_tick: int = 256
 
 
 def weighted_mean(column: str) -> str:

@@ -15,6 +15,7 @@ from stalldoc.report.records import Report
 FORMATS: dict[str, str] = {
     "text": "stalldoc.report.formats.text",
     "json": "stalldoc.report.formats.json_format",
+    "perfetto": "stalldoc.report.formats.perfetto",
 }
 
 
