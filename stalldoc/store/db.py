@@ -21,8 +21,8 @@ from stalldoc.sampling import Tick
 from stalldoc.store.journal import JournalChoice, choose_journal
 from stalldoc.store.phase_hist import duration_bin
 from stalldoc.store.reader import open_reader
-from stalldoc.store.retention import (TABLES, LogBudget, RetentionPolicy, downsample, gaps,
-                                      protected, prune_stacks)
+from stalldoc.store.retention import (TABLES, LogBudget, RetentionPolicy, collective_windows,
+                                      downsample, gaps, protected, prune_stacks)
 from stalldoc.store.schema import (COLLECTIVE_COLUMNS, DB_NAME, DDL, GPU_COLUMNS, NODE_COLUMNS,
                                    READABLE_VERSIONS, SAMPLE_COLUMNS, SCHEMA_VERSION)
 
@@ -67,6 +67,7 @@ class RunStore:
         self._phase_keys: dict[int, set[tuple[str, float]]] = {}
         self._collective_keys: dict[int, dict[tuple[str, int, float], bool]] = {}  # -> completed
         self.dropped_collectives = 0
+        self.collectives_until = 0.0
         self._gpu_seen: dict[int, float] = {}      # GPU -> time of its last sample
         self.write_errors = 0
         self.first_error = ""
@@ -258,10 +259,18 @@ class RunStore:
             for table in TABLES:
                 downsample(self.conn, table, lo, hi, self.policy.bucket_seconds)
             self.conn.execute("DELETE FROM phases WHERE ended_at >= ? AND ended_at < ?", (lo, hi))
+        self.compacted_until = horizon
+        self.compact_collectives(now - max(keep_seconds, self.policy.collectives_seconds))
+        self.conn.commit()
+
+    def compact_collectives(self, horizon: float) -> None:
+        """Drop the completed collective calls before ``horizon`` outside the stalls' and
+        findings' surroundings."""
+        for lo, hi in gaps(self.collectives_until, horizon,
+                           collective_windows(self.conn, self.policy)):
             self.conn.execute("DELETE FROM collectives WHERE completed_at >= ? AND "
                               "completed_at < ?", (lo, hi))
-        self.compacted_until = horizon
-        self.conn.commit()
+        self.collectives_until = max(self.collectives_until, horizon)
 
     @_guarded()
     def commit(self) -> None:

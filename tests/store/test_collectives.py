@@ -9,6 +9,7 @@ from pathlib import Path
 
 from support import synthetic_tick
 from stalldoc.agent.state_reader import CollectiveRecord, GroupState
+from stalldoc.model import StallEpisode
 from stalldoc.report.read import read_report
 from stalldoc.report.records import CollectiveSpan
 from stalldoc.store.db import RunStore
@@ -68,8 +69,10 @@ def test_at_most_the_newest_per_tick_and_pending_ones_always(tmp_path):
     assert meta["dropped_collectives"] == str(64 - 11)
 
 
-def test_retention_drops_old_calls_but_not_a_pending_one(tmp_path):
-    store = RunStore(tmp_path, RetentionPolicy(bucket_seconds=60, full_resolution_seconds=300))
+def test_retention_drops_old_calls_but_not_a_pending_one_nor_a_stalls_lead_up(tmp_path):
+    store = RunStore(tmp_path, RetentionPolicy(bucket_seconds=60, collectives_seconds=120,
+                                               collectives_before=30))
+    store.save_stall(StallEpisode(1, T0 + 500, T0 + 520, 20, (0,), ended_at=T0 + 530))
     ring: tuple[CollectiveRecord, ...] = (call(1, T0, done=False, group="pp"),)
     for i in range(1, 1200):
         if i % 10 == 0:
@@ -80,4 +83,5 @@ def test_retention_drops_old_calls_but_not_a_pending_one(tmp_path):
     kept = rows(tmp_path)
     assert ("pp", 1, None) in [r[1:] for r in kept]                 # still pending: kept
     seqs = [seq for _, grp, seq, _ in kept if grp == "world"]
-    assert min(seqs) >= 1200 - 300 - 60 and max(seqs) == 1190      # the latest minutes only
+    assert [s for s in seqs if s < 1000] == list(range(470, 590, 10))   # the stall's surroundings
+    assert min(s for s in seqs if s > 1000) >= 1200 - 120 - 60 and max(seqs) == 1190
