@@ -4,9 +4,9 @@
 A GRPO-like run is fed through the real RunStore tick by tick (simulated clock, 1 s interval):
 every rank's host sample, every GPU, the node, the probes, phases ending (a 60 s step of six
 phases), ``--collectives`` new all_reduce calls a second in each rank's ring (64 by default: a
-ring turned over whole every tick, the most the store takes from one group; the same run
-without them is measured too, and the ratios printed), the job printing a few lines a second, three stalls with their stacks and findings,
-and tick findings opening and resolving. The baseline keeps every row (no retention) for
+ring turned over whole every tick, of which the store keeps the newest; the same run without
+them is measured too, and the ratios printed), the job printing a few lines a second, three
+stalls with their stacks and findings, and tick findings opening and resolving. The baseline keeps every row (no retention) for
 ``--baseline-hours`` and is extrapolated to the run's length.
 
     python benchmarks/store_size.py                       # 24 h, 64 ranks, 8 GPUs
