@@ -3,12 +3,15 @@
 
 A GRPO-like run is fed through the real RunStore tick by tick (simulated clock, 1 s interval):
 every rank's host sample, every GPU, the node, the probes, phases ending (a 60 s step of six
-phases), the job printing a few lines a second, three stalls with their stacks and findings,
-and tick findings opening and resolving. The baseline keeps every row (no retention) for
+phases), ``--collectives`` new all_reduce calls a second in each rank's ring (64 by default: a
+ring turned over whole every tick, of which the store keeps the newest; the same run without
+them is measured too, and the ratios printed), the job printing a few lines a second, three
+stalls with their stacks and findings, and tick findings opening and resolving. The baseline keeps every row (no retention) for
 ``--baseline-hours`` and is extrapolated to the run's length.
 
     python benchmarks/store_size.py                       # 24 h, 64 ranks, 8 GPUs
     python benchmarks/store_size.py --hours 2 --ranks 8   # quicker
+    python benchmarks/store_size.py --collectives 0       # without the collectives run
 Targets (issue 13): 24 h x 64 ranks x 8 GPUs <= 200 MB on disk; its report <= 5 s, <= 300 MB.
 """
 from __future__ import annotations
@@ -23,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from stalldoc.agent.state_reader import AgentSnapshot, PhaseRecord  # noqa: E402
+from stalldoc.agent.state_reader import (AgentSnapshot, CollectiveRecord, GroupState,  # noqa: E402
+                                         PhaseRecord)
 from stalldoc.findings.ledger import Ledger  # noqa: E402
 from stalldoc.model import (Finding, GpuProcess, GpuSample, HostMemory, HostSample,  # noqa: E402
                             LogLine, ProbeRun, RankStacks, Severity, StallEpisode)
@@ -42,9 +46,20 @@ NO_RETENTION = RetentionPolicy(full_resolution_seconds=1e12, log_head_bytes=1 <<
 class Feed:
     """Ticks of a run with ``ranks`` ranks and ``gpus`` GPUs, cheap to make."""
 
-    def __init__(self, ranks: int, gpus: int) -> None:
-        self.ranks, self.gpus = ranks, gpus
+    def __init__(self, ranks: int, gpus: int, collectives: int = 0) -> None:
+        self.ranks, self.gpus, self.collectives = ranks, gpus, collectives
         self.rings: dict[int, tuple[PhaseRecord, ...]] = {r: () for r in range(ranks)}
+
+    def groups(self, i: int, rank: int) -> tuple[GroupState, ...]:
+        """The rank's ring of the world group: the latest 64 of ``collectives`` a second."""
+        if not self.collectives:
+            return ()
+        last, t = (i + 1) * self.collectives, T0 + i
+        calls = tuple(CollectiveRecord("world", s, "all_reduce", 1 << 20, "bfloat16",
+                                       t - (last - s) * 1e-3 + rank * 1e-5,
+                                       t - (last - s) * 1e-3 + 5e-4, False)
+                      for s in range(max(1, last - 63), last + 1))
+        return (GroupState("world", last, last, calls),)
 
     def tick(self, i: int) -> Tick:
         t = T0 + i
@@ -56,7 +71,8 @@ class Feed:
                               "running", 1 << 40, 90.0 + (i + r) % 10, 2, 5.0, 1e5 + r)
                 for r in range(self.ranks)}
         agents = {r: AgentSnapshot(1000 + r, r, r % 8, self.ranks, 0, T0, t, i, t, None,
-                                   ("train", phase), "", len(self.rings[r]), self.rings[r], ())
+                                   ("train", phase), "", len(self.rings[r]), self.rings[r],
+                                   self.groups(i, r))
                   for r in range(self.ranks)}
         gpus = tuple(GpuSample(t, g, f"GPU-{g}", "NVIDIA H100 80GB HBM3",
                                (60 << 30) + (i * 104729 + g) % (1 << 32), 80 << 30, (i + g) % 101,
@@ -86,11 +102,11 @@ def _events(store: RunStore, ledger: Ledger, i: int, ranks: int) -> None:
 
 
 def fill(run_dir: Path, seconds: int, ranks: int, gpus: int, lines_per_s: int,
-         policy: RetentionPolicy) -> float:
+         policy: RetentionPolicy, collectives: int) -> float:
     """Feed ``seconds`` of the run; the mean write cost per tick in ms."""
     store = RunStore(run_dir, policy)
     store.start_run(run_dir.name, ["swift", "rlhf", "--rlhf_type", "grpo"], "node", T0, 45, True)
-    feed, spent, ledger = Feed(ranks, gpus), 0.0, Ledger()
+    feed, spent, ledger = Feed(ranks, gpus, collectives), 0.0, Ledger()
     for i in range(seconds):
         tick = feed.tick(i)
         lines = [LogLine(tick.t, "stderr", LINE.format(pct=i * 100 // 86400, i=i, s=i % 60))
@@ -130,19 +146,26 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--lines-per-second", type=int, default=5)
+    parser.add_argument("--collectives", type=int, default=64,
+                        help="new collectives a second in each rank's ring (0: none)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        runs = {"retention": (Path(tmp) / "retention", args.hours, RetentionPolicy()),
-                "none (baseline)": (Path(tmp) / "baseline", args.baseline_hours, NO_RETENTION)}
+        runs = {"retention": (Path(tmp) / "retention", args.hours, RetentionPolicy(),
+                              args.collectives),
+                "none (baseline)": (Path(tmp) / "baseline", args.baseline_hours, NO_RETENTION,
+                                    args.collectives)}
+        if args.collectives:
+            runs["retention, no collectives"] = (Path(tmp) / "bare", args.hours,
+                                                 RetentionPolicy(), 0)
         print(f"{args.ranks} ranks, {args.gpus} GPUs, {args.lines_per_second} log lines/s, "
               f"1 s interval; baseline over {args.baseline_hours:g} h, extrapolated")
         print("| retention | hours | store MB | MB per 24 h | write ms/tick | report s | "
               "report peak MB |\n|---|---|---|---|---|---|---|")
-        per_day = {}
-        for name, (run_dir, hours, policy) in runs.items():
+        per_day, write = {}, {}
+        for name, (run_dir, hours, policy, collectives) in runs.items():
             run_dir.mkdir()
-            write_ms = fill(run_dir, int(hours * 3600), args.ranks, args.gpus,
-                            args.lines_per_second, policy)
+            write[name] = write_ms = fill(run_dir, int(hours * 3600), args.ranks, args.gpus,
+                                          args.lines_per_second, policy, collectives)
             seconds, peak = report_cost(run_dir)
             size = size_mb(run_dir)
             per_day[name] = size * 24 / hours
@@ -150,6 +173,11 @@ def main() -> None:
                   f"{seconds:.2f} | {peak:.0f} |")
         print(f"\nsize per day with retention / without: "
               f"{per_day['retention'] / per_day['none (baseline)']:.3f}")
+        if args.collectives:
+            bare = "retention, no collectives"
+            print(f"with {args.collectives} collectives/s per rank / without: store size "
+                  f"{per_day['retention'] / per_day[bare]:.2f}, write per tick "
+                  f"{write['retention'] / write[bare]:.2f}")
 
 
 if __name__ == "__main__":

@@ -111,7 +111,8 @@ def spans(conn: sqlite3.Connection) -> tuple[PhaseSpan, ...]:
 def collectives(conn: sqlite3.Connection) -> tuple[CollectiveSpan, ...]:
     if not _has_table(conn, "collectives"):
         return ()
-    rows = _rows(conn, f"SELECT * FROM (SELECT * FROM collectives ORDER BY entered_at DESC "
+    rows = _rows(conn, f"SELECT rank, grp AS \"group\", seq, op, numel, dtype, entered_at, "
+                       f"completed_at FROM (SELECT * FROM collectives ORDER BY entered_at DESC "
                        f"LIMIT {MAX_SPANS}) ORDER BY rank, entered_at")
     return tuple(record(CollectiveSpan, row) for row in rows)
 

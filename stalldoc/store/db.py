@@ -23,10 +23,10 @@ from stalldoc.sampling import Tick
 from stalldoc.store.journal import JournalChoice, choose_journal
 from stalldoc.store.phase_hist import duration_bin
 from stalldoc.store.reader import open_reader
-from stalldoc.store.retention import (TABLES, LogBudget, RetentionPolicy, downsample, gaps,
-                                      protected, prune_stacks)
-from stalldoc.store.schema import (DB_NAME, DDL, GPU_COLUMNS, NODE_COLUMNS, READABLE_VERSIONS,
-                                   SAMPLE_COLUMNS, SCHEMA_VERSION)
+from stalldoc.store.retention import (TABLES, LogBudget, RetentionPolicy, collective_windows,
+                                      downsample, gaps, protected, prune_stacks)
+from stalldoc.store.schema import (COLLECTIVE_COLUMNS, DB_NAME, DDL, GPU_COLUMNS, NODE_COLUMNS,
+                                   READABLE_VERSIONS, SAMPLE_COLUMNS, SCHEMA_VERSION)
 
 __all__ = ["DB_NAME", "READABLE_VERSIONS", "SCHEMA_VERSION", "RunStore", "open_reader", "redact"]
 
@@ -67,6 +67,9 @@ class RunStore:
         self.compacted_until = 0.0
         self.pruned_stacks = 0
         self._phase_keys: dict[int, set[tuple[str, float]]] = {}
+        self._collective_keys: dict[int, dict[tuple[str, int, float], bool]] = {}  # -> completed
+        self.dropped_collectives = 0
+        self.collectives_until = 0.0
         self._gpu_seen: dict[int, float] = {}      # GPU -> time of its last sample
         self.write_errors = 0
         self.first_error = ""
@@ -100,7 +103,8 @@ class RunStore:
     @_guarded()
     def end_run(self, ended_at: float, exit_code: int | None) -> None:
         for key, value in (("pruned_log_lines", self.logs.pruned_lines),
-                           ("pruned_stall_stacks", self.pruned_stacks)):
+                           ("pruned_stall_stacks", self.pruned_stacks),
+                           ("dropped_collectives", self.dropped_collectives)):
             if value:
                 self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(value)))
         self.conn.execute("UPDATE run SET ended_at = ?, exit_code = ?", (ended_at, exit_code))
@@ -135,6 +139,7 @@ class RunStore:
         self.conn.executemany(_GPU_PHASE_UPSERT, self._gpu_phase_rows(tick))
         for rank, agent in tick.agents.items():
             self.add_phases(rank, agent.phases)
+            self.add_collectives(rank, agent.groups)
         self.conn.commit()
 
     def _gpu_phase_rows(self, tick: Tick) -> list[tuple[Any, ...]]:
@@ -164,6 +169,25 @@ class RunStore:
         self.conn.executemany(_PHASE_STATS, [(name, end - start) for name, start, end in new])
         self.conn.executemany(_PHASE_HIST, [(name, duration_bin(end - start), end - start)
                                             for name, start, end in new])
+
+    def add_collectives(self, rank: int, groups: Iterable[Any]) -> None:
+        """The collectives in a rank's rings (``GroupState.ring``: the same ones come back tick
+        after tick): each new one stored (a pending one too), a stored pending one updated when
+        it completes; at most the policy's newest new ones per tick, the others counted."""
+        current = {(c.group, c.seq, c.entered_at): c for g in groups for c in g.ring}
+        seen = self._collective_keys.get(rank, {})
+        new = sorted((c for key, c in current.items() if key not in seen),
+                     key=lambda c: c.entered_at)
+        kept = _newest(new, self.policy.collectives_per_rank_tick)
+        self.dropped_collectives += len(new) - len(kept)
+        done = [c for key, c in current.items()
+                if c.completed_at is not None and seen.get(key) is False]
+        self._collective_keys[rank] = {key: c.completed_at is not None
+                                       for key, c in current.items()}
+        self.conn.executemany(_COLLECTIVE_INSERT, [_collective_row(rank, c) for c in kept])
+        self.conn.executemany("UPDATE collectives SET completed_at = ? WHERE rank = ? AND grp = ?"
+                              " AND seq = ? AND entered_at = ?",
+                              [(c.completed_at, rank, c.group, c.seq, c.entered_at) for c in done])
 
     @_guarded()
     def add_logs(self, lines: list[Any]) -> None:
@@ -214,7 +238,17 @@ class RunStore:
                 downsample(self.conn, table, lo, hi, self.policy.bucket_seconds)
             self.conn.execute("DELETE FROM phases WHERE ended_at >= ? AND ended_at < ?", (lo, hi))
         self.compacted_until = horizon
+        self.compact_collectives(now - max(keep_seconds, self.policy.collectives_seconds))
         self.conn.commit()
+
+    def compact_collectives(self, horizon: float) -> None:
+        """Drop the completed collective calls before ``horizon`` outside the stalls' and
+        findings' surroundings."""
+        for lo, hi in gaps(self.collectives_until, horizon,
+                           collective_windows(self.conn, self.policy)):
+            self.conn.execute("DELETE FROM collectives WHERE completed_at >= ? AND "
+                              "completed_at < ?", (lo, hi))
+        self.collectives_until = max(self.collectives_until, horizon)
 
     @_guarded()
     def commit(self) -> None:
@@ -238,6 +272,8 @@ _FINDING_JSON = ("ranks", "evidence")
 _FINDING_UPSERT = (f"INSERT INTO findings ({', '.join(FINDING_COLUMNS)}) VALUES "
                    f"({', '.join('?' * len(FINDING_COLUMNS))}) ON CONFLICT (id) DO UPDATE SET "
                    + ", ".join(f"{c} = excluded.{c}" for c in FINDING_COLUMNS[1:]))
+_COLLECTIVE_INSERT = (f"INSERT OR IGNORE INTO collectives ({', '.join(COLLECTIVE_COLUMNS)}) "
+                      f"VALUES ({', '.join('?' * len(COLLECTIVE_COLUMNS))})")
 _PHASE_STATS = ("INSERT INTO phase_stats VALUES (?1, 1, ?2) ON CONFLICT (name) DO UPDATE SET "
                 "count = count + 1, max = MAX(max, excluded.max)")
 _PHASE_HIST = ("INSERT INTO phase_hist VALUES (?1, ?2, 1, ?3) ON CONFLICT (name, bin) DO UPDATE "
@@ -265,6 +301,17 @@ def _watermark_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
     return (value["rank"], value["phase"], value["rss_bytes"], value["gpu_memory_bytes"],
             allocated if allocated is not None else value["cuda_allocated"],
             value["cuda_reserved"], value["cuda_alloc_retries"], value["cuda_ooms"])
+
+
+def _newest(new: list[Any], cap: int) -> list[Any]:
+    """The newest ``cap`` of the new collectives (oldest first), and any older pending one."""
+    if len(new) <= cap:
+        return new
+    return [c for c in new[:len(new) - cap] if c.completed_at is None] + new[len(new) - cap:]
+
+
+def _collective_row(rank: int, c: Any) -> tuple[Any, ...]:
+    return (rank, c.group, c.seq, c.op, c.numel, c.dtype, c.entered_at, c.completed_at)
 
 
 def _insert(table: str, columns: tuple[str, ...]) -> str:

@@ -9,6 +9,11 @@
   report says per phase (memory peaks, PCIe traffic) was summed per tick beforehand.
 - Raw phase rows are dropped on the same schedule; their durations were summed into
   ``phase_stats`` / ``phase_hist`` when they arrived.
+- Collective calls: each one the agents' rings showed, stored once, at most
+  ``collectives_per_rank_tick`` new ones per rank and tick (the newest, and any still pending:
+  a job can issue thousands a second). Kept for the latest ``collectives_seconds`` (at least
+  the stall lead-up the watcher asks to keep) and from ``collectives_before`` a stall's start
+  to its detection; one still pending stays.
 - Stacks are kept for the first and the latest stalls.
 - Log lines: the first ``log_head_bytes`` for good, then a rolling ``log_tail_bytes``.
 """
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 Interval = tuple[float, float]
 
@@ -33,6 +38,9 @@ class RetentionPolicy:
     log_tail_bytes: int = 56 << 20
     stacks_first_stalls: int = 20
     stacks_last_stalls: int = 30
+    collectives_per_rank_tick: int = 8
+    collectives_seconds: float = 120.0
+    collectives_before: float = 60.0
 
 
 def weighted_mean(column: str) -> str:
@@ -111,6 +119,13 @@ def protected(conn: sqlite3.Connection, policy: RetentionPolicy) -> list[Interva
         if resolved is not None:
             spans.append((resolved - before, resolved + after))
     return spans
+
+
+def collective_windows(conn: sqlite3.Connection, policy: RetentionPolicy) -> list[Interval]:
+    """Where collective calls are kept: around stalls and findings, from ``collectives_before``
+    before them."""
+    before = policy.collectives_before
+    return protected(conn, replace(policy, around_before=before, finding_before=before))
 
 
 def gaps(lo: float, hi: float, keep: list[Interval]) -> list[Interval]:

@@ -5,12 +5,14 @@ Version 4 keeps the store bounded over days: old samples are downsampled into ro
 phase is summed as it arrives (memory peaks per rank and phase into ``watermarks``, PCIe traffic
 and utilisation per phase into ``gpu_phase_stats``, durations into ``phase_stats`` /
 ``phase_hist``), and probe runs into ``probe_stats``.
-Readers take versions 2 to 4.
+Version 5 adds ``collectives``: each collective call the agents' rings showed, once (``grp`` is
+the process group's name: ``group`` is an SQL keyword).
+Readers take versions 2 to 5.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
-READABLE_VERSIONS = ("2", "3", "4")   # 3 added stalls.work and the samples' work columns
+SCHEMA_VERSION = 5
+READABLE_VERSIONS = ("2", "3", "4", "5")   # 3 added stalls.work and the samples' work columns
 DB_NAME = "run.db"
 
 SAMPLE_COLUMNS = ("t", "rank", "cpu_seconds", "rss_bytes", "threads", "status",
@@ -22,6 +24,7 @@ SAMPLE_COLUMNS = ("t", "rank", "cpu_seconds", "rss_bytes", "threads", "status",
 GPU_COLUMNS = ("t", "gpu", "uuid", "name", "memory_used", "memory_total", "util_gpu",
                "util_memory", "pcie_tx_bps", "pcie_rx_bps", "power_w", "processes", "ranks",
                "phase")
+COLLECTIVE_COLUMNS = ("rank", "grp", "seq", "op", "numel", "dtype", "entered_at", "completed_at")
 NODE_COLUMNS = ("t", "available_bytes", "total_bytes", "swap_in_bps", "swap_out_bps", "load1",
                 "cores")
 
@@ -71,6 +74,11 @@ CREATE TABLE findings (id INTEGER PRIMARY KEY, t REAL NOT NULL, stall_id INTEGER
 CREATE TABLE phases (rank INTEGER NOT NULL, name TEXT NOT NULL, started_at REAL NOT NULL,
                      ended_at REAL NOT NULL, PRIMARY KEY (rank, name, started_at));
 CREATE INDEX phases_ended ON phases (ended_at);
+CREATE TABLE collectives (rank INTEGER NOT NULL, grp TEXT NOT NULL, seq INTEGER NOT NULL,
+                          op TEXT NOT NULL, numel INTEGER NOT NULL, dtype TEXT NOT NULL,
+                          entered_at REAL NOT NULL, completed_at REAL,
+                          PRIMARY KEY (rank, grp, seq, entered_at));
+CREATE INDEX collectives_entered ON collectives (entered_at);
 CREATE TABLE phase_stats (name TEXT PRIMARY KEY, count INTEGER NOT NULL, max REAL NOT NULL);
 CREATE TABLE phase_hist (name TEXT NOT NULL, bin INTEGER NOT NULL, count INTEGER NOT NULL,
                          total REAL NOT NULL, PRIMARY KEY (name, bin));

@@ -17,6 +17,7 @@ FORMATS: dict[str, str] = {
     "json": "stalldoc.report.formats.json_format",
     "markdown": "stalldoc.report.formats.markdown",
     "html": "stalldoc.report.formats.html",
+    "perfetto": "stalldoc.report.formats.perfetto",
 }
 
 
