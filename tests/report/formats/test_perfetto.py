@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from support import synthetic_tick
+from support import demo_run, synthetic_tick
 from trace_consumers import chromium, devtools_parse, trace_errors
 from stalldoc.agent.state_reader import CollectiveRecord, GroupState
+from stalldoc.findings.ledger import Ledger
 from stalldoc.model import Finding, RankExit, RankProcess, Severity, StallEpisode
 from stalldoc.report.formats import FORMATS, reporter
 from stalldoc.report.read import read_report
@@ -37,13 +38,10 @@ def stalldoc(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> tuple[Path, dict[str, Any]]:
     """The demo's run directory and its trace, written by ``stalldoc report -o``."""
-    tmp = tmp_path_factory.mktemp("demo")
-    ran = stalldoc("demo", "--run-dir", str(tmp / "run"))
-    assert "rank 1 was named as the culprit" in ran.stdout + ran.stderr, ran.stderr[-2000:]
-    out = tmp / "trace.json"
-    exported = stalldoc("report", str(tmp / "run"), "--format", "perfetto", "-o", str(out))
+    run_dir, out = demo_run(), tmp_path_factory.mktemp("demo") / "trace.json"
+    exported = stalldoc("report", str(run_dir), "--format", "perfetto", "-o", str(out))
     assert exported.returncode == 0, exported.stderr
-    return tmp / "run", json.loads(out.read_text())
+    return run_dir, json.loads(out.read_text())
 
 
 def by_phase(trace: dict[str, Any], ph: str) -> list[dict[str, Any]]:
@@ -154,8 +152,9 @@ def node_run(run_dir: Path, node: str, ranks: tuple[int, int], killed: bool) -> 
                 for k, h in enumerate(tick.host.values())}
         store.add_tick(dataclasses.replace(tick, agents=agents, host=host))
     store.save_stall(StallEpisode(1, T0 + 15.5, T0 + 18, 2.5, ranks))
-    store.add_findings(T0 + 18, 1, [Finding("SD101", "rank-outside-collective", Severity.ERROR,
-                                            (ranks[0],), "rank waits", {}, "look")])
+    store.put_findings(Ledger().stall(T0 + 18, 1, [Finding(
+        "SD101", "rank-outside-collective", Severity.ERROR, (ranks[0],), "rank waits", {},
+        "look")]).entries)
     if killed:
         store.set_meta("ended_by", "stalldoc")
     for r in ranks:
