@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 from stalldoc.report.records import Report, RunInfo, RunRecord
 from stalldoc.report.stack_groups import stack_groups
-from stalldoc.report.text import finding_lines
+from stalldoc.report.text import record_lines
 
 STACK_FRAMES = 8   # frames shown per stack group, innermost first
 
@@ -112,8 +113,7 @@ def _seen(work: Mapping[str, Any]) -> tuple[str, str, str, str]:
 def findings(report: Report) -> list[str]:
     lines = ["Findings:"]
     for f in report.findings:
-        lines += finding_lines(f.code, f.severity, f.summary + _node(report.merged, f.node),
-                               list(f.evidence.get("frames", [])), f.fix)
+        lines += record_lines({**asdict(f), "summary": f.summary + _node(report.merged, f.node)})
     if not report.findings:
         lines.append("  none")
     return lines
