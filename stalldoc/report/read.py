@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, TypeVar
 
 from stalldoc.errors import RunDirError
+from stalldoc.findings.ledger import OPEN, RESOLVED
 from stalldoc.model import Frame, ThreadStack
 from stalldoc.report import telemetry
 from stalldoc.report.phases import phase_summary
@@ -46,7 +47,8 @@ def run_info(conn: sqlite3.Connection) -> RunInfo:
     run = dict(row) if row else {"id": "", "command": "[]", "node": "", "agent": 0}
     meta = _meta(conn)
     number = {k: int(meta.get(k, 0)) for k in ("dropped_log_lines", "pruned_log_lines",
-                                               "pruned_stall_stacks", "tick_errors")}
+                                               "pruned_stall_stacks", "tick_errors",
+                                               "dropped_collectives")}
     watch_code = meta.get("watch_exit_code")
     return record(RunInfo, run, **number,
                   command=tuple(_json(run.get("command"), [])), agent=bool(run.get("agent")),
@@ -85,7 +87,8 @@ def stalls(conn: sqlite3.Connection, node: str) -> tuple[StallRecord, ...]:
 
 def findings(conn: sqlite3.Connection, node: str) -> tuple[FindingRecord, ...]:
     return tuple(record(FindingRecord, row, ranks=tuple(_json(row["ranks"], [])),
-                        evidence=_json(row["evidence"], {}), node=node)
+                        evidence=_json(row["evidence"], {}), node=node,
+                        state=RESOLVED if row.get("resolved_at") is not None else OPEN)
                  for row in _rows(conn, "SELECT * FROM findings ORDER BY id"))
 
 

@@ -31,6 +31,7 @@ class RunInfo:
     pruned_stall_stacks: int = 0
     journal_mode: str = "wal"
     tick_errors: int = 0
+    dropped_collectives: int = 0      # collective calls past the store's cap per rank and tick
     flight_recorder: Mapping[str, Any] | None = None
     watch_exit_code: int | None = None   # stalldoc watch's own exit status
     ended_by: str | None = None          # "job", "stalldoc" (--on-stall kill), "interrupt"
@@ -91,6 +92,7 @@ class FindingRecord:
     resolved_at: float | None = None
     occurrences: int = 1
     node: str = ""
+    state: str = "open"              # "open" until resolved_at, then "resolved" (the ledger's)
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,9 @@ def overhead(info: RunInfo) -> list[str]:
     if info.pruned_stall_stacks:
         lines.append(f"  stacks  : kept for the first and latest stalls; "
                      f"{info.pruned_stall_stacks} stall(s) in between without them")
+    if info.dropped_collectives:
+        lines.append(f"  store   : {info.dropped_collectives} collective call(s) not kept (more "
+                     f"than the store's cap per rank and tick)")
     if info.tick_errors:
         lines.append(f"  watcher : {info.tick_errors} tick(s) skipped on an internal error "
                      f"(stalldoc-errors.log)")
