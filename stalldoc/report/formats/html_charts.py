@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import plotly.graph_objects as go
 from plotly.colors import qualitative
@@ -147,29 +147,29 @@ def _prefix(report: Report, node: str) -> str:
     return f"{node} " if report.merged else ""
 
 
+def _each(report: Report, table: str, key: str, label: str) -> Iterator[tuple[str, list[Any]]]:
+    """Each GPU's ("gpus", "gpu") or rank's ("ranks", "rank") points of every run, named."""
+    for run in report.runs:
+        rows = getattr(run.timeseries, table)
+        for value in sorted({getattr(p, key) for p in rows}):
+            yield (f"{_prefix(report, run.node)}{label} {value}",
+                   [p for p in rows if getattr(p, key) == value])
+
+
 def gpu_memory(report: Report, origin: float) -> list[Series]:
-    return [_series(f"{_prefix(report, run.node)}GPU {gpu}", [p for p in run.timeseries.gpus
-                                                              if p.gpu == gpu], origin,
-                    lambda p: p.memory_used, GIB)
-            for run in report.runs for gpu in sorted({p.gpu for p in run.timeseries.gpus})]
+    return [_series(name, points, origin, lambda p: p.memory_used, GIB)
+            for name, points in _each(report, "gpus", "gpu", "GPU")]
 
 
 def pcie(report: Report, origin: float) -> list[Series]:
-    out = []
-    for run in report.runs:
-        for gpu in sorted({p.gpu for p in run.timeseries.gpus}):
-            points = [p for p in run.timeseries.gpus if p.gpu == gpu]
-            name = f"{_prefix(report, run.node)}GPU {gpu}"
-            out += [_series(f"{name} host to GPU", points, origin, lambda p: p.pcie_rx_bps, MB),
-                    _series(f"{name} GPU to host", points, origin, lambda p: p.pcie_tx_bps, MB)]
-    return out
+    return [series for name, points in _each(report, "gpus", "gpu", "GPU") for series in (
+        _series(f"{name} host to GPU", points, origin, lambda p: p.pcie_rx_bps, MB),
+        _series(f"{name} GPU to host", points, origin, lambda p: p.pcie_tx_bps, MB))]
 
 
 def rank_rss(report: Report, origin: float) -> list[Series]:
-    return [_series(f"{_prefix(report, run.node)}rank {rank}",
-                    [p for p in run.timeseries.ranks if p.rank == rank], origin,
-                    lambda p: p.rss_bytes, GIB)
-            for run in report.runs for rank in sorted({p.rank for p in run.timeseries.ranks})]
+    return [_series(name, points, origin, lambda p: p.rss_bytes, GIB)
+            for name, points in _each(report, "ranks", "rank", "rank")]
 
 
 def node_available(report: Report, origin: float) -> list[Series]:
@@ -178,11 +178,6 @@ def node_available(report: Report, origin: float) -> list[Series]:
 
 
 def cuda_memory(report: Report, origin: float) -> list[Series]:
-    out = []
-    for run in report.runs:
-        for rank in sorted({p.rank for p in run.timeseries.ranks}):
-            points = [p for p in run.timeseries.ranks if p.rank == rank]
-            name = f"{_prefix(report, run.node)}rank {rank}"
-            out += [_series(f"{name} allocated", points, origin, lambda p: p.cuda_allocated, GIB),
-                    _series(f"{name} reserved", points, origin, lambda p: p.cuda_reserved, GIB)]
-    return out
+    return [series for name, points in _each(report, "ranks", "rank", "rank") for series in (
+        _series(f"{name} allocated", points, origin, lambda p: p.cuda_allocated, GIB),
+        _series(f"{name} reserved", points, origin, lambda p: p.cuda_reserved, GIB))]

@@ -138,6 +138,18 @@ def stacks(report: Report) -> list[str]:
     return lines
 
 
+_COSTS = (   # a RunInfo count, and what it means for the user
+    ("dropped_log_lines", "log     : {} line(s) not analysed (the sidecar lagged; the job's "
+                          "output was complete)"),
+    ("pruned_log_lines", "log     : {} line(s) between the first and the latest ones not kept "
+                         "(log budget)"),
+    ("pruned_stall_stacks", "stacks  : kept for the first and latest stalls; {} stall(s) in "
+                            "between without them"),
+    ("dropped_collectives", "store   : {} collective call(s) not kept (more than the store's "
+                            "cap per rank and tick)"),
+    ("tick_errors", "watcher : {} tick(s) skipped on an internal error (stalldoc-errors.log)"))
+
+
 def overhead(info: RunInfo) -> list[str]:
     """What stalldoc cost the job: the agent's start per Python process, lines not analysed."""
     lines = []
@@ -145,21 +157,7 @@ def overhead(info: RunInfo) -> list[str]:
     if startup:
         lines.append(f"  agent   : start-up {startup['median_ms']} ms median, {startup['max_ms']} "
                      f"ms max over {startup['processes']} Python process(es)")
-    if info.dropped_log_lines:
-        lines.append(f"  log     : {info.dropped_log_lines} line(s) not analysed (the sidecar "
-                     f"lagged; the job's output was complete)")
-    if info.pruned_log_lines:
-        lines.append(f"  log     : {info.pruned_log_lines} line(s) between the first and the "
-                     f"latest ones not kept (log budget)")
-    if info.pruned_stall_stacks:
-        lines.append(f"  stacks  : kept for the first and latest stalls; "
-                     f"{info.pruned_stall_stacks} stall(s) in between without them")
-    if info.dropped_collectives:
-        lines.append(f"  store   : {info.dropped_collectives} collective call(s) not kept (more "
-                     f"than the store's cap per rank and tick)")
-    if info.tick_errors:
-        lines.append(f"  watcher : {info.tick_errors} tick(s) skipped on an internal error "
-                     f"(stalldoc-errors.log)")
+    lines += [f"  {text.format(n)}" for name, text in _COSTS if (n := getattr(info, name))]
     if info.journal_mode == "delete":
         lines.append("  store   : rollback journal (the run directory is on a network filesystem)")
     return lines
