@@ -214,6 +214,17 @@ def watch_on_tmpfs(tmp_path: Path, size: str, job: str, *options: str,
                                "PY": sys.executable, **(env or {})})
 
 
+def stand_in_swift(tmp_path: Path) -> Path:
+    """An executable named ``swift`` that prints one line and exits 0: for tests of what
+    stalldoc reads from a swift command line, not of swift itself."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    swift = bindir / "swift"
+    swift.write_text(f"#!{sys.executable}\nprint('swift ran')\n")
+    swift.chmod(0o755)
+    return swift
+
+
 _DEMO_RUNS: dict[int, Path] = {}
 
 

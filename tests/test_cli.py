@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from support import SCENARIOS, pid_alive, torchrun, watch
+from support import SCENARIOS, pid_alive, stand_in_swift, torchrun, watch
 
 STALLDOC = [sys.executable, "-m", "stalldoc"]
 
@@ -226,11 +226,7 @@ def test_explain_unknown_code_is_one_line_exit_2():
 
 def test_launch_checks_are_printed_stored_and_never_block(tmp_path):
     # a stand-in `swift` executable: what is under test is stalldoc reading the command line
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    swift = bindir / "swift"
-    swift.write_text(f"#!{sys.executable}\nprint('swift ran')\n")
-    swift.chmod(0o755)
+    swift = stand_in_swift(tmp_path)
     result = watch(tmp_path, [str(swift), "rlhf", "--rlhf_type", "grpo", "--use_vllm", "true",
                               "--num_generations", "2", "--per_device_train_batch_size", "2",
                               "--async_generate", "true", "--offload_model", "true",

@@ -23,7 +23,7 @@ from stalldoc.report.formats import FORMATS, reporter
 from stalldoc.report.formats.markdown import MAX_LINES
 from stalldoc.report.read import read_report
 from stalldoc.store.db import RunStore
-from support import watch
+from support import stand_in_swift, watch
 
 SECRETS = ("hf_abcdefghijklmnopqrstuvwx", "wandb-secret-value-123",
            "sk-proj-abcdefghijklmnopqrstuvwx")
@@ -94,11 +94,7 @@ def test_the_demo_run_as_a_bug_report(demo_run):
 
 
 def test_a_watched_swift_command_keeps_its_plan_and_loses_its_secrets(tmp_path):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    swift = bindir / "swift"
-    swift.write_text(f"#!{sys.executable}\nprint('swift ran')\n")
-    swift.chmod(0o755)
+    swift = stand_in_swift(tmp_path)
     result = watch(tmp_path, [str(swift), "rlhf", "--rlhf_type", "grpo", "--num_generations", "2",
                               "--per_device_train_batch_size", "2",
                               "--hub_token", SECRETS[0], f"WANDB_API_KEY={SECRETS[1]}",
