@@ -6,7 +6,7 @@ from dataclasses import asdict
 from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 from stalldoc.report.records import Report, RunInfo, RunRecord
-from stalldoc.report.stack_groups import stack_groups
+from stalldoc.report.stack_groups import StackGroup, stack_groups
 from stalldoc.report.text import record_lines
 
 STACK_FRAMES = 8   # frames shown per stack group, innermost first
@@ -61,7 +61,8 @@ class TextReporter:
         lines: list[str] = []
         for run in report.runs:
             lines += header(run, report.merged)
-        lines += stalls(report) + findings(report) + stacks(report)
+        groups = stack_groups(report)
+        lines += stalls(report, groups) + findings(report) + stacks(report, groups)
         for run in report.runs:
             lines += telemetry(run, report.merged) + phases(run, report.merged)
         return "\n".join(lines)
@@ -82,9 +83,9 @@ def _node(merged: bool, node: str) -> str:
     return f" on {node}" if merged else ""
 
 
-def stalls(report: Report) -> list[str]:
+def stalls(report: Report, groups: list[StackGroup]) -> list[str]:
     lines = ["Stalls:"]
-    states = {(g.node, g.stall_id, r): g.state for g in stack_groups(report) for r in g.ranks}
+    states = {(g.node, g.stall_id, r): g.state for g in groups for r in g.ranks}
     for s in report.stalls:
         lines.append(f"  #{s.id}{_node(report.merged, s.node)}: no rank showed work since "
                      f"{when(s.started_at)}, detected {when(s.detected_at)} (threshold "
@@ -119,10 +120,10 @@ def findings(report: Report) -> list[str]:
     return lines
 
 
-def stacks(report: Report) -> list[str]:
+def stacks(report: Report, groups: list[StackGroup]) -> list[str]:
     """Each stall's ranks grouped by their main thread's frames, the waiting ones too."""
     lines: list[str] = []
-    for g in stack_groups(report):
+    for g in groups:
         ranks = ",".join(map(str, g.ranks))
         where = f" in {g.frame}" if g.frame else ""
         lines += ["", f"Stack at stall #{g.stall_id}{_node(report.merged, g.node)}: "
