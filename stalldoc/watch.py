@@ -15,6 +15,8 @@ from typing import Iterable
 
 from stalldoc.agent.statefile import STATUS_EXCEPTION
 from stalldoc.check import failed, launch_checks, launch_document
+from stalldoc.cluster.node import NodeCluster
+from stalldoc.cluster.publish import LocalView
 from stalldoc.detect.progress import ProgressTracker
 from stalldoc.detect.vllm_sleep import SleepLog
 from stalldoc.errors import StalldocError, log_traceback
@@ -91,6 +93,7 @@ class Watcher:
         self.tick_errors = 0
         self.store_trouble_said = False
         self.tick_error_kinds: set[str] = set()
+        self.cluster = NodeCluster(options, self.run_dir, socket.gethostname(), time.time())
         self.flight = FlightDumps(self.run_dir / "agents", self.run_dir / FLIGHT_DIR) \
             if options.agent and options.flight_recorder else None
 
@@ -120,6 +123,7 @@ class Watcher:
             self.store.set_meta("launch_plan", json.dumps(self.launch_plan))
         self.store.set_meta("versions", json.dumps(self.versions.initial()))
         self.say(f"watching pid {self.link.job_pid}; run directory {self.run_dir}")
+        self._say_cluster()
         if self.store.journal.reason:
             self.say(self.store.journal.reason)
         for probe, why in self.sampler.unavailable.items():
@@ -199,6 +203,7 @@ class Watcher:
             self._store_startup_costs()
             self._store_versions(final=True)
             self._store_exit_codes()
+            self._publish_node(time.time(), {}, ended=True)
             self.store.end_run(time.time(), code)
             self.store.close()
         except Exception:  # noqa: BLE001
@@ -253,6 +258,7 @@ class Watcher:
             self.tracker.stack_seen(stacks.rank, stacks, stacks.t)
         self._drain_logs()
         self.tracker.observe(now, agents, sample.host, gpu_util_by_rank(sample))
+        self.cluster.refresh(now, self.tracker.quiet_for(now), self.tracker.threshold())
         for rank in self.tracker.stacks_due(now):
             if rank in self.ranks:
                 self.background.request(self.ranks[rank])
@@ -260,6 +266,7 @@ class Watcher:
         self._check_stall(now, agents)
         self._tick_rules(now, agents)
         self._publish(now, sample)
+        self._publish_node(now, agents)
         self._status(now)
         self.store.add_tick(sample)
         self.store.compact(now, self.tracker.threshold() + self.store.policy.around_before)
@@ -346,7 +353,7 @@ class Watcher:
 
     # ----- stalls -----------------------------------------------------------------------------
     def _check_stall(self, now: float, agents: dict) -> None:
-        started, ended = self.tracker.check(now)
+        started, ended = self.tracker.check(now, *self.cluster.elsewhere(now))
         if ended is not None:
             self.store.save_stall(ended)
             self._save(self.ledger.stall_ended(now, ended.id))
@@ -370,9 +377,11 @@ class Watcher:
         self._ask_flight(live)
         stacks = self.stack_probe.capture_all(live, self.history.stopped_pids())
         self._explain_fallbacks(stacks.values())
+        agents = self.agents_probe.sample(list(self.ranks.values())) or agents
+        self._publish_node(time.time(), agents, stacks, (episode.id, True))
+        self.cluster.await_stacks(self.cluster.wait_limit())
         flight = self._flight_dumps()
         now = time.time()
-        agents = self.agents_probe.sample(list(self.ranks.values())) or agents
         window = dataclasses.replace(self._window(now, agents, episode, stacks),
                                      peers=external_peers(live, self.parents.keys()),
                                      flight=flight)
@@ -426,7 +435,8 @@ class Watcher:
                       tuple(ended.values()), episode, self.tracker.last_progress(),
                       tuple(self.logs.tail), gpus, node, tuple(self.logs.unread), {}, cuda,
                       self.config, work=self.tracker.work(), busy_timeout=self.opts.busy_timeout,
-                      floor=self.opts.stall_timeout, vllm_sleep=self.sleep_log.states())
+                      floor=self.opts.stall_timeout, vllm_sleep=self.sleep_log.states(),
+                      cluster=self.cluster.view(now, agents, len(self.ranks)))
 
     def _launch_rules(self) -> list[Finding]:
         """What the command line says before anything runs; printed, never blocking."""
@@ -496,6 +506,33 @@ class Watcher:
             {r: h.rss_bytes for r, h in sample.host.items()}, self.tracker.episode is not None,
             self.ledger.opened_counts(), sample.gpus, dict(self.gpu_peaks), sample.probes,
             self.ledger.open_counts()))
+
+    def _publish_node(self, now: float, agents: dict, stacks: dict | None = None,
+                      stall: tuple[int, bool] | None = None, ended: bool = False) -> None:
+        """This node's summary for the other nodes' watchers (multi-node jobs with a shared
+        run directory): every tick, right after a stall's stacks, and at the end."""
+        episode = self.tracker.episode
+        if stall is None and episode is not None:
+            stall = (episode.id, bool(self.stall_stacks))
+        self.cluster.publish(LocalView(
+            dict(self.ranks), self.tracker.work(), self.tracker.phases(), self.tracker.ages(now),
+            agents, stacks if stacks is not None else self.stall_stacks,
+            frozenset(self.tracker.dead) | frozenset(self.exits)), stall, ended)
+
+    def _say_cluster(self) -> None:
+        shared = self.opts.shared_dir
+        if shared is None:
+            if self.opts.node:
+                self.say(f"{self.cluster.label} of a multi-node job, without --run-dir: this "
+                         "watcher cannot see the other nodes (give every node's `stalldoc "
+                         "watch` the same --run-dir on a shared filesystem)")
+            return
+        of = f" of {self.opts.nnodes}" if self.opts.nnodes else ""
+        self.say(f"{self.cluster.label}{of}: the other nodes' watchers meet in {shared} (give "
+                 f"each node's `stalldoc watch` the same --run-dir)")
+        self.store.set_meta("cluster", json.dumps({
+            "node": self.opts.node, "label": self.cluster.label, "index": self.opts.node_index,
+            "nnodes": self.opts.nnodes, "shared_dir": str(shared)}))
 
     def _status(self, now: float) -> None:
         tracker = self.tracker

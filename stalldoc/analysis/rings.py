@@ -3,9 +3,10 @@ and where ranks disagree on what collective number N is."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord
+from stalldoc.model import GroupState
 
 
 @dataclass(frozen=True)
@@ -36,22 +37,31 @@ def _by_group(agents: Mapping[int, AgentSnapshot]) -> dict[str, dict[int, AgentS
     return groups
 
 
-def missing_ranks(agents: Mapping[int, AgentSnapshot], live: set[int]
+def groups_by_rank(agents: Mapping[int, AgentSnapshot]) -> dict[int, Sequence[GroupState]]:
+    """Each rank's process groups, as its agent last wrote them."""
+    return {rank: agent.groups for rank, agent in agents.items()}
+
+
+def missing_ranks(ranks: Mapping[int, Sequence[GroupState]], live: set[int]
                   ) -> list[MissingFromCollective]:
     """For each group with a pending collective: which live ranks are in no collective of it.
 
-    Ranks inside a collective of the group are waiters, even at different sequence numbers (a
-    broadcast root can run one call ahead); a rank of the group that is in none and has not
-    reached the oldest pending one is missing. The world group holds every live rank; another
-    group holds the ranks that used it so far.
+    ``ranks``: each rank's groups, from its agent or (another node's ranks) from the summary
+    its node's watcher published. Ranks inside a collective of the group are waiters, even at
+    different sequence numbers (a broadcast root can run one call ahead); a rank of the group
+    that is in none and has not reached the oldest pending one is missing. The world group
+    holds every live rank; another group holds the ranks that used it so far.
     """
     out = []
-    for name, members in _by_group(agents).items():
+    members_of: dict[str, dict[int, GroupState]] = {}
+    for rank, groups in ranks.items():
+        for group in groups:
+            members_of.setdefault(group.name, {})[rank] = group
+    for name, members in members_of.items():
         expected = live if name == "world" else set(members) & live
         waiting: dict[int, CollectiveRecord] = {}
         started: dict[int, int] = {}
-        for rank, agent in members.items():
-            group = next(g for g in agent.groups if g.name == name)
+        for rank, group in members.items():
             started[rank] = group.started
             if rank in live and group.ring and not group.ring[-1].completed:
                 waiting[rank] = group.ring[-1]

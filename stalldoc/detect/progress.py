@@ -180,18 +180,36 @@ class ProgressTracker:
         return max([self.floor] + [self.durations.threshold(s.phase, self.floor)
                                    for s in self.live().values()])
 
+    def ages(self, now: float) -> dict[int, tuple[float, float]]:
+        """Each rank's seconds since it last showed work, and since its counters last moved."""
+        return {r: (round(now - s.last_work, 2), round(now - s.last_progress, 2))
+                for r, s in self.ranks.items()}
+
+    def phases(self) -> dict[int, str]:
+        return {r: s.phase for r, s in self.ranks.items()}
+
+    def quiet_for(self, now: float) -> float:
+        """Seconds since any live rank of this node showed work (0 with none)."""
+        live = self.live()
+        return now - max(s.last_work for s in live.values()) if live else 0.0
+
     def last_progress(self) -> dict[int, float]:
         return {r: s.last_progress for r, s in self.ranks.items()}
 
     # ----- the decision -----------------------------------------------------------------------
-    def check(self, now: float) -> tuple[StallEpisode | None, StallEpisode | None]:
-        """(a stall that starts now, a stall that ended now): at most one is not None."""
+    def check(self, now: float, elsewhere_at: float | None = None, elsewhere_now: bool = False
+              ) -> tuple[StallEpisode | None, StallEpisode | None]:
+        """(a stall that starts now, a stall that ended now): at most one is not None.
+        ``elsewhere_at``: the last work seen on the job's other nodes (our clock); while a rank
+        there works this node's waiting ranks are not stalled, and ``elsewhere_now`` (a rank
+        there works now) ends a stall."""
         live = self.live()
         if not live:
             return None, None
         if self.episode is not None:
-            return None, self._ended(now, live)
-        newest = max(s.last_work for s in live.values())
+            return None, self._ended(now, live, elsewhere_now)
+        newest = max([s.last_work for s in live.values()]
+                     + ([elsewhere_at] if elsewhere_at is not None else []))
         threshold = self.threshold()
         if now - newest <= threshold:
             return None, None
@@ -203,10 +221,12 @@ class ProgressTracker:
             work={r: live[r].work for r in ranks if live[r].work is not None})
         return self.episode, None
 
-    def _ended(self, now: float, live: Mapping[int, _Rank]) -> StallEpisode | None:
+    def _ended(self, now: float, live: Mapping[int, _Rank], elsewhere_now: bool
+               ) -> StallEpisode | None:
         episode = self.episode
         assert episode is not None
-        if max(s.last_confirmed for s in live.values()) <= episode.started_at:
+        if max(s.last_confirmed for s in live.values()) <= episode.started_at \
+                and not elsewhere_now:
             return None
         self.episode = None
         self.durations.resumed(episode.phases.values(), now - episode.started_at)

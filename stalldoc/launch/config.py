@@ -223,6 +223,24 @@ def _flag_count(opts: Mapping[str, str], flags: set[str], fallback: _Count) -> _
     return next((_Count(k, v, True) for k, v in opts.items() if k in flags), fallback)
 
 
+def launcher_options(argv: Sequence[str]) -> dict[str, str]:
+    """The options given to torchrun (also as ``python -m torch.distributed.run``), deepspeed or
+    ``accelerate launch`` before the program; {} for any other command."""
+    name = os.path.basename(argv[0]) if argv else ""
+    rest = list(argv[1:])
+    if name.startswith("python"):
+        while rest and rest[0] in ("-u", "-O", "-B"):
+            rest = rest[1:]
+        if len(rest) > 1 and rest[0] == "-m" and rest[1] in _TORCHRUN_MODULES:
+            return _split_launcher(rest[2:])[0]
+        return {}
+    if name in ("torchrun", "deepspeed"):
+        return _split_launcher(rest)[0]
+    if name == "accelerate" and rest[:1] == ["launch"]:
+        return _split_launcher(rest[1:])[0]
+    return {}
+
+
 def _split_launcher(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     """A launcher's own options up to the program, and the program's argv."""
     opts: dict[str, str] = {}

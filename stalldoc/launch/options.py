@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from stalldoc.launch.nodes import NodeIdentity
 from stalldoc.launch.rundir import make_private_dir
 
 DEFAULT_STALL_TIMEOUT = 45.0
@@ -29,6 +30,10 @@ class WatchOptions:
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT
     end_detached: bool = False
     flight_recorder: bool = True   # turn torch's Flight Recorder on; dump it on a stall
+    shared_dir: Path | None = None  # a multi-node job's run directory, holding every node's
+    node: str = ""                  # this node's subdirectory of it (the run directory)
+    node_index: int | None = None
+    nnodes: int | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> WatchOptions:
@@ -36,15 +41,31 @@ class WatchOptions:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["argv"] = tuple(values.get("argv") or ())   # type: ignore[arg-type]
-        if values.get("run_dir") is not None:
-            values["run_dir"] = Path(str(values["run_dir"]))
+        for key in ("run_dir", "shared_dir"):
+            if values.get(key) is not None:
+                values[key] = Path(str(values[key]))
         return cls(**values)   # type: ignore[arg-type]
 
 
 def make_run_dir(requested: Path | None) -> Path:
     """The run directory, mode 0700, where no other user can redirect it (``launch/rundir.py``):
     the one asked for, or ./stalldoc-runs/<UTC time>-<id>. Its resolved path."""
+    return make_private_dir(_default(requested))
+
+
+def make_node_run_dir(requested: Path | None, node: NodeIdentity) -> tuple[Path, Path | None]:
+    """(the run directory, the shared one or None). A node of a multi-node job given
+    ``--run-dir DIR`` writes DIR/<node name>: DIR is shared by the nodes' watchers (made by
+    whichever comes first); the node subdirectory must be new or empty, so two watchers that
+    call themselves the same node are refused. Anything else: ``make_run_dir``."""
+    if requested is None or not node.multi:
+        return make_run_dir(requested), None
+    shared = make_private_dir(requested, shared=True)
+    return make_private_dir(shared / node.name), shared
+
+
+def _default(requested: Path | None) -> Path:
     if requested is None:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         requested = Path(DEFAULT_RUNS) / f"{stamp}-{secrets.token_hex(3)}"
-    return make_private_dir(requested)
+    return requested

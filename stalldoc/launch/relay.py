@@ -12,6 +12,7 @@ import dataclasses
 import os
 import selectors
 import signal
+import socket
 import sys
 import time
 from types import FrameType
@@ -22,7 +23,8 @@ from stalldoc.launch.foreground import Foreground
 from stalldoc.launch.inject import agent_environment
 from stalldoc.launch.job import Ending, Job, become_subreaper, resolve_command
 from stalldoc.launch.leftovers import describe, split_leftovers
-from stalldoc.launch.options import WatchOptions, make_run_dir
+from stalldoc.launch.nodes import node_identity
+from stalldoc.launch.options import WatchOptions, make_node_run_dir
 from stalldoc.launch.plain import copy_until_exit, read_chunk
 from stalldoc.launch.sidecar_link import SIDECAR_LOG, SidecarLink
 from stalldoc.launch.streams import Stream, open_stream
@@ -43,7 +45,11 @@ class Relay:
     def __init__(self, options: WatchOptions) -> None:
         self.opts = options
         resolve_command(list(options.argv))  # a missing command fails before anything is created
-        self.run_dir = make_run_dir(options.run_dir)
+        node = node_identity(options.argv, os.environ, socket.gethostname())
+        self.run_dir, shared = make_node_run_dir(options.run_dir, node)
+        if node.multi:
+            self.opts = dataclasses.replace(options, shared_dir=shared, node=node.name,
+                                            node_index=node.index, nnodes=node.count)
         self.terminal = Terminal(sys.stderr)
         self.foreground = Foreground()
         self.job: Job | None = None
@@ -348,6 +354,7 @@ class Relay:
 def _options_dict(options: WatchOptions, run_dir: object) -> dict[str, object]:
     data = dataclasses.asdict(options)
     data["run_dir"] = str(run_dir)
+    data["shared_dir"] = str(options.shared_dir) if options.shared_dir else None
     data["argv"] = list(options.argv)
     return data
 

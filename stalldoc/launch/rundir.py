@@ -102,14 +102,16 @@ def unsafe_reason(st: os.stat_result, fd: int, path: Path, uid: int) -> str | No
 
 
 # ----- the run directory ----------------------------------------------------------------------
-def make_private_dir(requested: Path) -> Path:
+def make_private_dir(requested: Path, shared: bool = False) -> Path:
     """Create (or take, when empty) the run directory ``requested`` under the rules above; its
-    resolved path, to be used from now on. Raises UnsafeRunDir or StalldocError (exit 125)."""
+    resolved path, to be used from now on. Raises UnsafeRunDir or StalldocError (exit 125).
+    ``shared``: the run directory of a multi-node job, which the watchers of the other nodes
+    (the same user) may have made and written their node subdirectories in already."""
     target = resolved(requested)
     try:
         parent = _open_parent(target, os.geteuid())
         try:
-            _take_final(parent, target, os.geteuid())
+            _take_final(parent, target, os.geteuid(), shared)
         finally:
             os.close(parent)
     except OSError as exc:
@@ -182,9 +184,10 @@ def _check(fd: int, path: Path, target: Path, uid: int) -> None:
         raise UnsafeRunDir(f"unsafe run directory {target}: {why}")
 
 
-def _take_final(parent: int, target: Path, uid: int) -> None:
-    """mkdir the run directory (no link followed), or take an existing empty one of ours; then
-    make it 0700 and check what is there now: a real directory of ours, mode 0700."""
+def _take_final(parent: int, target: Path, uid: int, shared: bool = False) -> None:
+    """mkdir the run directory (no link followed), or take an existing empty one of ours (any
+    of ours when ``shared``); then make it 0700 and check what is there now: a real directory
+    of ours, mode 0700."""
     name = target.name
     try:
         os.mkdir(name, PRIVATE_DIR, dir_fd=parent)
@@ -192,7 +195,7 @@ def _take_final(parent: int, target: Path, uid: int) -> None:
     except FileExistsError:
         created = False
     _check_final(os.stat(name, dir_fd=parent, follow_symlinks=False), target, uid)
-    if not created and _not_empty(parent, name):
+    if not created and not shared and _not_empty(parent, name):
         raise StalldocError(f"run directory is not empty: {target}")
     os.chmod(name, PRIVATE_DIR, dir_fd=parent)   # a directory of ours, in a parent only we change
     st = os.stat(name, dir_fd=parent, follow_symlinks=False)

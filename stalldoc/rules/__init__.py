@@ -18,6 +18,8 @@ from stalldoc.rules.sd109_busy_without_progress import BusyWithoutProgress
 from stalldoc.rules.sd110_rank_left_early import RankLeftEarly
 from stalldoc.rules.sd111_hung_in_channel import HungInChannel
 from stalldoc.rules.sd112_vllm_asleep import VllmAsleep
+from stalldoc.rules.sd113_node_lost import NodeLost
+from stalldoc.rules.sd114_waiting_on_other_nodes import WaitingOnOtherNodes
 from stalldoc.rules.sd201_offload_thrash import OffloadThrash
 from stalldoc.rules.sd202_gpu_memory_pressure import GpuMemoryPressure
 from stalldoc.rules.sd203_gpu_not_completing import GpuNotCompleting
@@ -68,7 +70,7 @@ from stalldoc.rules.sd528_zero3_param_not_available import Zero3ParamNotAvailabl
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
                                  SlowRank, BusyWithoutProgress, RankLeftEarly, HungInChannel,
-                                 VllmAsleep,
+                                 VllmAsleep, NodeLost, WaitingOnOtherNodes,
                                  OffloadThrash, GpuMemoryPressure, GpuNotCompleting,
                                  GpuIdleHostBlocked, GpuSharedByRanks, IdleGpus,
                                  HostMemoryPressure, CpuOversubscription, MaxModelLenConfig,

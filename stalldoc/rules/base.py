@@ -114,5 +114,17 @@ def describe(window: Window, rank: int) -> str:
 
 
 def join_ranks(ranks: Any) -> str:
-    ranks = sorted(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(r) for r in ranks)
+    """'rank 3', 'ranks 0,1', 'ranks 0-10,12-15' (runs of three or more as a range)."""
+    ranks = sorted(set(ranks))
+    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(_runs(ranks))
+
+
+def _runs(ranks: list[int]) -> list[str]:
+    out: list[str] = []
+    start = 0
+    for i in range(1, len(ranks) + 1):
+        if i == len(ranks) or ranks[i] != ranks[i - 1] + 1:
+            run = ranks[start:i]
+            out += [f"{run[0]}-{run[-1]}"] if len(run) >= 3 else [str(r) for r in run]
+            start = i
+    return out

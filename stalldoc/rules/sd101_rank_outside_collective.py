@@ -4,10 +4,11 @@ from __future__ import annotations
 from typing import Iterator
 
 from stalldoc.analysis.flight_recorder import FlightGap, flight_gaps
-from stalldoc.analysis.rings import missing_ranks
+from stalldoc.analysis.rings import MissingFromCollective, groups_by_rank, missing_ranks
 from stalldoc.analysis.stacks import in_collective, is_library
 from stalldoc.model import FlightEntry, Finding, Severity, Window
 from stalldoc.rules.base import Rule, describe, join_ranks, rank_evidence
+from stalldoc.rules.remote import describe_rank, evidence_of, node_tag, remote_ranks
 
 
 class RankOutsideCollective(Rule):
@@ -52,25 +53,35 @@ class RankOutsideCollective(Rule):
 
     def check(self, window: Window) -> Iterator[Finding]:
         live = {r.rank for r in window.ranks} - {e.rank for e in window.exits}
-        gaps = missing_ranks(window.agents, live)
+        remote = remote_ranks(window)
+        gaps = missing_ranks({**groups_by_rank(window.agents),
+                              **{r: rr.groups for r, rr in remote.items()}}, live | set(remote))
         for gap in gaps:
-            waiting = sorted(gap.waiting)
-            culprits = ", ".join(f"rank {r} is {describe(window, r)}" for r in gap.missing)
-            summary = (f"{join_ranks(gap.missing)} not in {gap.op} #{gap.seq} (group "
-                       f"{gap.group}) that {join_ranks(waiting)} wait in; {culprits}")
-            first = rank_evidence(window, gap.missing[0])
-            yield self.finding(gap.missing, summary, {
-                **first, "source": "agent", "group": gap.group, "seq": gap.seq, "op": gap.op,
-                "waiting_ranks": waiting,
-                "waiting_at": {str(r): {"seq": rec.seq, "op": rec.op}
-                               for r, rec in sorted(gap.waiting.items())},
-                "culprits": {str(r): rank_evidence(window, r) for r in gap.missing}})
+            yield self._from_rings(window, gap)
         flight = [g for g in ([] if gaps else flight_gaps(window.flight, live))
                   if g.missing or self._outside(window, g.silent)]
         for flight_gap in flight:
             yield self._from_flight(window, flight_gap)
         if not gaps and not flight and not window.agents:
             yield from self._from_stacks(window, live)
+
+    def _from_rings(self, window: Window, gap: MissingFromCollective) -> Finding:
+        """Ranks missing from a collective the others wait in, here or on other nodes."""
+        waiting = sorted(gap.waiting)
+        culprits = ", ".join(f"rank {r} is {describe_rank(window, r)}" for r in gap.missing)
+        missing = join_ranks(gap.missing) + (node_tag(window, gap.missing[0])
+                                              if len(gap.missing) == 1 else "")
+        summary = (f"{missing} not in {gap.op} #{gap.seq} (group {gap.group}) that "
+                   f"{join_ranks(waiting)} wait in; {culprits}")
+        evidence = {**evidence_of(window, gap.missing[0]), "source": "agent",
+                    "group": gap.group, "seq": gap.seq, "op": gap.op, "waiting_ranks": waiting,
+                    "waiting_at": {str(r): {"seq": rec.seq, "op": rec.op}
+                                   for r, rec in sorted(gap.waiting.items())},
+                    "culprits": {str(r): evidence_of(window, r) for r in gap.missing}}
+        if window.cluster is not None:
+            evidence["nodes"] = {str(r): node_tag(window, r)[2:-1]
+                                 for r in sorted({*gap.missing, *waiting})}
+        return self.finding(gap.missing, summary, evidence)
 
     @staticmethod
     def _outside(window: Window, ranks: tuple[int, ...]) -> tuple[int, ...]:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord, GroupState
-from stalldoc.analysis.rings import mismatches, missing_ranks
+from stalldoc.analysis.rings import groups_by_rank, mismatches, missing_ranks
 
 
 def snapshot(rank: int, calls: list[tuple[str, int, str, bool]], group: str = "world"
@@ -18,18 +18,18 @@ def test_rank_behind_and_outside_is_missing_even_with_waiters_at_different_seqs(
     agents = {0: snapshot(0, [ok, ok, ("broadcast", 4, "float32", False)]),   # root ran ahead
               1: snapshot(1, [ok, ("broadcast", 4, "float32", False)]),
               2: snapshot(2, [ok])}                                          # never entered #2
-    [gap] = missing_ranks(agents, {0, 1, 2})
+    [gap] = missing_ranks(groups_by_rank(agents), {0, 1, 2})
     assert (gap.seq, gap.op, gap.missing, sorted(gap.waiting)) == (2, "broadcast", (2,), [0, 1])
 
 
 def test_nobody_waiting_means_nobody_missing():
     ok = ("all_reduce", 4, "float32", True)
-    assert missing_ranks({0: snapshot(0, [ok]), 1: snapshot(1, [])}, {0, 1}) == []
+    assert missing_ranks(groups_by_rank({0: snapshot(0, [ok]), 1: snapshot(1, [])}), {0, 1}) == []
 
 
 def test_dead_ranks_are_not_blamed_as_missing():
     agents = {0: snapshot(0, [("all_reduce", 4, "float32", False)]), 1: snapshot(1, [])}
-    assert missing_ranks(agents, {0}) == []
+    assert missing_ranks(groups_by_rank(agents), {0}) == []
 
 
 def test_first_mismatch_per_group():

@@ -1,0 +1,99 @@
+"""This watcher as one node of a multi-node job: publish our summary, read the other nodes', and
+give the stall decision and the rules the job-wide view (``model.ClusterView``).
+
+With a shared run directory every node's watcher sees every rank's collectives, phase and frame.
+Without one (``--run-dir`` not given, or not the same path everywhere) the view still knows the
+world size from the agents, so a node can say which global ranks its ranks wait for.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Mapping
+
+from stalldoc.cluster.publish import LocalView, Publisher, local_ranks
+from stalldoc.cluster.view import fresh, remote_work_at, remote_working
+from stalldoc.launch.nodes import NodeIdentity
+from stalldoc.launch.options import WatchOptions
+from stalldoc.model import AgentSnapshot, ClusterView, PeerNode
+from stalldoc.probes.peers import PeerReader
+
+SOON = 5.0             # seconds between reads while this node looks stalled
+POLL = 0.5             # seconds between reads while waiting for the other nodes' stacks
+
+
+class NodeCluster:
+    def __init__(self, opts: WatchOptions, run_dir: Path, host: str, started_at: float) -> None:
+        identity = NodeIdentity(opts.node, opts.node_index, opts.nnodes)
+        self.label = identity.label if opts.node else "this node"
+        self.nnodes = opts.nnodes
+        self.shared = opts.shared_dir
+        self.publisher = Publisher(run_dir, opts.node, self.label, host) if self.shared else None
+        expected = tuple(f"node-{i}" for i in range(opts.nnodes or 0)) \
+            if opts.node_index is not None else ()
+        self.reader = (PeerReader(self.shared, opts.node, expected, opts.interval, opts.nnodes,
+                                  started_at) if self.shared else None)
+        self.world_size: int | None = None
+
+    # ----- reading ----------------------------------------------------------------------------
+    def refresh(self, now: float, quiet_for: float, threshold: float) -> None:
+        """Read the other nodes when due: spaced out with the node count, sooner while this
+        node's ranks show no work, and always just before a stall could be declared."""
+        if self.reader is None:
+            return
+        soon = SOON if quiet_for > threshold / 2 else None
+        if quiet_for > threshold or self.reader.due(now, soon):
+            self.reader.read(now)
+
+    def peers(self, now: float) -> tuple[PeerNode, ...]:
+        return self.reader.peers(now) if self.reader is not None else ()
+
+    def elsewhere(self, now: float) -> tuple[float | None, bool]:
+        """(the last work on another node, whether a rank there works now)."""
+        peers = self.peers(now)
+        return remote_work_at(peers, now), remote_working(peers)
+
+    def view(self, now: float, agents: Mapping[int, AgentSnapshot], local: int
+             ) -> ClusterView | None:
+        """The job-wide view for the rules; None for a job on one node."""
+        self._learn_world(agents)
+        peers = self.peers(now)
+        if not self.shared and (self.world_size or 0) <= local:
+            return None
+        reader = self.reader
+        return ClusterView(self.label, self.shared is not None, self.nnodes, self.world_size,
+                           peers, reader.never_seen(now) if reader else (),
+                           reader.lost_after if reader else 0.0)
+
+    def _learn_world(self, agents: Mapping[int, AgentSnapshot]) -> None:
+        sizes = [a.world_size for a in agents.values() if a.world_size > 0]
+        if self.reader is not None and self.reader.world_size():
+            sizes.append(self.reader.world_size() or 0)
+        if sizes:
+            self.world_size = max(sizes)
+
+    def await_stacks(self, timeout: float) -> None:
+        """After this node's stall stacks: wait (at most ``timeout``) until every speaking
+        node has published its own, so the diagnosis can name a culprit's frame there."""
+        if self.reader is None:
+            return
+        deadline = time.time() + timeout
+        while True:
+            now = time.time()
+            self.reader.read(now)
+            waiting = [p for p in fresh(self.reader.peers(now)) if not p.stall_stacks]
+            if not waiting or now >= deadline:
+                return
+            time.sleep(POLL)
+
+    def wait_limit(self) -> float:
+        """How long a diagnosis waits for the other nodes' stacks."""
+        return min(30.0, max(10.0, 2 * self.reader.every)) if self.reader else 0.0
+
+    # ----- writing ----------------------------------------------------------------------------
+    def publish(self, local: LocalView, stall: tuple[int, bool] | None,
+                ended: bool = False) -> None:
+        if self.publisher is None:
+            return
+        self._learn_world(local.agents)
+        self.publisher.write(local_ranks(self.label, local), self.world_size, stall, ended)

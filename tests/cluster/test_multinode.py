@@ -1,0 +1,91 @@
+"""Several "nodes" on one machine: one `torchrun --nnodes N --node_rank i` per node, each under
+its own `stalldoc watch`, all given one shared run directory (as every node of a cluster job
+is given one path on the shared filesystem)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import support
+
+SCENARIO = str(support.SCENARIOS / "multinode_shards.py")
+
+
+def node_command(node: int, nnodes: int, nproc: int, port: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+            "--node_rank", str(node), "--nproc_per_node", str(nproc),
+            "--master_addr", "127.0.0.1", "--master_port", str(port), SCENARIO]
+
+
+def start_nodes(run_dir: Path, nnodes: int, nproc: int, env: dict[str, str]
+                ) -> list[subprocess.Popen[str]]:
+    port = support.free_port()
+    return [support.start_watch(run_dir, node_command(i, nnodes, nproc, port), env=env)
+            for i in range(nnodes)]
+
+
+def finish(procs: list[subprocess.Popen[str]], timeout: float = 90) -> list[str]:
+    return [p.communicate(timeout=timeout)[1] for p in procs]
+
+
+def stall_job(tmp_path: Path, stuck_rank: int) -> tuple[dict[str, str], Path]:
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    fifo = tmp_path / "stuck-shard.bin"
+    os.mkfifo(fifo)
+    return {"SHARD_DIR": str(shards), "STUCK_SHARD": str(fifo), "STUCK_RANK": str(stuck_rank),
+            "STUCK_STEP": "3"}, fifo
+
+
+def wait_for(path: Path, text: str, timeout: float = 90) -> str:
+    """The first line of ``path`` containing ``text`` (the watcher's stderr goes to a file)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for line in path.read_text(errors="replace").splitlines():
+            if text in line:
+                return line
+        time.sleep(0.3)
+    raise AssertionError(f"{text!r} not in {path}:\n{path.read_text(errors='replace')}")
+
+
+def test_two_nodes_name_the_culprit_on_the_other_node_and_merge(tmp_path):
+    env, fifo = stall_job(tmp_path, stuck_rank=3)
+    shared = tmp_path / "shared"
+    logs = [tmp_path / f"node{i}.err" for i in range(2)]
+    port = support.free_port()
+    procs = [support.start_watch(shared, node_command(i, 2, 2, port), env=env,
+                                 stderr=logs[i].open("w")) for i in range(2)]
+    try:
+        lines = [wait_for(log, "not in all_reduce") for log in logs]
+        # ranks 0-1 on node 0 and rank 2 on node 1 wait; rank 3 on node 1 hangs opening a shard
+        for line in lines:
+            assert "rank 3 (node 1) not in all_reduce #4 (group world) that ranks 0-2 wait in" \
+                in line, line
+            assert "rank 3 is in load_shard (" in line and "multinode_shards.py:" in line, line
+        with open(fifo, "wb") as fh:      # the mount comes back
+            fh.write(b"\0" * 64)
+        codes = [p.wait(timeout=90) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert codes == [0, 0], [log.read_text() for log in logs]
+    for i, log in enumerate(logs):
+        assert "progress resumed" in log.read_text()
+        assert (shared / f"node-{i}" / "run.db").exists()
+        summary = json.loads((shared / f"node-{i}" / "summary.json").read_text())
+        assert summary["state"] == "ended" and summary["label"] == f"node {i}"
+    merged = subprocess.run([sys.executable, "-m", "stalldoc", "report", str(shared), "--format",
+                             "json"], capture_output=True, text=True, check=True)
+    doc = json.loads(merged.stdout)
+    assert sorted(r["rank"] for r in doc["ranks"]) == [0, 1, 2, 3]
+    assert len(doc["runs"]) == 2
+    culprit = [f for f in doc["findings"] if f["code"] == "SD101"]
+    assert culprit and all(f["ranks"] == [3] for f in culprit)
+    assert {f["evidence"]["nodes"]["3"] for f in culprit} == {"node 1"}
