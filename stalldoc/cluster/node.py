@@ -84,6 +84,8 @@ class NodeCluster:
             waiting = [p for p in fresh(self.reader.peers(now)) if not p.stall_stacks]
             if not waiting or now >= deadline:
                 return
+            if self.publisher is not None:
+                self.publisher.again()
             time.sleep(POLL)
 
     def wait_limit(self) -> float:

@@ -3,6 +3,7 @@ run directory, by atomic replacement: a reader on any host sees the old summary 
 never half of one."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -23,13 +24,25 @@ class Publisher:
         self.seq = 0
         self.errors = 0
         self.first_error = ""
+        self.last: Published | None = None
 
     def write(self, ranks: tuple[RemoteRank, ...], world_size: int | None,
               stall: tuple[int, bool] | None, ended: bool = False) -> None:
         self.seq += 1
-        summary = Published(self.node, self.label, self.host, self.seq,
-                            "ended" if ended else "running", world_size,
-                            stall[0] if stall else None, bool(stall and stall[1]), ranks)
+        self.last = Published(self.node, self.label, self.host, self.seq,
+                              "ended" if ended else "running", world_size,
+                              stall[0] if stall else None, bool(stall and stall[1]), ranks)
+        self._write(self.last)
+
+    def again(self) -> None:
+        """The last summary once more, with a new sequence number: this watcher still speaks
+        while a diagnosis holds its tick."""
+        if self.last is not None:
+            self.seq += 1
+            self.last = dataclasses.replace(self.last, seq=self.seq)
+            self._write(self.last)
+
+    def _write(self, summary: Published) -> None:
         try:
             write_private_file(self.node_dir, SUMMARY_FILE, encode(summary))
         except OSError as exc:

@@ -20,7 +20,7 @@ from stalldoc.cluster.summary import MAX_BYTES, SUMMARY_FILE, BadSummary, Publis
 from stalldoc.model import PeerNode
 
 READ_PER_NODE = 0.01      # seconds of spacing per node: every = max(interval, nodes x this)
-MIN_LOST_AFTER = 30.0     # a watcher busy taking 8 ranks' stacks may not publish for seconds
+MIN_LOST_AFTER = 15.0     # a watcher taking its ranks' stacks does not publish for seconds
 NEVER_SEEN_GRACE = 120.0  # nodes of one job may start minutes apart
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 

@@ -13,7 +13,7 @@ class NodeLost(Rule):
     What it does
         Every node's watcher rewrites a small summary in the shared run directory each tick and
         reads the others'. A node whose summary has not changed for longer than the lost
-        threshold (at least 30 s, more with many nodes), or an expected node (``node-0`` ..
+        threshold (at least 15 s, more with many nodes), or an expected node (``node-0`` ..
         ``node-N-1``) that published nothing two minutes after start, is named with its host,
         its ranks and what they were doing when it last spoke. A node that ended its job is not
         lost. Resolved when it speaks again.

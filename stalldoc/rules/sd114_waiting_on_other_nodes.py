@@ -12,10 +12,12 @@ class WaitingOnOtherNodes(Rule):
     cannot see.
 
     What it does
-        In a multi-node job whose watchers do not share a run directory, compares the world
-        size the ranks report with the ranks on this node. When this node's live ranks all sit
-        in a collective of the world group, the ranks they wait for are the global ranks on
-        other nodes: named, with the collective and each local rank's frame.
+        In a multi-node job, compares the world size the ranks report with the ranks this
+        watcher can see: its own, and those the other nodes' watchers publish in a shared run
+        directory. When this node's live ranks all sit in a collective of the world group, the
+        ranks they wait for are the global ranks seen nowhere (no shared run directory, or their
+        node's watcher never published): named, with the collective and the first waiting
+        rank's frame.
 
     Why is this bad?
         Nothing on this node is at fault, and nothing here can say which remote rank is: the
@@ -41,7 +43,7 @@ class WaitingOnOtherNodes(Rule):
 
     def check(self, window: Window) -> Iterator[Finding]:
         cluster = window.cluster
-        if cluster is None or cluster.shared or not cluster.world_size:
+        if cluster is None or not cluster.world_size:
             return
         live = {r.rank for r in window.ranks} - {e.rank for e in window.exits}
         pending = {r: a.pending for r, a in window.agents.items() if r in live}
@@ -50,14 +52,17 @@ class WaitingOnOtherNodes(Rule):
         if not live or any(world.get(r) is None for r in live):
             return
         first = min((rec for rec in world.values() if rec is not None), key=lambda c: c.seq)
-        others = sorted(set(range(cluster.world_size)) - {r.rank for r in window.ranks})
+        seen = {r.rank for r in window.ranks} | set(cluster.remote())
+        others = sorted(set(range(cluster.world_size)) - seen)
         if not others:
             return
         waiting = sorted(live)
+        why = ("no node's watcher with them published in the shared run directory"
+               if cluster.shared else "without a run directory shared by the nodes' watchers")
         summary = (f"{join_ranks(waiting)} ({cluster.node}) wait in {first.op} #{first.seq} "
                    f"(group world) for {join_ranks(others)} on other nodes (world size "
-                   f"{cluster.world_size}); without a run directory shared by the nodes' "
-                   f"watchers, which of them is missing cannot be seen from here")
+                   f"{cluster.world_size}); {why}, which of them is missing cannot be seen "
+                   f"from here")
         yield self.finding(waiting, summary, {
             **rank_evidence(window, waiting[0]), "group": "world", "seq": first.seq,
             "op": first.op, "waiting_ranks": waiting, "world_size": cluster.world_size,

@@ -89,3 +89,64 @@ def test_two_nodes_name_the_culprit_on_the_other_node_and_merge(tmp_path):
     culprit = [f for f in doc["findings"] if f["code"] == "SD101"]
     assert culprit and all(f["ranks"] == [3] for f in culprit)
     assert {f["evidence"]["nodes"]["3"] for f in culprit} == {"node 1"}
+
+
+def tree(proc: subprocess.Popen[str]) -> list[psutil.Process]:
+    root = psutil.Process(proc.pid)
+    return [root, *root.children(recursive=True)]
+
+
+def test_three_nodes_a_frozen_node_is_named_lost_by_the_others(tmp_path):
+    """Node 2 freezes whole (its ranks, its launcher and its watcher stopped: a hung host keeps
+    its TCP connections open, so the others wait in all_reduce instead of failing)."""
+    env = {"SHARD_DIR": str(tmp_path), "STEPS": "400"}
+    shared = tmp_path / "shared"
+    logs = [tmp_path / f"node{i}.err" for i in range(3)]
+    port = support.free_port()
+    procs = [support.start_watch(shared, node_command(i, 3, 1, port), env=env,
+                                 stderr=logs[i].open("w")) for i in range(3)]
+    frozen: list[psutil.Process] = []
+    try:
+        for i, log in enumerate(logs):
+            wait_for(log, f"rank {i}: pid")
+        time.sleep(3)                      # a few steps on every node
+        frozen = tree(procs[2])
+        for process in frozen:
+            process.send_signal(signal.SIGSTOP)
+        for log in logs[:2]:
+            line = wait_for(log, "[SD113 error]")
+            assert "node 2 (" in line and "rank 2) published nothing for" in line, line
+    finally:
+        for process in frozen:
+            process.send_signal(signal.SIGCONT)
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        finish(procs)
+    report = subprocess.run([sys.executable, "-m", "stalldoc", "report", str(shared),
+                             "--format", "json"], capture_output=True, text=True, check=True)
+    lost = [f for f in json.loads(report.stdout)["findings"] if f["code"] == "SD113"]
+    assert {f["node"] for f in lost} >= {"node-0", "node-1"} or len(lost) >= 2, lost
+    assert all(f["ranks"] == [2] and f["evidence"]["label"] == "node 2" for f in lost)
+
+
+def test_without_a_shared_run_dir_a_node_names_the_ranks_it_waits_for(tmp_path):
+    env, fifo = stall_job(tmp_path, stuck_rank=3)
+    logs = [tmp_path / f"node{i}.err" for i in range(2)]
+    port = support.free_port()
+    procs = [support.start_watch(tmp_path / f"run{i}", node_command(i, 2, 2, port), env=env,
+                                 stderr=logs[i].open("w")) for i in range(2)]
+    try:
+        waits = wait_for(logs[0], "[SD114 warning]")
+        assert ("ranks 0,1 (node 0) wait in all_reduce #4 (group world) for ranks 2,3 on other "
+                "nodes (world size 4)") in waits, waits
+        local = wait_for(logs[1], "[SD101 error]")
+        assert "rank 3 (node 1) not in all_reduce #4 (group world) that rank 2 wait" in local
+        assert "without --run-dir" not in logs[0].read_text()   # it was given, just not shared
+        with open(fifo, "wb") as fh:
+            fh.write(b"\0" * 64)
+        assert [p.wait(timeout=90) for p in procs] == [0, 0]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert "[SD114" not in logs[1].read_text()
