@@ -1,6 +1,8 @@
-"""A real Prometheus on 127.0.0.1 scraping a live `stalldoc watch` of a hanging gloo job: every
-dashboard panel's query returns data, stalldoc_stall_active goes 0 -> 1, and SIGTERM ends the job
-tree and the endpoint. Two scripted GPUs (pynvml functions only) feed the GPU panels."""
+"""A real Prometheus on 127.0.0.1 scraping a live `stalldoc watch` of a hanging gloo job, with the
+alert rules loaded: every dashboard panel's query returns data (the collective lag's recorded by
+the rules), stalldoc_stall_active goes 0 -> 1, and SIGTERM ends the job tree and the endpoint.
+Two scripted GPUs (pynvml functions only) feed the GPU panels. Two in-process exporters, two
+nodes of one run, are joined by the cross-node collective-lag rules."""
 from __future__ import annotations
 
 import json
@@ -84,7 +86,7 @@ def test_prometheus_scrapes_a_live_watch(tmp_path):
                               "--kill-grace", "3", "--metrics-port", str(metrics), "--",
                               *torchrun(2, "collective_wait.py")],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    prometheus, port = start_prometheus(tmp_path, metrics)
+    prometheus, port = start_prometheus(tmp_path, metrics, rules=RULES)
     try:
         job = check_scraped(port, watch, time.time())
         # AND SIGTERM ends the job tree and the endpoint
@@ -167,7 +169,9 @@ def test_dashboards_are_generated_from_code_and_committed():
     for name in ("stalldoc_rank_seconds_since_progress", "stalldoc_rank_phase",
                  "stalldoc_stall_active", "stalldoc_findings_total",
                  "stalldoc_gpu_memory_used_bytes", "stalldoc_gpu_pcie_bytes_per_second",
-                 "stalldoc_probe_success"):
+                 "stalldoc_probe_success",
+                 "run_id_group:stalldoc_rank_collective_seq:max_minus_min",
+                 "run_id_group_rank:stalldoc_rank_collective_seq:lowest"):
         assert any(name in q for q in queries), name
 
 
