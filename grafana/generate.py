@@ -34,6 +34,11 @@ PANELS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "sum by (instance, code, severity) (stalldoc_findings_total)", ""),
     ("stalldoc-fleet", "table", "Runs", "none",
      "stalldoc_run_info", ""),
+    # recorded by grafana/alerts/stalldoc.rules.yml: max minus min over all nodes' ranks of a run
+    ("stalldoc-fleet", "timeseries", "Collective lag per run and group (all nodes)", "none",
+     "run_id_group:stalldoc_rank_collective_seq:max_minus_min", "{{run_id}} {{group}}"),
+    ("stalldoc-fleet", "table", "Ranks furthest behind (collectives behind the furthest rank)",
+     "none", "run_id_group_rank:stalldoc_rank_collective_seq:lowest", ""),
     ("stalldoc-node", "timeseries", "GPU memory used", "bytes",
      f"stalldoc_gpu_memory_used_bytes{NODE}", "GPU {{gpu}}"),
     ("stalldoc-node", "timeseries", "GPU memory peak", "bytes",

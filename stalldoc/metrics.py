@@ -4,6 +4,8 @@ The watcher publishes a frozen ``MetricsState`` once per tick (one reference swa
 turns the latest one into metric families at scrape time, so a scrape never waits for the
 watcher and never sees half a tick. Metric names are a contract (dashboards and alerts use them):
 base units, bounded labels, and an info metric with run id, node and job name, never arguments.
+Watchers of one job on many nodes share a run directory: its name is their common ``run_id`` (the
+key that joins their ranks across nodes), ``node_name`` tells the nodes apart.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ class MetricsState:
     gpu_peaks: Mapping[int, int] = field(default_factory=dict)
     probes: tuple[ProbeRun, ...] = ()
     open_findings: Mapping[tuple[str, str], int] = field(default_factory=dict)   # open (ledger)
+    node_name: str = ""   # the node's subdirectory of a shared run directory; "" for one node
 
 
 def job_name(config: LaunchConfig | None) -> str:
@@ -129,7 +132,8 @@ class StateCollector(Collector):
             took.add_metric([run.probe], run.seconds)
         yield from (ok, took)
         info = InfoMetricFamily("stalldoc_run", "The watched run")
-        info.add_metric([], {"run_id": s.run_id, "node": s.node, "job_name": s.job})
+        info.add_metric([], {"run_id": s.run_id, "node": s.node, "job_name": s.job,
+                             "node_name": s.node_name})
         yield info
 
 

@@ -1,7 +1,7 @@
 """The exporter's findings come from the ledger, as the store's do: a live `stalldoc watch`
 scraped over HTTP while a gloo job hangs agrees with its run database on which findings are
 open and which were opened, launch findings included; SIGTERM to watch is stored as an
-interrupt with watch's exit code."""
+interrupt with watch's exit code. The run info names the node of a shared run directory."""
 from __future__ import annotations
 
 import os
@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support import free_port, run_meta, torchrun
 from stalldoc.errors import StalldocError
+from stalldoc.metrics import Exporter, MetricsState
 from stalldoc.store.reader import open_reader
 
 HERE = Path(__file__).resolve().parent
@@ -93,3 +94,29 @@ def test_open_findings_in_the_metrics_are_those_of_the_store(tmp_path):
     meta = run_meta(run_dir)
     assert (meta["on_stall"], meta["ended_by"]) == ("observe", "interrupt"), stderr
     assert meta["watch_exit_code"] == str(watch.returncode)
+
+
+def info_labels(port: int) -> list[dict[str, str]]:
+    """The labels of ``stalldoc_run_info`` as scraped from ``/metrics``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return [sample.labels for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name == "stalldoc_run_info"]
+
+
+def test_the_run_info_names_the_node_of_a_shared_run_directory():
+    # GIVEN the exporter of one node of a job whose watchers share a run directory
+    exporter = Exporter(0, "127.0.0.1", MetricsState("grpo-7", "host-b", "swift rlhf",
+                                                     node_name="node-1"))
+    try:
+        shared = info_labels(exporter.port)
+        # AND then a single-node watch's state, built positionally as watch builds it
+        exporter.publish(MetricsState("run", "host-a", "train.py", {}, {}, {}, {}, False, {}, (),
+                                      {}, (), {}))
+        alone = info_labels(exporter.port)
+    finally:
+        exporter.close()
+    # THEN the run id, host and job name keep their labels; node_name is the node's subdirectory
+    assert shared == [{"run_id": "grpo-7", "node": "host-b", "job_name": "swift rlhf",
+                       "node_name": "node-1"}]
+    assert alone == [{"run_id": "run", "node": "host-a", "job_name": "train.py", "node_name": ""}]
