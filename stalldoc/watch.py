@@ -150,8 +150,9 @@ class Watcher:
                                     "launched")
             if self.opts.metrics_port is not None:
                 self.exporter = Exporter(self.opts.metrics_port, self.opts.metrics_addr,
-                                         MetricsState(self.run_dir.name, socket.gethostname(),
-                                                      job_name(self.config)))
+                                         MetricsState(self._run_id(), socket.gethostname(),
+                                                      job_name(self.config),
+                                                      node_name=self._node_name()))
         except StalldocError as error:
             self.store.close()
             self.link.send(launch=False, why=error.message)
@@ -499,13 +500,21 @@ class Watcher:
             return
         live = self.tracker.live()
         self.exporter.publish(MetricsState(
-            self.run_dir.name, socket.gethostname(), job_name(self.config),
+            self._run_id(), socket.gethostname(), job_name(self.config),
             {r: round(now - s.last_progress, 3) for r, s in live.items()},
             {r: s.phase for r, s in live.items()},
             {(r, g.name): g.started for r, a in sample.agents.items() for g in a.groups},
             {r: h.rss_bytes for r, h in sample.host.items()}, self.tracker.episode is not None,
             self.ledger.opened_counts(), sample.gpus, dict(self.gpu_peaks), sample.probes,
-            self.ledger.open_counts()))
+            self.ledger.open_counts(), self._node_name()))
+
+    def _run_id(self) -> str:
+        """The job's run id: the shared run directory's name on every node of a multi-node job
+        (Prometheus joins the nodes on it), else the run directory's."""
+        return (self.opts.shared_dir or self.run_dir).name
+
+    def _node_name(self) -> str:
+        return self.opts.node if self.opts.shared_dir is not None else ""
 
     def _publish_node(self, now: float, agents: dict, stacks: dict | None = None,
                       stall: tuple[int, bool] | None = None, ended: bool = False) -> None:

@@ -68,9 +68,10 @@ class RankOutsideCollective(Rule):
     def _from_rings(self, window: Window, gap: MissingFromCollective) -> Finding:
         """Ranks missing from a collective the others wait in, here or on other nodes."""
         waiting = sorted(gap.waiting)
-        culprits = ", ".join(f"rank {r} is {describe_rank(window, r)}" for r in gap.missing)
-        missing = join_ranks(gap.missing) + (node_tag(window, gap.missing[0])
-                                              if len(gap.missing) == 1 else "")
+        one = len(gap.missing) == 1
+        culprits = ", ".join(f"rank {r}{'' if one else node_tag(window, r)} is "
+                             f"{describe_rank(window, r)}" for r in gap.missing)
+        missing = join_ranks(gap.missing) + (node_tag(window, gap.missing[0]) if one else "")
         summary = (f"{missing} not in {gap.op} #{gap.seq} (group {gap.group}) that "
                    f"{join_ranks(waiting)} wait in; {culprits}")
         evidence = {**evidence_of(window, gap.missing[0]), "source": "agent",

@@ -186,3 +186,26 @@ def test_cpu_burnt_by_native_threads_while_python_threads_block_is_not_a_stall(t
     tracker.stack_seen(0, stacks(0, "main", str(source), 2, active=False), 1.0)
     assert run(tracker, 10, start=2, r0={"cpu": 41.0}) == []
     assert tracker.work()[0].reason == "CPU busy in native code while its Python threads wait"
+
+
+def test_ranks_waiting_for_a_rank_working_on_another_node_are_not_stalled():
+    """Node 0's ranks only wait; node 1's watcher publishes that one of its ranks works (a
+    shard that takes minutes to load): the job is slow, not stalled, until that work stops."""
+    tracker = ProgressTracker(floor=5)
+    started = []
+    for t in range(1, 30):
+        tracker.observe(float(t), {}, {r: host(float(t), r) for r in (0, 1)})
+        elsewhere = float(t) - 1 if t < 20 else 19.0      # the remote rank works until t=19
+        began, _ = tracker.check(float(t), elsewhere, t < 20)
+        started += [began] if began else []
+    [stall] = started
+    assert stall.started_at == 19.0 and stall.detected_at == 25.0
+
+
+def test_a_rank_working_on_another_node_ends_the_stall():
+    tracker = ProgressTracker(floor=5)
+    assert run(tracker, 8, r0={})
+    tracker.observe(9.0, {}, {0: host(9.0)})
+    assert tracker.check(9.0, 2.0, False) == (None, None)    # old work elsewhere: still stalled
+    _, ended = tracker.check(10.0, 10.0, True)
+    assert ended is not None and ended.ended_at == 10.0
