@@ -61,7 +61,8 @@ def run_info(conn: sqlite3.Connection) -> RunInfo:
                   watch_exit_code=int(watch_code) if watch_code not in (None, "") else None,
                   ended_by=meta.get("ended_by") or None, on_stall=meta.get("on_stall") or None,
                   versions=_json(meta.get("versions"), {}),
-                  launch=_json(meta.get("launch_plan"), None))
+                  launch=_json(meta.get("launch_plan"), None),
+                  cluster=_json(meta.get("cluster"), None))
 
 
 def _rows(conn: sqlite3.Connection, sql: str) -> list[dict[str, Any]]:
@@ -181,8 +182,12 @@ def node_runs(path: Path) -> list[Path]:
 
 
 def _labels(runs: list[RunRecord]) -> list[str]:
-    """Each run's node label: its host name, with the directory's name where hosts repeat
-    (several nodes simulated on one machine, or two runs of one node)."""
+    """Each run's node label: the node's label in its multi-node job ("node 1", as findings
+    name it) when every run has one of its own; else its host name, with the directory's name
+    where hosts repeat (several nodes simulated on one machine, or two runs of one node)."""
+    nodes = [str((r.info.cluster or {}).get("label") or "") for r in runs]
+    if all(nodes) and len(set(nodes)) == len(nodes):
+        return nodes
     hosts = [r.info.node for r in runs]
     return [h if hosts.count(h) == 1 else f"{h}:{Path(r.path).name}" for h, r in zip(hosts, runs)]
 
