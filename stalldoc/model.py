@@ -533,8 +533,9 @@ class PeerNode:
     label: str                      # "node 1"
     host: str
     state: str                      # running / ended
-    silent_for: float               # seconds since its summary last changed, on our clock
+    silent_for: float               # seconds its summary was seen unchanged, on our clock
     lost: bool                      # silent longer than the cluster's lost_after
+    seen_ago: float                 # seconds since we first read its current summary
     stall_id: int | None            # its stall going on, if any
     stall_stacks: bool              # it took its ranks' stacks for that stall
     ranks: tuple[RemoteRank, ...]

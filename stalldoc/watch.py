@@ -259,7 +259,8 @@ class Watcher:
             self.tracker.stack_seen(stacks.rank, stacks, stacks.t)
         self._drain_logs()
         self.tracker.observe(now, agents, sample.host, gpu_util_by_rank(sample))
-        self.cluster.refresh(now, self.tracker.quiet_for(now), self.tracker.threshold())
+        self.cluster.refresh(now, self.tracker.quiet_for(now), self.tracker.threshold(),
+                             self.tracker.episode is not None)
         for rank in self.tracker.stacks_due(now):
             if rank in self.ranks:
                 self.background.request(self.ranks[rank])

@@ -18,7 +18,8 @@ from stalldoc.launch.options import WatchOptions
 from stalldoc.model import AgentSnapshot, ClusterView, PeerNode
 from stalldoc.probes.peers import PeerReader
 
-SOON = 5.0             # seconds between reads while this node looks stalled
+DISCOVER = 60.0        # seconds between listings of nodes named by host (no node ranks)
+STALLED_EVERY = 30.0   # seconds between reads of every node during a stall
 POLL = 0.5             # seconds between reads while waiting for the other nodes' stacks
 
 
@@ -36,14 +37,24 @@ class NodeCluster:
         self.world_size: int | None = None
 
     # ----- reading ----------------------------------------------------------------------------
-    def refresh(self, now: float, quiet_for: float, threshold: float) -> None:
-        """Read the other nodes when due: spaced out with the node count, sooner while this
-        node's ranks show no work, and always just before a stall could be declared."""
-        if self.reader is None:
+    def refresh(self, now: float, quiet_for: float, threshold: float, stalled: bool) -> None:
+        """Read the other nodes when due. While this node's ranks work: only the neighbours
+        (are they still speaking?). While they have shown no work for half the threshold:
+        every node (is any rank of the job working?), spaced out with the node count. In a
+        stall: every node now and then (a rank elsewhere working again ends it)."""
+        reader = self.reader
+        if reader is None:
             return
-        soon = SOON if quiet_for > threshold / 2 else None
-        if quiet_for > threshold or self.reader.due(now, soon):
-            self.reader.read(now)
+        quiet = quiet_for > threshold / 2
+        if not reader.expected and reader.due(now, full=True) \
+                and now - reader.full_read_at >= DISCOVER:
+            reader.read(now)      # nodes named by host: find who is there
+        elif quiet and not stalled and reader.due(now, full=True):
+            reader.read(now)
+        elif stalled and now - reader.full_read_at >= max(STALLED_EVERY, reader.quiet_every):
+            reader.read(now)
+        elif reader.due(now, full=False):
+            reader.read_neighbours(now)
 
     def peers(self, now: float) -> tuple[PeerNode, ...]:
         return self.reader.peers(now) if self.reader is not None else ()

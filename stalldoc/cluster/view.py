@@ -15,14 +15,14 @@ def fresh(peers: tuple[PeerNode, ...]) -> tuple[PeerNode, ...]:
 
 def remote_work_at(peers: tuple[PeerNode, ...], now: float) -> float | None:
     """On our clock, the last time any live rank of a speaking node showed work (None: none
-    known). The summary was written at most ``silent_for`` ago, so this errs toward recent."""
-    times = [now - p.silent_for - r.work_age for p in fresh(peers) for r in p.ranks
+    known). The summary was written before we first read it, so this errs toward recent."""
+    times = [now - p.seen_ago - r.work_age for p in fresh(peers) for r in p.ranks
              if not r.dead]
     return max(times) if times else None
 
 
 def remote_working(peers: tuple[PeerNode, ...]) -> bool:
     """Some rank of a speaking node works now (a stall of the job is over)."""
-    return any(r.verdict == "work" and not r.dead and r.work_age + p.silent_for <= WORKING_NOW
+    return any(r.verdict == "work" and not r.dead and r.work_age + p.seen_ago <= WORKING_NOW
                for p in fresh(peers) for r in p.ranks)
 

@@ -193,12 +193,19 @@ def _labels(runs: list[RunRecord]) -> list[str]:
 
 
 def read_report(paths: Iterable[Path]) -> Report:
-    """One report of every run the paths hold, ordered by start (several: merged)."""
+    """One report of every run the paths hold, ordered by node index, then start (several:
+    merged)."""
     runs = [read_run(p) for path in paths for p in node_runs(Path(path))]
-    runs.sort(key=lambda r: (r.info.started_at or 0.0, r.path))
+    runs.sort(key=lambda r: (_node_index(r), r.info.started_at or 0.0, r.path))
     if len(runs) > 1:
         runs = [relabel(r, label) for r, label in zip(runs, _labels(runs))]
     return Report(tuple(runs))
+
+
+def _node_index(run: RunRecord) -> int:
+    """The node's index in its multi-node job (-1 when unknown: such runs go by start)."""
+    index = (run.info.cluster or {}).get("index")
+    return index if isinstance(index, int) else -1
 
 
 def relabel(run: RunRecord, node: str) -> RunRecord:

@@ -37,7 +37,7 @@ def describe_rank(window: Window, rank: int) -> str:
     parts.append(f"for {remote.progress_age:.0f} s")
     peer = window.cluster.node_of(rank) if window.cluster else None
     if peer is not None and peer.lost:
-        parts.append(f"as {peer.label} last said {peer.silent_for:.0f} s ago (lost since)")
+        parts.append(f"as {peer.label} last said {peer.seen_ago:.0f} s ago (lost since)")
     return ", ".join(parts)
 
 

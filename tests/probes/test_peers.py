@@ -78,3 +78,18 @@ def test_what_is_not_a_summary_is_skipped_with_a_reason_and_never_blocks(tmp_pat
 def test_reads_are_spaced_out_with_the_node_count():
     assert read_spacing(1.0, 8) == 1.0 and read_spacing(1.0, 1000) == 10.0
     assert lost_after(1.0, 8) == 15.0 and lost_after(1.0, 1000) == 50.0
+
+
+def test_while_working_a_node_reads_only_its_two_neighbours_and_judges_only_them(tmp_path):
+    for i in range(1, 6):
+        node(tmp_path, i).write((rank(i, f"node {i}"),), 6, None)
+    peers = reader(tmp_path, nodes=6)
+    peers.read(T0)                                    # everyone, once
+    assert peers.files_read == 5
+    peers.read_neighbours(T0 + 20)                    # 20 s on: only node-1 and node-2 read
+    assert peers.files_read == 7
+    lost = {p.name: p.lost for p in peers.peers(T0 + 20)}
+    assert lost == {"node-1": True, "node-2": True, "node-3": False, "node-4": False,
+                    "node-5": False}                  # unread: unknown, never called lost
+    last = PeerReader(tmp_path, "node-5", tuple(f"node-{i}" for i in range(6)), 1.0, 6, T0)
+    assert last.neighbours() == ["node-0", "node-1"]  # the ring wraps

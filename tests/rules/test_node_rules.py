@@ -27,7 +27,8 @@ def agent(rank: int, groups: tuple[GroupState, ...], world: int = 4) -> AgentSna
 
 
 def node_one(lost: bool = False, state: str = "running") -> PeerNode:
-    return PeerNode("node-1", "node 1", "gpu-02", state, 40.0 if lost else 0.5, lost, 1, True, (
+    return PeerNode("node-1", "node 1", "gpu-02", state, 40.0 if lost else 0.5, lost,
+                    41.0 if lost else 1.0, 1, True, (
         RemoteRank(2, "node 1", 202, "", "idle", 5.0, 5.0, False,
                    "train_step (/jobs/multinode_shards.py:29)", "waiting: collective",
                    in_all_reduce(2)),
