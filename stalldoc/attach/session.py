@@ -127,16 +127,16 @@ class Session:
         while True:
             now = time.time()
             watcher._safe_tick(now)
-            worked.update({r: w for r, w in watcher.tracker.work().items()
-                           if w.verdict in ("work", "pending")})
+            worked.update(_worked_now(watcher, now))
             seconds = now - first
             if watcher.tracker.episode is not None:
                 return Look(STALLED, seconds, self._ranks(), {})
             if watcher._job_gone():
                 return Look(ENDED, seconds, self._ranks(), worked)
             if now >= deadline:
-                outcome = WORKING if watcher.tracker.work() else UNOBSERVED
-                return Look(outcome, seconds, self._ranks(), worked)
+                last = watcher.tracker.work()
+                return Look(WORKING if last else UNOBSERVED, seconds, self._ranks(), worked,
+                            last)
             time.sleep(max(0.0, now + interval - time.time()))
 
     def _ranks(self) -> tuple[int, ...]:
@@ -192,6 +192,16 @@ class Session:
 
     def _say(self, message: str) -> None:
         self.watcher.say(message)
+
+
+def _worked_now(watcher: Watcher, now: float) -> dict[int, RankWork]:
+    """The ranks whose evidence at this tick is work (or busy, not yet classified), not a
+    verdict held over from an earlier tick."""
+    states = watcher.tracker.ranks
+    return {r: w for r, w in watcher.tracker.work().items()
+            if w.t == now and r in states and states[r].last_work == now
+            and w.verdict in ("work", "pending") and (w.verdict == "pending"
+                                                      or states[r].last_confirmed == now)}
 
 
 def _name(argv: tuple[str, ...]) -> str:

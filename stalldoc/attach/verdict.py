@@ -1,7 +1,7 @@
 """The one line ``stalldoc attach`` ends its look with: stalled, working, or ended."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from stalldoc.analysis.stacks import user_frame
@@ -20,6 +20,7 @@ class Look:
     seconds: float                       # how long the ranks were observed
     ranks: tuple[int, ...]               # the ranks observed
     worked: Mapping[int, RankWork]       # ranks that showed work: their latest such verdict
+    last: Mapping[int, RankWork] = field(default_factory=dict)   # each rank's last verdict
 
 
 def where(stacks: RankStacks | None) -> str:
@@ -45,8 +46,18 @@ def verdict_line(look: Look, job: str, findings: Iterable[Finding],
         return f"ended: the ranks of {job} ended while attach observed them"
     if look.outcome == UNOBSERVED:
         return f"unknown: the ranks of {job} could not be observed (see stalldoc-errors.log)"
-    busy = [f"rank {r} {w.reason}{where(stacks.get(r)) if ' in ' not in w.reason else ''}"
-            for r, w in sorted(look.worked.items())]
-    idle = [f"rank {r} idle{where(stacks.get(r))}" for r in look.ranks if r not in look.worked]
+    said = [_rank_line(r, look.worked.get(r), look.last.get(r), stacks.get(r))
+            for r in look.ranks]
     return (f"working: {job} ({ranks}) showed work in the last {look.seconds:.0f} s: "
-            + "; ".join(busy + idle))
+            + "; ".join(said))
+
+
+def _rank_line(rank: int, worked: RankWork | None, last: RankWork | None,
+               stacks: RankStacks | None) -> str:
+    """'rank 1 CPU busy in compute (job.py:9)', 'rank 0 idle in main (job.py:21)'."""
+    if last is not None and worked is not None and last.t == worked.t:
+        return f"rank {rank} {worked.reason}{'' if ' in ' in worked.reason else where(stacks)}"
+    text = f"rank {rank} idle{where(stacks)}"
+    if worked is not None and last is not None:
+        text += f" (showed work {last.t - worked.t:.0f} s before: {worked.reason})"
+    return text

@@ -38,6 +38,7 @@ class RunInfo:
     on_stall: str | None = None          # "observe" or "kill"
     versions: Mapping[str, str] = field(default_factory=dict)   # library -> version, at launch
     launch: Mapping[str, Any] | None = None   # the launch checks' plan, resources and skips
+    attached: Mapping[str, Any] | None = None  # stalldoc attach: pids, window, job_ended ...
 
 
 @dataclass(frozen=True)
