@@ -16,7 +16,7 @@ from typing import Sequence
 import psutil
 
 from stalldoc.errors import StalldocError
-from stalldoc.launch.job import JobTree
+from stalldoc.launch.job import JobTree, alive_process
 from stalldoc.launch.rundir import user_name
 from stalldoc.model import RankProcess
 from stalldoc.probes.proc_table import ProcessTable, scan
@@ -80,10 +80,18 @@ def find_target(pids: Sequence[int], me: int | None = None) -> Target:
                   local_world_size(found.ranks[0].pid))
 
 
-def job_tree(roots: Sequence[int], table: ProcessTable, me: int) -> JobTree:
+class AttachedTree(JobTree):
+    """A job's tree that is not ours: its zombies are gone too (its launcher may have ended
+    with no one reaping it yet: the job ended all the same)."""
+
+    def descendants(self, exclude: int | None = None) -> list[psutil.Process]:
+        return [proc for proc in super().descendants(exclude) if alive_process(proc)]
+
+
+def job_tree(roots: Sequence[int], table: ProcessTable, me: int) -> AttachedTree:
     """The job's tree for the watcher: its tops, never stalldoc's own processes (``me`` is the
     reaper: its children, the py-spy dumps, are left out)."""
-    tree = JobTree(roots[0], me)
+    tree = AttachedTree(roots[0], me)
     for pid in roots[1:]:
         info = table.get(pid)
         if info is not None:
