@@ -41,9 +41,9 @@ def _number(text: str) -> bool:
 
 def ending(info: RunInfo) -> str:
     """How the run ended: the job's exit, who ended it, watch's own exit."""
-    if info.attached is not None and info.ended_at is not None \
-            and not info.attached.get("job_ended"):
-        return "attach detached; the job ran on"
+    if info.attached is not None and info.ended_at is not None:
+        return ("the job ended while attached (its exit status is not seen by attach)"
+                if info.attached.get("job_ended") else "attach detached; the job ran on")
     if info.ended_at is None:
         return "still running (or its watcher was killed)"
     job = f"job exit {info.exit_code if info.exit_code is not None else 'unknown'}"
