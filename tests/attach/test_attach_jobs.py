@@ -153,7 +153,8 @@ def loader_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningJob]
 
 def culprit_frame() -> str:
     """load_shard (/tmp/.../pretrain_llm.py:N), as a regular expression."""
-    return rf"load_shard \(/\S+/pretrain_llm\.py:{line_of(LOADER_JOB, 'with open(path) as shard')}\)"
+    line = line_of(LOADER_JOB, "with open(path) as shard")
+    return rf"load_shard \(/\S+/pretrain_llm\.py:{line}\)"
 
 
 def test_attach_by_launcher_names_the_rank_outside_the_collective(
@@ -170,7 +171,8 @@ def test_attach_by_launcher_names_the_rank_outside_the_collective(
     assert_unharmed(loader_job, beats)
 
     text = report(result.run_dir, "text")
-    assert re.search(culprit_frame(), text) and f"attached: to pid {loader_job.launcher.pid}" in text
+    assert re.search(culprit_frame(), text)
+    assert f"attached: to pid {loader_job.launcher.pid}" in text
     assert "attach detached; the job ran on" in text
     document = json.loads(report(result.run_dir, "json"))
     sd101 = next(f for f in document["findings"] if f["code"] == "SD101")
