@@ -74,6 +74,9 @@ class Session:
             target.argv, run_dir, options.window, options.interval, agent=False,
             gpus=options.gpus, busy_timeout=busy, flight_recorder=False)
         self.watcher = Watcher(self.watch_options, cast(RelayLink, self.link))
+        # never a signal to the job: no faulthandler fallback, no Flight Recorder request
+        self.watcher.stack_probe.agent_dir = None
+        self.watcher.flight = None
         self.watcher.job = job_tree(target.roots, scan(), os.getpid())
         self.started_at = self.link.job_started_at
         self.job = f"pid {target.roots[0]} ({_name(target.argv)})"
@@ -104,6 +107,7 @@ class Session:
                                 self.opts.stall_timeout if self.opts.follow else self.opts.window,
                                 False)
         self._store_attached(job_ended=None)
+        watcher.store.set_meta("versions", json.dumps(watcher.versions.initial()))
         self._say(f"attached to {self.job}, started {time.ctime(target.started_at)}; "
                   f"{len(target.ranks)} rank(s); observing for {self.opts.window:.0f} s")
         if target.missing:

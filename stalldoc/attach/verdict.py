@@ -40,7 +40,8 @@ def verdict_line(look: Look, job: str, findings: Iterable[Finding],
     ranks = join_ranks(look.ranks)
     if look.outcome == STALLED:
         top = gravest(findings)
-        return (f"stalled: no rank of {job} ({ranks}) showed work in {look.seconds:.0f} s"
+        return (f"stalled: no rank of {job} showed work in {look.seconds:.0f} s ({ranks} "
+                f"observed)"
                 + (f"; {top.code} {top.summary}" if top else ""))
     if look.outcome == ENDED:
         return f"ended: the ranks of {job} ended while attach observed them"
@@ -48,7 +49,7 @@ def verdict_line(look: Look, job: str, findings: Iterable[Finding],
         return f"unknown: the ranks of {job} could not be observed (see stalldoc-errors.log)"
     said = [_rank_line(r, look.worked.get(r), look.last.get(r), stacks.get(r))
             for r in look.ranks]
-    return (f"working: {job} ({ranks}) showed work in the last {look.seconds:.0f} s: "
+    return (f"working: {job}, {ranks}, in the last {look.seconds:.0f} s: "
             + "; ".join(said))
 
 
