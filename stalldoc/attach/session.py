@@ -133,8 +133,8 @@ class Session:
             watcher._safe_tick(now)
             worked.update(_worked_now(watcher, now))
             seconds = now - first
-            if watcher.tracker.episode is not None:
-                return Look(STALLED, seconds, self._ranks(), {})
+            if watcher.tracker.episode is not None:   # no work for more than the window
+                return Look(STALLED, self.opts.window, self._ranks(), {})
             if watcher._job_gone():
                 return Look(ENDED, seconds, self._ranks(), worked)
             if now >= deadline:
