@@ -381,9 +381,23 @@ def running_job(tmp_path: Path, body: str, nproc: int, name: str = "train.py",
         ranks = {int(p.name[4:]): int(p.read_text()) for p in out.glob("pid-*")}
         yield RunningJob(proc, out, log, ranks)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        _kill_tree(proc)
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a launcher and every process below it: torchrun starts each rank in a session
+    of its own, so the launcher's process group is not enough."""
+    import psutil
+    try:
+        below = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        below = []
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for child in below:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    proc.wait()
 
 
 def attach(run_dir: Path, *args: str, timeout: float = 120,
