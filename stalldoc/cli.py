@@ -135,6 +135,66 @@ def watch(run_dir: Path | None, stall_timeout: float, busy_timeout: float | None
     sys.exit(code)
 
 
+ATTACH_EXIT_HELP = """\b
+Exit codes of attach:
+  0     observed: the verdict printed and the run stored, stalled or not (also when
+        --follow is ended by Ctrl-C or SIGTERM; the job runs on)
+  1     nothing to attach to: no such pid, one that ended, init, a shell or stalldoc
+        itself, another user's process, no rank (RANK) in its tree, or a --log file that
+        cannot be read
+  125   the run directory cannot be used (unsafe, not empty, cannot be created)
+  2     usage error (no PID, a bad option)
+"""
+
+
+@main.command(epilog=ATTACH_EXIT_HELP)
+@click.argument("pids", metavar="PID...", nargs=-1, required=True,
+                type=click.IntRange(1, 2**22))
+@click.option("--run-dir", type=click.Path(), default=None, callback=_run_dir,
+              help="Where to store the run (default ./stalldoc-runs/<UTC time>-<id>), as watch.")
+@click.option("--window", type=click.FloatRange(1, 3600), default=5.0, show_default=True,
+              callback=_finite,
+              help="Seconds the ranks are observed before the verdict: stalled when no rank "
+                   "showed work (CPU in a working stack, I/O, busy children) in them.")
+@click.option("--stall-timeout", type=click.FloatRange(0.5, MAX_SECONDS), default=None,
+              callback=_finite,
+              help="With --follow: seconds without work before a later stall, as in watch "
+                   "[default: 45].")
+@click.option("--interval", type=click.FloatRange(0.1, 60), default=0.5, show_default=True,
+              callback=_finite, help="Seconds between two samples of every rank.")
+@click.option("--log", "log", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The job's log file: its last 256 KB are read (and what follows, with "
+                   "--follow) for the log rules (NCCL, c10d, vLLM errors).")
+@click.option("--follow", is_flag=True,
+              help="After the verdict, keep watching like watch (without the agent) until the "
+                   "job ends; Ctrl-C detaches.")
+@click.option("--no-gpu", is_flag=True, help="Do not read GPU telemetry through NVML.")
+def attach(pids: tuple[int, ...], run_dir: Path | None, window: float,
+           stall_timeout: float | None, interval: float, log: Path | None, follow: bool,
+           no_gpu: bool) -> None:
+    """Diagnose a job already running: from its launcher's pid or any rank's.
+
+    Finds every rank of the job on this machine (RANK in its environment), observes them for
+    --window seconds, takes their stacks with py-spy (in parallel; each rank is paused for the
+    dump only), runs the rules that need no agent, prints the diagnosis and stores a run that
+    `stalldoc report` reads. The job is never signalled.
+
+    Example: stalldoc attach $(pgrep -f torchrun)
+    """
+    from stalldoc.attach.session import AttachOptions, attach as run_attach
+
+    if stall_timeout is not None and not follow:
+        raise click.UsageError("--stall-timeout applies with --follow (the first look lasts "
+                               "--window seconds)")
+    options = AttachOptions(pids, run_dir, window, stall_timeout or 45.0, interval, log, follow,
+                            not no_gpu)
+    try:
+        code = run_attach(options)
+    except StalldocError as error:
+        fail(error)
+    sys.exit(code)
+
+
 def _formats() -> list[str]:
     from stalldoc.report.formats import FORMATS
     return list(FORMATS)

@@ -102,7 +102,7 @@ class Sampler:
         table = scan()
         pids = tuple(job.pids(table, exclude))
         return table, pids, self.finder.find(table, pids, self.agents.pids_with_state(), single,
-                                             root=job.pid)
+                                             root=job.roots)
 
     def sample(self, now: float, live: list[RankProcess], known: list[RankProcess],
                parents: Mapping[int, int], found: Discovery | None = None) -> Tick:

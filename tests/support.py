@@ -291,3 +291,121 @@ def run_record(**fields: Any) -> Any:
     run = RunRecord("/run", "node", info, ranks, (), (), (), {}, HostSummary(), (), (), (), (),
                     TimeSeries())
     return replace(run, **fields)
+
+
+# ----- jobs started without stalldoc, and `stalldoc attach` -----------------------------------
+ATTACH_WINDOW = "3"
+JOB_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGQUIT")
+# The start of every attach test job: each caught signal leaves a file (the job must never get
+# one from stalldoc), a heartbeat thread counts in beat-<rank> (its output goes on), and
+# pid-<rank> says the rank reached its interesting part (``ready``).
+JOB_PRELUDE = f"""\
+import os, pathlib, signal, sys, threading, time
+OUT = pathlib.Path(sys.argv[1])
+
+
+def _caught(signum, frame):
+    (OUT / f"signal-{{os.getpid()}}-{{signum}}").write_text("")
+    if signum in (signal.SIGTERM, signal.SIGINT):   # their default: end (a launcher's stop)
+        os._exit(128 + signum)
+
+
+for _name in {JOB_SIGNALS!r}:
+    signal.signal(getattr(signal, _name), _caught)
+
+
+def _beat(rank):
+    beats = 0
+    while True:
+        beats += 1
+        (OUT / f"beat-{{rank}}").write_text(str(beats))
+        time.sleep(0.2)
+
+
+def ready(rank):
+    threading.Thread(target=_beat, args=(rank,), daemon=True).start()
+    (OUT / f"pid-{{rank}}").write_text(str(os.getpid()))
+"""
+
+
+@dataclass
+class RunningJob:
+    """A torchrun job started without stalldoc (``running_job``)."""
+
+    launcher: subprocess.Popen[bytes]
+    out: Path                  # pid-<rank>, beat-<rank>, signal-* files
+    log: Path                  # torchrun's and the ranks' stdout and stderr
+    ranks: dict[int, int]      # rank -> pid
+
+    def signals(self) -> list[str]:
+        return sorted(p.name for p in self.out.glob("signal-*"))
+
+    def beats(self) -> dict[int, int]:
+        return {r: int((self.out / f"beat-{r}").read_text() or 0) for r in self.ranks}
+
+    def states(self) -> dict[int, str]:
+        """rank -> its /proc state letter ('' once gone)."""
+        out = {}
+        for rank, pid in self.ranks.items():
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    out[rank] = fh.read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                out[rank] = ""
+        return out
+
+
+@contextlib.contextmanager
+def running_job(tmp_path: Path, body: str, nproc: int, name: str = "train.py",
+                timeout: float = 120) -> Iterator[RunningJob]:
+    """``torchrun --nproc-per-node nproc`` (gloo) of JOB_PRELUDE + ``body``, started without
+    stalldoc in a session of its own, once every rank called ``ready``; killed with its whole
+    session (SIGKILL) when the block ends."""
+    import time
+    script, out, log = tmp_path / name, tmp_path / "job-out", tmp_path / "job.log"
+    script.write_text(JOB_PRELUDE + body)
+    out.mkdir()
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", str(nproc),
+             "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script),
+             str(out)], stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.time() + timeout
+        while len(list(out.glob("pid-*"))) < nproc:
+            if proc.poll() is not None or time.time() > deadline:
+                raise AssertionError(f"job never got ready: {log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        time.sleep(0.3)   # every pid file written to its end
+        ranks = {int(p.name[4:]): int(p.read_text()) for p in out.glob("pid-*")}
+        yield RunningJob(proc, out, log, ranks)
+    finally:
+        _kill_tree(proc)
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a launcher and every process below it: torchrun starts each rank in a session
+    of its own, so the launcher's process group is not enough."""
+    import psutil
+    try:
+        below = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        below = []
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for child in below:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    proc.wait()
+
+
+def attach(run_dir: Path, *args: str, timeout: float = 120,
+           python: list[str] | None = None) -> Result:
+    """``stalldoc attach --run-dir RUN_DIR --window ATTACH_WINDOW ARGS`` (``python``: the
+    interpreter and its arguments that run the CLI instead of ``python -m stalldoc``)."""
+    proc = subprocess.run([*(python or [sys.executable, "-m", "stalldoc"]), "attach",
+                           "--run-dir", str(run_dir), "--window", ATTACH_WINDOW, *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    return Result(proc.returncode, proc.stderr, run_dir, proc.stdout)

@@ -75,6 +75,13 @@ class JobTree:
         self.pid = pid
         self.reaper = reaper
         self.known: dict[int, int | None] = {pid: None}   # pid -> its start (clock ticks)
+        self.roots: tuple[int, ...] = (pid,)   # the command, and more tops (``add_root``)
+
+    def add_root(self, pid: int, start_ticks: int) -> None:
+        """One more top of the job, with its tree (``stalldoc attach`` given several pids)."""
+        if pid not in self.roots:
+            self.roots += (pid,)
+            self.known[pid] = start_ticks
 
     def pids(self, table: ProcessTable, exclude: int | None = None) -> list[int]:
         """The job's processes in ``table``, its command first; a process once seen stays in the

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import Callable, Collection, Iterable, Sequence, TypeVar
 
 import psutil
 
@@ -15,6 +15,14 @@ _MP_MARKERS = ("multiprocessing", "resource_tracker", "forkserver")
 _LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "torchrun", "deepspeed",
               "accelerate", "swift/cli/main", "bin/swift")
 T = TypeVar("T")
+
+
+def is_launcher(cmdline: Sequence[str]) -> bool:
+    """A launcher's command line (torchrun, deepspeed, accelerate, swift): it starts ranks."""
+    joined = " ".join(cmdline)
+    return any(marker in joined for marker in _LAUNCHERS)
+
+
 RANK_LIMIT = 2**31     # RANK and LOCAL_RANK are numbers from 0 up to this, excluded
 
 
@@ -81,21 +89,23 @@ class RankFinder:
         self._launches: dict[tuple[int, int, tuple[int, ...]], Launch] = {}
 
     def find(self, table: ProcessTable, pids: Sequence[int], agent_pids: Iterable[int] = (),
-             single: bool = True, root: int | None = None) -> Found:
+             single: bool = True, root: int | Collection[int] | None = None) -> Found:
         """Ranks: processes with RANK in their environment whose parent is not the same rank.
 
         A child with its parent's RANK is that rank's worker (dataloader, dataset.map pool). A
         process outside the job's tree other than its ``root`` (a worker orphaned by its dead
-        rank and re-parented to the watcher) is not a rank either. With no RANK anywhere, the job
+        rank and re-parented to the watcher) is not a rank either; ``root`` may be several pids
+        (the tops of a job ``stalldoc attach`` was given). With no RANK anywhere, the job
         is a single process: the deepest Python process that is neither a fork of its parent nor
         a multiprocessing helper is rank 0. ``pids`` are the job's processes, its command first;
         one whose RANK or LOCAL_RANK is not a rank number is counted in ``skipped``.
         """
         pids = [pid for pid in pids if pid in table]
+        roots = None if root is None else frozenset([root] if isinstance(root, int) else root)
         launches = {pid: self._launch(table.procs[pid]) for pid in pids}
         self._forget({table.procs[pid].identity for pid in pids})
         ranks = [rank for pid in pids
-                 if (rank := _rank(pid, launches, table.ppid(pid), root)) is not None]
+                 if (rank := _rank(pid, launches, table.ppid(pid), roots)) is not None]
         skipped = sum(launch.bad for launch in launches.values())
         if ranks or not single:
             return Found(tuple(sorted(ranks, key=lambda r: (r.rank, r.pid))), skipped)
@@ -120,7 +130,7 @@ class RankFinder:
 
 
 def _rank(pid: int, launches: dict[int, Launch], parent: int,
-          root: int | None) -> RankProcess | None:
+          roots: frozenset[int] | None) -> RankProcess | None:
     launch = launches[pid]
     if launch.rank is None:
         return None
@@ -129,7 +139,7 @@ def _rank(pid: int, launches: dict[int, Launch], parent: int,
         return None   # its rank's worker
     if above is not None and not above.environment:
         return None   # its parent is dying (a zombie): a worker about to be orphaned
-    if root is not None and pid != root and above is None:
+    if roots is not None and pid not in roots and above is None:
         return None   # orphaned: its parent left the job
     return RankProcess(launch.rank, pid, launch.local_rank, launch.cmdline)
 

@@ -62,7 +62,8 @@ def run_info(conn: sqlite3.Connection) -> RunInfo:
                   ended_by=meta.get("ended_by") or None, on_stall=meta.get("on_stall") or None,
                   versions=_json(meta.get("versions"), {}),
                   launch=_json(meta.get("launch_plan"), None),
-                  cluster=_json(meta.get("cluster"), None))
+                  cluster=_json(meta.get("cluster"), None),
+                  attached=_json(meta.get("attached"), None))
 
 
 def _rows(conn: sqlite3.Connection, sql: str) -> list[dict[str, Any]]:

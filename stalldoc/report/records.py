@@ -39,6 +39,7 @@ class RunInfo:
     versions: Mapping[str, str] = field(default_factory=dict)   # library -> version, at launch
     launch: Mapping[str, Any] | None = None   # the launch checks' plan, resources and skips
     cluster: Mapping[str, Any] | None = None  # node, label, index, nnodes, shared_dir (multi-node)
+    attached: Mapping[str, Any] | None = None  # stalldoc attach: pids, window, job_ended ...
 
 
 @dataclass(frozen=True)

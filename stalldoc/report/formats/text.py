@@ -41,6 +41,9 @@ def _number(text: str) -> bool:
 
 def ending(info: RunInfo) -> str:
     """How the run ended: the job's exit, who ended it, watch's own exit."""
+    if info.attached is not None and info.ended_at is not None:
+        return ("the job ended while attached (its exit status is not seen by attach)"
+                if info.attached.get("job_ended") else "attach detached; the job ran on")
     if info.ended_at is None:
         return "still running (or its watcher was killed)"
     job = f"job exit {info.exit_code if info.exit_code is not None else 'unknown'}"
@@ -76,7 +79,18 @@ def header(run: RunRecord, merged: bool) -> list[str]:
             f"  command : {' '.join(info.command)}",
             f"  started : {when(info.started_at)}  ended: {when(info.ended_at)}",
             f"  end     : {ending(info)}",
+            *attached(info),
             f"  ranks   : {len({r.rank for r in run.ranks})}", *overhead(info), ""]
+
+
+def attached(info: RunInfo) -> list[str]:
+    """The header line of a run ``stalldoc attach`` observed (a job it did not start)."""
+    seen = info.attached
+    if seen is None:
+        return []
+    how = "followed" if seen.get("follow") else f"observed {seen.get('window_s', 0):.0f} s"
+    return [f"  attached: to pid {','.join(str(p) for p in seen.get('pids', []))} (job started "
+            f"{when(seen.get('job_started_at'))}, not by stalldoc); {how}"]
 
 
 def _node(merged: bool, node: str) -> str:
