@@ -92,6 +92,30 @@ def test_two_nodes_name_the_culprit_on_the_other_node_and_merge(tmp_path):
     assert {f["evidence"]["nodes"]["3"] for f in culprit} == {"node 1"}
 
 
+def test_ranks_waiting_for_a_rank_working_on_another_node_are_not_stalled(tmp_path):
+    """Rank 1 (node 1) scores rollouts on the CPU for 12 s while rank 0 (node 0) waits in
+    all_reduce: node 0's rank shows no work for four stall timeouts, yet nothing is stalled."""
+    env = {"SHARD_DIR": str(tmp_path), "SLOW_RANK": "1", "SLOW_SECONDS": "12", "STEPS": "5"}
+    shared = tmp_path / "shared"
+    logs = [tmp_path / f"node{i}.err" for i in range(2)]
+    port = support.free_port()
+    procs = [support.start_watch(shared, node_command(i, 2, 1, port), env=env,
+                                 stderr=logs[i].open("w")) for i in range(2)]
+    try:
+        codes = [p.wait(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    texts = [log.read_text() for log in logs]
+    assert codes == [0, 0], texts
+    assert all("STALL" not in text for text in texts), texts
+    rows = json.loads(subprocess.run(
+        [sys.executable, "-m", "stalldoc", "report", str(shared), "--format", "json"],
+        capture_output=True, text=True, check=True).stdout)
+    assert rows["stalls"] == [] and [r["rank"] for r in rows["ranks"]] == [0, 1]
+
+
 def tree(proc: subprocess.Popen[str]) -> list[psutil.Process]:
     root = psutil.Process(proc.pid)
     return [root, *root.children(recursive=True)]
