@@ -17,7 +17,22 @@ __all__ = ["is_library", "user_frame", "frame_strings", "in_collective", "waits_
 # Waits for a lock or for another thread to end; Event / Condition waits are waits for a signal.
 _LOCK_FUNCTIONS = {"acquire", "_wait_for_tstate_lock", "join", "Thread.join",
                    "Thread._wait_for_tstate_lock", "Semaphore.acquire", "RLock.acquire"}
-_LOCK_LINE = re.compile(r"\.acquire\(|^\s*(async\s+)?with\b.*(lock|mutex|cond|sem)", re.I)
+_ACQUIRE = re.compile(r"\.acquire\(")
+_WITH = re.compile(r"^\s*(?:async\s+)?with\b(.*)")
+_LOCK_WORDS = frozenset({"lock", "rlock", "locks", "mutex", "cond", "condition", "sem",
+                         "semaphore", "boundedsemaphore"})
+
+
+def is_lock_line(text: str) -> bool:
+    """A source line that takes a lock: ``x.acquire(``, or ``with`` on a name with a lock word
+    (``self._lock``, ``cache_lock``, ``threading.Lock()``); comments and strings that merely
+    contain "lock" (``# blocks here``) are not."""
+    code = text.split("#", 1)[0]
+    if _ACQUIRE.search(code):
+        return True
+    found = _WITH.match(code)
+    words = re.split(r"[^A-Za-z]+|_", found.group(1)) if found else []
+    return any(w.lower() in _LOCK_WORDS for w in words)
 
 
 def user_frame(thread: ThreadStack) -> Frame | None:
@@ -54,7 +69,7 @@ def waits_on_lock(thread: ThreadStack) -> Frame | None:
     inner = thread.frames[0]
     if os.path.basename(inner.filename) == "threading.py" and inner.function in _LOCK_FUNCTIONS:
         return next((f for f in thread.frames if not is_library(f.filename)), inner)
-    if not is_library(inner.filename) and _LOCK_LINE.search(
+    if not is_library(inner.filename) and is_lock_line(
             linecache.getline(inner.filename, inner.line)):
         return inner
     return None
