@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections import defaultdict
@@ -16,13 +17,14 @@ from typing import Any
 
 import pytest
 
-from support import demo_run, synthetic_tick
+from support import demo_run, run_record, synthetic_tick
 from trace_consumers import chromium, devtools_parse, trace_errors
 from stalldoc.agent.state_reader import CollectiveRecord, GroupState
 from stalldoc.findings.ledger import Ledger
 from stalldoc.model import Finding, RankExit, RankProcess, Severity, StallEpisode
 from stalldoc.report.formats import FORMATS, reporter
 from stalldoc.report.read import read_report
+from stalldoc.report.records import RankRecord, Report
 from stalldoc.store.db import RunStore
 
 T0 = 1_700_000_000.0
@@ -104,11 +106,53 @@ def test_the_demo_stall_deaths_and_kill(demo):
     assert any(e["name"] == "STALL #1 in data" and e["pid"] == 2 for e in by_phase(trace, "X"))
     detected = [e for e in by_phase(trace, "i") if e["name"] == "stall #1 detected"]
     assert detected and detected[0]["s"] == "g"
-    deaths = {e["pid"]: e["name"] for e in by_phase(trace, "i") if e["cat"] == "death"}
-    assert deaths == {1: "exit 143 (SIGTERM)", 2: "exit 143 (SIGTERM)", 3: "exit 143 (SIGTERM)"}
-    kills = [e for e in by_phase(trace, "i") if e["cat"] == "kill"]
-    assert len(kills) == (run.info.ended_by == "stalldoc")   # recorded by watch from schema 5
+    # every rank's end is on its process, as the report stored it. torchrun reaps the ranks it
+    # SIGTERMs within milliseconds, so the watcher reads some statuses from /proc (143, SIGTERM)
+    # and, on a busy machine, misses others (unknown): both are true, a clean exit never is
+    ends = {e["pid"]: e for e in by_phase(trace, "i") if e["cat"] in ("death", "exit")}
+    assert sorted(ends) == [1, 2, 3] == sorted(r.rank + 1 for r in run.ranks)
+    for r in run.ranks:
+        end = ends[r.rank + 1]
+        assert ((r.exit_code, r.signal) == (143, 15) and r.exit_source in SAW) or (
+            (r.exit_code, r.signal, r.exit_source) == (None, None, "unknown")), r
+        assert (end["name"], end["cat"]) == ending(r)
+        assert end["args"] == {"pid": r.pid, "exit_code": r.exit_code, "signal": r.signal,
+                               "source": r.exit_source}
+        assert end["ts"] >= detected[0]["ts"]
+    # stalldoc's kill, once: when the first rank ended after the stall was detected
+    assert run.info.ended_by == "stalldoc"
+    [kill] = [e for e in by_phase(trace, "i") if e["cat"] == "kill"]
+    assert kill["ts"] == min(e["ts"] for e in ends.values()) and kill["s"] == "g"
     assert any(e["name"] == "SD101 rank-outside-collective" for e in by_phase(trace, "i"))
+
+
+SAW = ("proc", "relay", "launcher-log")      # the sources that saw a rank's status
+
+
+def ending(r: RankRecord) -> tuple[str, str]:
+    """The name and category of the instant a rank's stored exit must give in the trace."""
+    if r.signal:
+        return f"exit {r.exit_code} ({signal.Signals(r.signal).name})", "death"
+    if r.exit_code is None:
+        return "exit (unknown)", "exit"
+    return f"exit {r.exit_code}", "death" if r.exit_code else "exit"
+
+
+def test_every_way_a_rank_ends_is_on_its_process():
+    # killed by SIGTERM (read from /proc), a status nobody saw (the launcher reaped it first),
+    # an exit 1 from the launcher's log and a clean exit
+    ways = ((143, 15, "proc"), (None, None, "unknown"), (1, None, "launcher-log"),
+            (0, None, "launcher"))
+    ranks = tuple(RankRecord(r, 100 + r, r, ("python",), T0, T0 + 10 + r, code, sig, source,
+                             "node") for r, (code, sig, source) in enumerate(ways))
+    trace = json.loads(reporter("perfetto").render(Report((run_record(ranks=ranks),))))
+    ends = {e["pid"]: e for e in by_phase(trace, "i") if e["cat"] in ("death", "exit")}
+    assert {pid: (e["name"], e["cat"], e["args"]["source"]) for pid, e in ends.items()} == {
+        1: ("exit 143 (SIGTERM)", "death", "proc"), 2: ("exit (unknown)", "exit", "unknown"),
+        3: ("exit 1", "death", "launcher-log"), 4: ("exit 0", "exit", "launcher")}
+    assert [e["ts"] for _, e in sorted(ends.items())] == sorted(e["ts"] for e in ends.values())
+    [kill] = [e for e in by_phase(trace, "i") if e["cat"] == "kill"]    # no stall: the first end
+    assert kill["ts"] == ends[1]["ts"]
 
 
 @needs_chromium
