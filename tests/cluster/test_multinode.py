@@ -30,8 +30,37 @@ def start_nodes(run_dir: Path, nnodes: int, nproc: int, env: dict[str, str]
             for i in range(nnodes)]
 
 
-def finish(procs: list[subprocess.Popen[str]], timeout: float = 90) -> list[str]:
-    return [p.communicate(timeout=timeout)[1] for p in procs]
+def stop(procs: list[subprocess.Popen[str]], timeout: float = 60) -> None:
+    """End every node: SIGTERM to each watcher (it ends its job), then SIGKILL whatever of its
+    tree is left (the relay is a subreaper: its job would outlive it, orphaned, if killed)."""
+    trees = {p.pid: tree(p) for p in procs if p.poll() is None}
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.time() + timeout
+    for p in procs:
+        try:
+            p.wait(timeout=max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            pass
+    signal_all([q for t in trees.values() for q in t], signal.SIGKILL)
+
+
+def signal_all(processes: list[psutil.Process], signum: int) -> None:
+    """Signal each process still there (a short-lived one may have ended meanwhile)."""
+    for process in processes:
+        try:
+            process.send_signal(signum)
+        except psutil.Error:
+            pass
+
+
+def tree(proc: subprocess.Popen[str]) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(proc.pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 def stall_job(tmp_path: Path, stuck_rank: int) -> tuple[dict[str, str], Path]:
@@ -72,9 +101,7 @@ def test_two_nodes_name_the_culprit_on_the_other_node_and_merge(tmp_path):
             fh.write(b"\0" * 64)
         codes = [p.wait(timeout=90) for p in procs]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+        stop(procs)
     assert codes == [0, 0], [log.read_text() for log in logs]
     for i, log in enumerate(logs):
         assert "progress resumed" in log.read_text()
@@ -104,9 +131,7 @@ def test_ranks_waiting_for_a_rank_working_on_another_node_are_not_stalled(tmp_pa
     try:
         codes = [p.wait(timeout=120) for p in procs]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+        stop(procs)
     texts = [log.read_text() for log in logs]
     assert codes == [0, 0], texts
     assert all("STALL" not in text for text in texts), texts
@@ -114,11 +139,6 @@ def test_ranks_waiting_for_a_rank_working_on_another_node_are_not_stalled(tmp_pa
         [sys.executable, "-m", "stalldoc", "report", str(shared), "--format", "json"],
         capture_output=True, text=True, check=True).stdout)
     assert rows["stalls"] == [] and [r["rank"] for r in rows["ranks"]] == [0, 1]
-
-
-def tree(proc: subprocess.Popen[str]) -> list[psutil.Process]:
-    root = psutil.Process(proc.pid)
-    return [root, *root.children(recursive=True)]
 
 
 def test_three_nodes_a_frozen_node_is_named_lost_by_the_others(tmp_path):
@@ -136,17 +156,13 @@ def test_three_nodes_a_frozen_node_is_named_lost_by_the_others(tmp_path):
             wait_for(log, f"rank {i}: pid")
         time.sleep(3)                      # a few steps on every node
         frozen = tree(procs[2])
-        for process in frozen:
-            process.send_signal(signal.SIGSTOP)
+        signal_all(frozen, signal.SIGSTOP)
         for log in logs[:2]:
             line = wait_for(log, "[SD113 error]")
             assert "node 2 (" in line and "rank 2) published nothing for" in line, line
     finally:
-        for process in frozen:
-            process.send_signal(signal.SIGCONT)
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        finish(procs)
+        signal_all(frozen, signal.SIGCONT)
+        stop(procs)
     report = subprocess.run([sys.executable, "-m", "stalldoc", "report", str(shared),
                              "--format", "json"], capture_output=True, text=True, check=True)
     doc = json.loads(report.stdout)
@@ -170,7 +186,5 @@ def test_without_a_shared_run_dir_a_node_names_the_ranks_it_waits_for(tmp_path):
         assert "rank 3 (node 1) not in all_reduce #4 (group world) that rank 2 wait" in local
         assert "without --run-dir" not in logs[0].read_text()   # it was given, just not shared
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        finish(procs)
+        stop(procs)
     assert "[SD114" not in logs[1].read_text()
