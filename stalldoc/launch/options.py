@@ -6,8 +6,10 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from stalldoc.errors import StalldocError
 from stalldoc.launch.nodes import NodeIdentity
 from stalldoc.launch.rundir import make_private_dir
+from stalldoc.store.schema import DB_NAME
 
 DEFAULT_STALL_TIMEOUT = 45.0
 DEFAULT_BUSY_TIMEOUT = 600.0
@@ -61,6 +63,9 @@ def make_node_run_dir(requested: Path | None, node: NodeIdentity) -> tuple[Path,
     if requested is None or not node.multi:
         return make_run_dir(requested), None
     shared = make_private_dir(requested, shared=True)
+    if (shared / DB_NAME).exists():
+        raise StalldocError(f"run directory {shared} holds the run of a single node; give the "
+                            "nodes of this job a new directory")
     return make_private_dir(shared / node.name), shared
 
 

@@ -320,3 +320,8 @@ class Report:
     @property
     def stacks(self) -> tuple[StackRecord, ...]:
         return tuple(sorted((x for r in self.runs for x in r.stacks), key=lambda x: (x.t, x.rank)))
+
+
+def node_title(node: str) -> str:
+    """'node gpu-07' for a host-named node, 'node 1' as it is for a multi-node job's node."""
+    return node if node.startswith("node ") else f"node {node}"

@@ -52,3 +52,6 @@ def test_nodes_share_the_run_dir_and_two_watchers_cannot_be_one_node(tmp_path):
         make_node_run_dir(shared, one)
     single, none = make_node_run_dir(tmp_path / "single", NodeIdentity("node-x", None, None))
     assert (single, none) == (tmp_path / "single", None)
+    (single / "run.db").write_bytes(b"")              # a single node's run: not for nodes
+    with pytest.raises(StalldocError, match="holds the run of a single node"):
+        make_node_run_dir(single, zero)

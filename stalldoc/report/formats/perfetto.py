@@ -24,7 +24,7 @@ from stalldoc import __version__
 from stalldoc.redact import redact_argv, redact_text
 from stalldoc.report.formats.trace_events import (Event, Slice, complete, counter, flow, instant,
                                                   lanes, metadata)
-from stalldoc.report.records import CollectiveSpan, RankRecord, Report, RunRecord
+from stalldoc.report.records import CollectiveSpan, RankRecord, Report, RunRecord, node_title
 
 NODE_PID = 1_000_000          # node processes: after every rank
 MIB = 2**20
@@ -206,7 +206,7 @@ def deaths(trace: Trace, run: RunRecord) -> None:
 
 def node_process(trace: Trace, run: RunRecord, index: int) -> int:
     pid = NODE_PID + index
-    trace.process(pid, f"node {run.node}", NODE_PID + index)
+    trace.process(pid, node_title(run.node), NODE_PID + index)
     return pid
 
 

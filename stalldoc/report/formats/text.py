@@ -5,7 +5,7 @@ import time
 from dataclasses import asdict
 from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
-from stalldoc.report.records import Report, RunInfo, RunRecord
+from stalldoc.report.records import Report, RunInfo, RunRecord, node_title
 from stalldoc.report.stack_groups import StackGroup, stack_groups
 from stalldoc.report.text import record_lines
 
@@ -73,8 +73,8 @@ class TextReporter:
 
 def header(run: RunRecord, merged: bool) -> list[str]:
     info = run.info
-    title = f"stalldoc run {info.id} on {info.node}" + (f" (node {run.node})" if merged and
-                                                        run.node != info.node else "")
+    title = f"stalldoc run {info.id} on {info.node}" + (f" ({node_title(run.node)})" if merged
+                                                        and run.node != info.node else "")
     return [title,
             f"  command : {' '.join(info.command)}",
             f"  started : {when(info.started_at)}  ended: {when(info.ended_at)}",
