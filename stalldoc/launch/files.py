@@ -28,13 +28,15 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def open_regular(path: str) -> BinaryIO:
+def open_regular(path: str, follow: bool = True) -> BinaryIO:
     """``path`` opened for binary reading, if it is a regular file; never blocks on a FIFO or a
-    device. Raises FileRefused (or OSError / ValueError from the system) with a short reason."""
-    mode = os.stat(path).st_mode
+    device (``follow=False``: nor is a symbolic link followed). Raises FileRefused (or OSError /
+    ValueError from the system) with a short reason."""
+    mode = (os.stat(path) if follow else os.lstat(path)).st_mode
     if not stat.S_ISREG(mode):
         raise FileRefused(f"{_kind(mode)}, not a regular file")
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
     try:
         mode = os.fstat(fd).st_mode   # what was opened, should the path have changed meanwhile
         if not stat.S_ISREG(mode):

@@ -15,11 +15,11 @@ Reads are spaced out with the node count (docs/multi-node.md): neighbours every
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from stalldoc.cluster.summary import MAX_BYTES, SUMMARY_FILE, BadSummary, Published, decode
+from stalldoc.launch.files import open_regular
 from stalldoc.model import PeerNode
 
 READ_PER_NODE = 0.01      # seconds of spacing per node: every = max(interval, nodes x this)
@@ -27,7 +27,6 @@ FULL_READ_PER_NODE = 0.03   # the same for reads of every node (quiet_every)
 NEIGHBOURS = 2
 MIN_LOST_AFTER = 15.0     # a watcher taking its ranks' stacks does not publish for seconds
 NEVER_SEEN_GRACE = 120.0  # nodes of one job may start minutes apart
-_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 @dataclass
@@ -143,17 +142,5 @@ def _by_index(name: str) -> tuple[int, str]:
 
 def _read_capped(path: Path) -> bytes:
     """At most MAX_BYTES + 1 bytes of a regular file (never a link, a FIFO or a device)."""
-    fd = os.open(path, _OPEN)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path.name} is not a regular file")
-        chunks, left = [], MAX_BYTES + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    with open_regular(str(path), follow=False) as fh:
+        return fh.read(MAX_BYTES + 1)

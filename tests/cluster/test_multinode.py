@@ -23,11 +23,16 @@ def node_command(node: int, nnodes: int, nproc: int, port: int) -> list[str]:
             "--master_addr", "127.0.0.1", "--master_port", str(port), SCENARIO]
 
 
-def start_nodes(run_dir: Path, nnodes: int, nproc: int, env: dict[str, str]
-                ) -> list[subprocess.Popen[str]]:
+def start_nodes(tmp_path: Path, nnodes: int, nproc: int, env: dict[str, str],
+                shared: bool = True) -> tuple[list[subprocess.Popen[str]], list[Path]]:
+    """One watched `torchrun --nnodes N --node_rank i` per node, each watcher's stderr in
+    tmp_path/node<i>.err; all given tmp_path/shared as run directory (else run<i> each)."""
     port = support.free_port()
-    return [support.start_watch(run_dir, node_command(i, nnodes, nproc, port), env=env)
-            for i in range(nnodes)]
+    logs = [tmp_path / f"node{i}.err" for i in range(nnodes)]
+    procs = [support.start_watch(tmp_path / ("shared" if shared else f"run{i}"),
+                                 node_command(i, nnodes, nproc, port), env=env,
+                                 stderr=logs[i].open("w")) for i in range(nnodes)]
+    return procs, logs
 
 
 def stop(procs: list[subprocess.Popen[str]], timeout: float = 60) -> None:
@@ -86,10 +91,7 @@ def wait_for(path: Path, text: str, timeout: float = 90) -> str:
 def test_two_nodes_name_the_culprit_on_the_other_node_and_merge(tmp_path):
     env, fifo = stall_job(tmp_path, stuck_rank=3)
     shared = tmp_path / "shared"
-    logs = [tmp_path / f"node{i}.err" for i in range(2)]
-    port = support.free_port()
-    procs = [support.start_watch(shared, node_command(i, 2, 2, port), env=env,
-                                 stderr=logs[i].open("w")) for i in range(2)]
+    procs, logs = start_nodes(tmp_path, 2, 2, env)
     try:
         lines = [wait_for(log, "not in all_reduce") for log in logs]
         # ranks 0-1 on node 0 and rank 2 on node 1 wait; rank 3 on node 1 hangs opening a shard
@@ -124,10 +126,7 @@ def test_ranks_waiting_for_a_rank_working_on_another_node_are_not_stalled(tmp_pa
     all_reduce: node 0's rank shows no work for four stall timeouts, yet nothing is stalled."""
     env = {"SHARD_DIR": str(tmp_path), "SLOW_RANK": "1", "SLOW_SECONDS": "12", "STEPS": "5"}
     shared = tmp_path / "shared"
-    logs = [tmp_path / f"node{i}.err" for i in range(2)]
-    port = support.free_port()
-    procs = [support.start_watch(shared, node_command(i, 2, 1, port), env=env,
-                                 stderr=logs[i].open("w")) for i in range(2)]
+    procs, logs = start_nodes(tmp_path, 2, 1, env)
     try:
         codes = [p.wait(timeout=120) for p in procs]
     finally:
@@ -146,10 +145,7 @@ def test_three_nodes_a_frozen_node_is_named_lost_by_the_others(tmp_path):
     its TCP connections open, so the others wait in all_reduce instead of failing)."""
     env = {"SHARD_DIR": str(tmp_path), "STEPS": "400"}
     shared = tmp_path / "shared"
-    logs = [tmp_path / f"node{i}.err" for i in range(3)]
-    port = support.free_port()
-    procs = [support.start_watch(shared, node_command(i, 3, 1, port), env=env,
-                                 stderr=logs[i].open("w")) for i in range(3)]
+    procs, logs = start_nodes(tmp_path, 3, 1, env)
     frozen: list[psutil.Process] = []
     try:
         for i, log in enumerate(logs):
@@ -174,10 +170,7 @@ def test_three_nodes_a_frozen_node_is_named_lost_by_the_others(tmp_path):
 
 def test_without_a_shared_run_dir_a_node_names_the_ranks_it_waits_for(tmp_path):
     env, fifo = stall_job(tmp_path, stuck_rank=3)
-    logs = [tmp_path / f"node{i}.err" for i in range(2)]
-    port = support.free_port()
-    procs = [support.start_watch(tmp_path / f"run{i}", node_command(i, 2, 2, port), env=env,
-                                 stderr=logs[i].open("w")) for i in range(2)]
+    procs, logs = start_nodes(tmp_path, 2, 2, env, shared=False)
     try:
         waits = wait_for(logs[0], "[SD114 warning]")
         assert ("ranks 0,1 (node 0) wait in all_reduce #4 (group world) for ranks 2,3 on other "
