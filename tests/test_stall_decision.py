@@ -178,5 +178,8 @@ def test_everyone_waits_for_a_rank_that_left_early(run_watch, nproc, stuck):
     [finding] = result.findings("SD110")
     assert finding["ranks"] == [stuck]
     assert sorted(finding["evidence"]["waiting_ranks"]) == sorted(set(range(nproc)) - {stuck})
-    assert finding["evidence"]["exits"][str(stuck)]["exit_code"] == 0
+    # the exit status is read from the zombie before torchrun reaps it; under heavy load torchrun
+    # may win that race, and then the status is unknown (never made up)
+    left = finding["evidence"]["exits"][str(stuck)]
+    assert left["exit_code"] == 0 or (left["exit_code"] is None and left["source"] == "unknown"), left
     assert sorted(r["rank"] for r in result.report()["ranks"]) == list(range(nproc))

@@ -32,8 +32,10 @@ class RankLeftEarly(Rule):
         them). The launcher keeps waiting too, since no rank failed.
 
     Evidence
-        the rank, its pid, exit status or signal, seconds between its end and the stall, its
-        last phase and last collective; the group, op and sequence number the others wait in.
+        the rank, its pid, exit status or signal and where it was read (``source``: proc, relay,
+        launcher-log, agent; unknown when the launcher reaped the rank first), seconds between its
+        end and the stall, its last phase and last collective; the group, op and sequence number
+        the others wait in.
 
     Fix
         Make every rank run the same number of steps (even data shards: DistributedSampler with
@@ -65,5 +67,6 @@ class RankLeftEarly(Rule):
                 "frames": [], "frame": "", "phase": phase_of(window, first.rank),
                 "group": gap.group, "seq": gap.seq, "op": gap.op, "waiting_ranks": waiting,
                 "exits": {str(e.rank): {"pid": e.pid, "exit_code": e.exit_code,
-                                        "signal": e.signal, "seconds_before": round(
+                                        "signal": e.signal, "source": e.source,
+                                        "seconds_before": round(
                                             window.now - e.t, 1)} for e in gone}})
