@@ -20,6 +20,7 @@ Why this and not the alternatives (torch 2.13, gloo here):
 The number counts collectives issued, not completed: a rank waiting inside a collective that
 never returns issues nothing more, so a hang still shows no progress. Standard library only:
 torch is reached through ``sys.modules`` and only once the process itself imported it.
+``STALLDOC_C10D_COUNTERS=0`` turns the reading off.
 """
 from __future__ import annotations
 
@@ -30,6 +31,12 @@ if TYPE_CHECKING:
     from typing import Any
 
 C10D_MODULE = "torch.distributed.distributed_c10d"
+ENV_C10D_COUNTERS = "STALLDOC_C10D_COUNTERS"   # 0: not read (the benchmark's baseline)
+
+
+def wanted(environ: Any) -> bool:
+    """Whether the counters are read (all but ``STALLDOC_C10D_COUNTERS=0``)."""
+    return environ.get(ENV_C10D_COUNTERS, "1") != "0"
 
 
 class C10dCounters:

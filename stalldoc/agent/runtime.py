@@ -100,9 +100,11 @@ class Agent:
             return
         try:
             if self._c10d is None:
-                from stalldoc.agent.c10d_counters import C10dCounters
-                self._c10d = C10dCounters()
+                from stalldoc.agent import c10d_counters
+                self._c10d = c10d_counters.wanted(os.environ) and c10d_counters.C10dCounters()
             counters = self._c10d
+            if not counters:
+                return
             if counters.read():
                 self.state.c10d(counters.total, now, counters.groups)
         except Exception as exc:  # noqa: BLE001 - no c10d counters; the agent stays on
