@@ -5,6 +5,7 @@ agent saw before them), in one run. Targets: collectives seen per step > 0, no f
 Runs (``tests/scenarios/ddp_steps.py`` and ``ddp_wait.py``, stall timeout 3 s):
 - idle: 12 steps, each rank idle 0.5 s before each step (no log lines, markers, phases);
 - slow: 8 steps, rank 1 computes on the CPU for 6 s in step 3 while rank 0 waits in all_reduce;
+- big: 4 steps of a 151M-parameter MLP (576 MB of gradients, ~23 buckets; 2-6 s a step here);
 - hang: ``ddp_wait.py``, rank 1 never returns from its data loading (a real stall: still found).
 Then the agent's cost: one read of every group's sequence number (one heartbeat) with 1 and 8
 gloo groups, and what it costs a core at 4 beats a second.
@@ -29,6 +30,7 @@ RUNS = {
     "idle": ("ddp_steps.py", {"STEPS": "12", "STEP_PAUSE": "0.5"}),
     "slow": ("ddp_steps.py", {"STEPS": "8", "SLOW_RANK": "1", "SLOW_STEP": "3",
                               "SLOW_SECONDS": "6"}),
+    "big": ("ddp_steps.py", {"STEPS": "4", "WIDTH": "12288"}),   # 576 MB of gradients a step
     "hang": ("ddp_wait.py", {"STUCK_RANK": "1", "STUCK_STEP": "2"}),
 }
 READ_COST = """
@@ -98,7 +100,8 @@ def main() -> None:
         if now["steps"]:
             print(f"      baseline -> c10d counters: false stalls {base['stalls']} -> "
                   f"{now['stalls']}; collectives seen per step "
-                  f"{max(base['ring']) / now['steps']:.2f} -> {min(now['c10d']) / now['steps']:.2f}")
+                  f"{max(base['ring']) / now['steps']:.2f} -> "
+                  f"{min(now['c10d']) / now['steps']:.2f}")
     out = subprocess.run([sys.executable, "-c", READ_COST, str(ROOT)], capture_output=True,
                          text=True, check=True, timeout=120)
     for row in out.stdout.split("\n"):

@@ -6,7 +6,8 @@ the agent's rings. Every gloo and NCCL process group counts the collectives issu
 (``ProcessGroup._get_sequence_number_for_group()``: gloo's ``seq_``, NCCL's
 ``seqCollective_``), whoever issued them. The heartbeat thread reads that number of every group
 in ``torch.distributed.distributed_c10d._world.pg_map`` once a beat (a few pybind calls, no
-lock, no I/O) and publishes their total over every group it has seen, and when it last rose, in the state file's c10d slot (``statefile.StateWriter.c10d``).
+lock, no I/O) and publishes their total over every group it has seen, and when it last rose,
+in the state file's c10d slot (``statefile.StateWriter.c10d``).
 
 Why this and not the alternatives (torch 2.13, gloo here):
 - Flight Recorder: works on gloo, but its only reader is a full dump (``_dump_fr_trace``, the
@@ -57,7 +58,7 @@ class C10dCounters:
             if name in self._unsupported:
                 continue
             try:
-                seq = int(group._get_sequence_number_for_group())
+                seq = _sequence(group)
             except Exception:  # noqa: BLE001 - a backend without sequence numbers (mpi, custom)
                 self._unsupported.add(name)
                 continue
@@ -75,6 +76,17 @@ def _process_groups() -> list[Any]:
     world = getattr(c10d, "_world", None)
     pg_map = getattr(world, "pg_map", None)
     return list(pg_map) if pg_map else []
+
+
+def _sequence(group: Any) -> int:
+    """The collectives issued on ``group``. A group of several device backends (the default
+    ``init_process_group()`` on a GPU node: ``cpu:gloo,cuda:nccl``) has no number of its own
+    (torch raises): the sum of its backends' numbers, each backend counted once."""
+    try:
+        return int(group._get_sequence_number_for_group())
+    except RuntimeError:
+        backends = {id(b): b for b in (group._get_backend(d) for d in group._device_types)}
+        return sum(int(b._get_sequence_number_for_group()) for b in backends.values())
 
 
 def _group_name(group: Any) -> str:

@@ -53,6 +53,9 @@ for _ in range(3):
 other = dist.new_group([0])
 dist.all_reduce(torch.ones(1), group=other)
 seen.append((counters.read(), counters.total, counters.groups))
+mixed = dist.new_group([0], backend="cpu:gloo,cuda:gloo")   # no number of its own
+dist.all_reduce(torch.ones(1), group=mixed)
+seen.append((counters.read(), counters.total, counters.groups))
 dist.destroy_process_group()
 seen.append((counters.read(), counters.total, counters.groups))
 print(json.dumps(seen))
@@ -60,7 +63,7 @@ print(json.dumps(seen))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     seen = json.loads(out.stdout.splitlines()[-1])
-    (start, groups), steps, added, destroyed = seen[0], seen[1:4], seen[4], seen[5]
+    (start, groups), steps, added, mixed, destroyed = seen[0], seen[1:4], *seen[4:]
     assert groups == 1
     # THEN every backward() moved the total (its bucket's all-reduce; the second step also
     # rebuilds the buckets, with collectives of its own)
@@ -69,7 +72,9 @@ print(json.dumps(seen))
     assert totals == sorted(set(totals))
     # AND a new group's collective adds to it, and a destroyed group's stay counted
     assert added == [True, totals[-1] + 1, 2]
-    assert destroyed == [False, totals[-1] + 1, 0]
+    # AND so does a group of several device backends (cpu:gloo,cuda:nccl on a GPU node)
+    assert mixed == [True, totals[-1] + 2, 3]
+    assert destroyed == [False, totals[-1] + 2, 0]
 
 
 def test_the_agent_publishes_ddp_collectives_its_rings_never_see(tmp_path):
