@@ -5,7 +5,7 @@ agent saw before them), in one run. Targets: collectives seen per step > 0, no f
 Runs (``tests/scenarios/ddp_steps.py`` and ``ddp_wait.py``, stall timeout 3 s):
 - idle: 12 steps, each rank idle 0.5 s before each step (no log lines, markers, phases);
 - slow: 8 steps, rank 1 computes on the CPU for 6 s in step 3 while rank 0 waits in all_reduce;
-- big: 4 steps of a 151M-parameter MLP (576 MB of gradients, ~23 buckets; 2-6 s a step here);
+- big: 4 steps of a 151M-parameter MLP (576 MB of gradients, 3-4 buckets; 2-6 s a step here);
 - hang: ``ddp_wait.py``, rank 1 never returns from its data loading (a real stall: still found).
 Then the agent's cost: one read of every group's sequence number (one heartbeat) with 1 and 8
 gloo groups, and what it costs a core at 4 beats a second.

@@ -4,9 +4,9 @@ reducer's (issued from C++, past the agent's wrappers), and no log lines, phases
 STEPS steps; each rank idles STEP_PAUSE seconds before each step (its Python waiting, as on a
 device or a slow loader). At step SLOW_STEP rank SLOW_RANK computes on the CPU for SLOW_SECONDS
 first, while the other ranks wait in the reducer's all_reduce inside backward(). WIDTH sets the
-hidden layers (12288: 576 MB of gradients a step, in ~23 buckets). At the end each
-rank writes its process group's sequence number to COUNTS_DIR/rank_<rank> (when set): the
-collectives torch itself counted, for the test to compare with what the agent saw."""
+hidden layers (12288: 576 MB of gradients a step; a layer's gradient is a bucket of its own).
+At the end each rank writes its process group's sequence number to COUNTS_DIR/rank_<rank> (when
+set): the collectives torch itself counted, for the test to compare with what the agent saw."""
 import os
 import time
 
