@@ -10,6 +10,7 @@ import math
 import os
 import stat
 
+from stalldoc.agent.statefile import (C10D_OFFSET, _C10D)
 from stalldoc.agent.statefile import (CUDA_OFFSET, DETAIL_OFFSET, DETAIL_TEXT_SIZE, ENGINE_ASLEEP,
                                       ENGINE_OFFSET, ENGINE_PARTLY_AWAKE, ENGINE_SLOTS, ENTRY,
                                       ERROR_OFFSET, ERROR_SIZE, FLAG_ASYNC, GROUP_HEADER_SIZE,
@@ -132,6 +133,12 @@ def _read_engines(buf: bytes) -> tuple[EngineSleepState, ...]:
     return tuple(engines)
 
 
+def _read_c10d(buf: bytes) -> tuple[int, float]:
+    """(collectives issued on the process groups, when that last rose); zeros when unwritten."""
+    issued, rose_at, _groups = _C10D.unpack_from(buf, C10D_OFFSET)
+    return _count("c10d collectives", issued), _seconds("c10d rose at", rose_at)
+
+
 def parse_state(buf: bytes) -> AgentSnapshot:
     """Decode a state file's bytes; raises StateFileError for a foreign, newer or damaged file
     (a number no agent writes)."""
@@ -150,6 +157,7 @@ def parse_state(buf: bytes) -> AgentSnapshot:
     cuda = _read_cuda(buf)
     signum, dev, ino, startup, comm = _IDENTITY.unpack_from(buf, IDENTITY_OFFSET)
     identity = AgentIdentity(signum, dev, ino, _seconds("start-up", startup), _cstr(comm))
+    c10d_issued, c10d_rose_at = _read_c10d(buf)
     return AgentSnapshot(pid, rank, local_rank, world, status, _seconds("start", started),
                          _seconds("heartbeat", heartbeat), _count("marker sequence", marker_seq),
                          _seconds("last marker", marker_at),
@@ -157,7 +165,8 @@ def parse_state(buf: bytes) -> AgentSnapshot:
                          tuple(p for p in stack_text.split("/") if p),
                          _decode_text(buf, ERROR_OFFSET, ERROR_SIZE), count, phases, groups, cuda,
                          identity, *((_read_detail(buf), _read_engines(buf)) if version >= 4
-                                     else (None, ())))
+                                     else (None, ())),
+                         c10d_issued=c10d_issued, c10d_rose_at=c10d_rose_at)
 
 
 def read_state(path: str) -> AgentSnapshot:
