@@ -30,8 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from stalldoc.launch.inject import agent_environment  # noqa: E402
 
 MICRO = textwrap.dedent("""
-    import time, torch, torch.distributed as dist
+    import sys, time, torch, torch.distributed as dist
     from stalldoc.agent import collectives, runtime
+    sys.path.insert(0, %r)
+    import wrap_before_i17
     assert runtime.current() is not None, "agent not running"
     dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:%d")
     t = torch.ones(1)
@@ -40,6 +42,7 @@ MICRO = textwrap.dedent("""
     def empty():
         return None
     wrapped = collectives.wrap("all_reduce", all_reduce)
+    before = wrap_before_i17.wrap("all_reduce", all_reduce)
     real, real_raw = dist.all_reduce, dist.all_reduce.__wrapped__
     def best(call, n):
         times = []
@@ -51,7 +54,8 @@ MICRO = textwrap.dedent("""
         return min(times)
     print(best(empty, 200000), best(lambda: all_reduce(t), 200000),
           best(lambda: wrapped(t), 200000), best(lambda: wrapped(t, group=None), 200000),
-          best(lambda: real_raw(t), 3000), best(lambda: real(t), 3000))
+          best(lambda: real_raw(t), 3000), best(lambda: real(t), 3000),
+          best(lambda: before(t), 200000), best(lambda: before(t, group=None), 200000))
 """)
 
 LOOP = textwrap.dedent("""
@@ -120,12 +124,16 @@ def torchrun(script: Path, mode: str, agent: bool) -> list[float]:
 
 
 def per_collective() -> float:
-    empty, raw, wrapped, with_kw, real_raw, real = run(["-c", MICRO % free_port()], True)
+    script = MICRO % (str(Path(__file__).resolve().parent), free_port())
+    empty, raw, wrapped, with_kw, real_raw, real, before, before_kw = run(["-c", script], True)
     us = 1e6
     print(f"empty Python call on this machine: {empty * us:.3f} us (scale)")
-    print(f"agent cost per collective: {(wrapped - raw) * us:.2f} us positional, "
-          f"{(with_kw - raw) * us:.2f} us with group= keyword "
-          f"({(wrapped - raw) / empty:.0f}x an empty call; target <= 2 us)")
+    print("agent cost per collective (us)   positional  group= keyword")
+    print(f"  before (wrapper of 05e1991)    {(before - raw) * us:10.2f}  {(before_kw - raw) * us:14.2f}")
+    print(f"  now                            {(wrapped - raw) * us:10.2f}  {(with_kw - raw) * us:14.2f}")
+    print(f"  ratio now / before             {(wrapped - raw) / (before - raw):10.2f}  "
+          f"{(with_kw - raw) / (before_kw - raw):14.2f}   (target: now <= 2 us; "
+          f"{(wrapped - raw) / empty:.0f}x an empty call)")
     print(f"real gloo all_reduce (1 float, world 1): {real_raw * us:.1f} us raw, "
           f"{real * us:.1f} us wrapped (ratio {real / real_raw:.3f}, jitter-bound)")
     return with_kw - raw
