@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.analysis.rings import left_early
+from stalldoc.analysis.rings import left_early, wrapped_evidence
 from stalldoc.model import Finding, RankExit, Severity, Window
 from stalldoc.rules.base import Rule, join_ranks, phase_of
 
@@ -33,7 +33,9 @@ class RankLeftEarly(Rule):
 
     Evidence
         the rank, its pid, exit status or signal, seconds between its end and the stall, its
-        last phase and last collective; the group, op and sequence number the others wait in.
+        last phase and last collective; the group, op and sequence number the others wait in;
+        ``wrapped_collectives``: per rank, the collectives of the group its agent's ring
+        overwrote before the watcher read them (only when some were).
 
     Fix
         Make every rank run the same number of steps (even data shards: DistributedSampler with
@@ -66,4 +68,5 @@ class RankLeftEarly(Rule):
                 "group": gap.group, "seq": gap.seq, "op": gap.op, "waiting_ranks": waiting,
                 "exits": {str(e.rank): {"pid": e.pid, "exit_code": e.exit_code,
                                         "signal": e.signal, "seconds_before": round(
-                                            window.now - e.t, 1)} for e in gone}})
+                                            window.now - e.t, 1)} for e in gone},
+                **wrapped_evidence(gap.wrapped)})
