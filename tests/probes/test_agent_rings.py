@@ -1,6 +1,7 @@
 """Two real gloo ranks issue thousands of small all_reduces per second under the agent while the
-agent probe reads their rings tick after tick: every collective is accounted for, either read
-or counted as overwritten before it could be read (``GroupState.wrapped``)."""
+agent probe reads their rings tick after tick: their rings grow with the rate, and every
+collective is accounted for, either read or counted as overwritten before it could be read
+(``GroupState.wrapped``)."""
 from __future__ import annotations
 
 import os
@@ -80,6 +81,6 @@ def test_every_collective_is_read_or_counted_as_wrapped(tmp_path):
         seen = {rec.seq for g in groups for rec in g.ring}
         assert seen <= set(range(1, last.started + 1))
         assert len(seen) + last.wrapped == last.started, rank
-        assert last.ring[-1].seq == last.started and len(last.ring) == RING_SLOTS
-        assert last.wrapped > 0, "the ring never wrapped between two reads: the test saw nothing"
+        assert last.ring[-1].seq == last.started
+        assert len(last.ring) > RING_SLOTS     # the ring grew: it lapped within LAP_SECONDS
         assert [g.wrapped for g in groups] == sorted(g.wrapped for g in groups)
