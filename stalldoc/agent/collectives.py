@@ -133,7 +133,8 @@ def wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                     numel, dtype = value.numel(), dtypes[value.dtype]
                 except (AttributeError, KeyError, TypeError):
                     numel, dtype = measure(value)
-            group = args[at_group] if at_group < count else kwargs.get("group")
+            group = (args[at_group] if at_group < count
+                     else kwargs.get("group") if kwargs else None)
             if group is last[1] and agent is last[0]:
                 ring = last[2]
             else:
@@ -150,7 +151,8 @@ def wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             offset = base + slot * size
             pack_entry(ring.buf, offset, seq, numel, now, 0.0, name, dtype,
                        flags or (_ASYNC if (args[at_async] if at_async < count
-                                            else kwargs.get("async_op")) else 0))
+                                            else kwargs.get("async_op") if kwargs else 0)
+                                  else 0))
             if agent.cuda is not None:
                 agent.cuda.mark("collective", name, seq)
         except Exception as exc:  # noqa: BLE001 - never into the job
