@@ -1,6 +1,6 @@
-"""The collective wrapper as it was before issue 17 (commit 05e1991), kept verbatim (with that
-commit's ring writer, ``_Ring``) so that benchmarks/agent_overhead.py measures the cost before
-and after in the same run. Not used by stalldoc itself."""
+"""The collective wrapper as it was before issue 17 (commit 05e1991), kept verbatim so that
+benchmarks/agent_overhead.py measures the cost before and after in the same run. Not used by
+stalldoc itself."""
 from __future__ import annotations
 
 import functools
@@ -36,7 +36,6 @@ class _Depth(threading.local):
 _local = _Depth()
 _dtype_names: dict[Any, bytes] = {}
 _world: list[Callable[[], Any]] = []
-_rings: dict[int, Any] = {}   # its own rings (the agent's hold today's writer)
 _NOTHING = (0, b"none")
 _ASYNC = statefile.FLAG_ASYNC
 _ABSENT = 10**6  # "this collective has no such parameter": no positional index reaches it
@@ -74,26 +73,8 @@ def _ring_of(agent: runtime.Agent, group: Any) -> statefile.GroupRing:
         name = "world"
     else:
         name = str(getattr(group, "group_name", "") or f"pg{len(agent.groups)}")
-    ring = _rings[id(group)] = _Ring(agent.group_ring(name))
+    ring = agent.rings[id(group)] = agent.group_ring(name)
     return ring
-
-
-class _Ring:
-    """The ring writer of 05e1991 (fixed 64 entries), writing into the same ring."""
-
-    __slots__ = ("_buf", "_ring", "started")
-
-    def __init__(self, ring: statefile.GroupRing) -> None:
-        self._buf, self._ring, self.started = ring.buf, ring.base, 0
-
-    def enter(self, op: bytes, numel: int, dtype: bytes, flags: int, now: float) -> int:
-        seq = self.started = self.started + 1
-        offset = self._ring + ((seq - 1) & 63) * 64
-        statefile.ENTRY.pack_into(self._buf, offset, seq, numel, now, 0.0, op, dtype, flags)
-        return offset
-
-    def exit(self, offset: int, now: float) -> None:
-        statefile.F64.pack_into(self._buf, offset + 24, now)
 
 
 def _recorder(op: str, fn: Callable[..., Any]) -> Callable[[Any, tuple, dict], tuple[Any, int]]:
@@ -115,7 +96,7 @@ def _recorder(op: str, fn: Callable[..., Any]) -> Callable[[Any, tuple, dict], t
         numel, dtype = (_NOTHING if payload is None else
                         measure(args[at_payload] if at_payload < count else kwargs.get(payload)))
         group = args[at_group] if at_group < count else kwargs.get("group")
-        ring = _rings.get(id(group)) or _ring_of(agent, group)
+        ring = agent.rings.get(id(group)) or _ring_of(agent, group)
         is_async = always_async or (args[at_async] if at_async < count
                                     else kwargs.get("async_op", False))
         entry = ring.enter(name, numel, dtype, _ASYNC if is_async else 0, clock())

@@ -81,12 +81,6 @@ def _ring_of(agent: runtime.Agent, group: Any) -> statefile.GroupRing:
     return ring
 
 
-def _moved(ring: statefile.GroupRing, seq: int, old: int) -> int:
-    """Where entry ``seq``, entered at ``old``, is now that its ring grew; ``old`` itself (in the
-    old ring, which nothing reads any more) when the new ring has overwritten it since."""
-    return ring.entry_offset(seq) if ring.started - seq < ring.slots else old
-
-
 def _site(op: str, fn: Callable[..., Any]) -> tuple[str | None, Callable[..., tuple[int, bytes]],
                                                   int, int, int]:
     """Where ``fn`` takes its payload (name, measure, position), group and async flag: read once
@@ -112,7 +106,7 @@ def wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     clock = time.time
     pack_entry = statefile.ENTRY.pack_into
     pack_done = statefile.F64.pack_into
-    size = statefile.ENTRY.size
+    mask, size = statefile.RING_MASK, statefile.ENTRY.size
     dtypes = _dtype_names
     tensor = payload is not None and measure is _payload
     last: list[Any] = [None, _NOTHING, None]   # agent, group, ring of the previous call
@@ -140,16 +134,9 @@ def wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             else:
                 ring = agent.rings.get(id(group)) or _ring_of(agent, group)
                 last[:] = agent, group, ring
-            seq = ring.started + 1
-            now = clock()
-            slot = (seq - 1) & ring.mask
-            if not slot and seq > 1:      # full: the ring doubles if it laps too fast
-                ring.lap(now)
-                slot = (seq - 1) & ring.mask
-            ring.started = seq
-            base = ring.base
-            offset = base + slot * size
-            pack_entry(ring.buf, offset, seq, numel, now, 0.0, name, dtype,
+            seq = ring.started = ring.started + 1
+            offset = ring.base + ((seq - 1) & mask) * size
+            pack_entry(ring.buf, offset, seq, numel, clock(), 0.0, name, dtype,
                        flags or (_ASYNC if (args[at_async] if at_async < count
                                             else kwargs.get("async_op") if kwargs else 0)
                                   else 0))
@@ -164,8 +151,6 @@ def wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             local.depth = 0
             try:
-                if ring.base != base:     # it grew meanwhile (another thread's collectives)
-                    offset = _moved(ring, seq, offset)
                 pack_done(ring.buf, offset + 24, clock())
             except Exception as exc:  # noqa: BLE001
                 agent.fail(exc)

@@ -7,21 +7,19 @@ from __future__ import annotations
 
 import errno
 import math
+from dataclasses import dataclass
 import os
 import stat
-from dataclasses import dataclass
-from typing import Callable
 
 from stalldoc.agent.statefile import (CUDA_OFFSET, DETAIL_OFFSET, DETAIL_TEXT_SIZE, ENGINE_ASLEEP,
                                       ENGINE_OFFSET, ENGINE_PARTLY_AWAKE, ENGINE_SLOTS, ENTRY,
                                       ERROR_OFFSET, ERROR_SIZE, FLAG_ASYNC, GROUP_HEADER_SIZE,
-                                      GROUP_OFFSET, GROUP_SLOTS, IDENTITY_OFFSET, MAGIC,
-                                      MAX_RING_SLOTS, PHASE_RING_OFFSET, PHASE_SLOTS,
-                                      PHASE_STACK_OFFSET, PHASE_STACK_SIZE, READABLE_VERSIONS,
-                                      RING_SLOTS, SIZE, TAG_KV_CACHE, TAG_WEIGHTS, V4_GROUP_SIZE,
-                                      V4_SIZE, VERSION, _CUDA, _DETAIL_HEAD, _ENGINE,
-                                      _GROUP_HEADER, _GROUP_PLACE, _HEADER, _IDENTITY,
-                                      _PHASE_COUNT, _PHASE_ENTRY, _TEXT_LEN)
+                                      GROUP_OFFSET, GROUP_SIZE, GROUP_SLOTS, IDENTITY_OFFSET, MAGIC,
+                                      PHASE_RING_OFFSET, PHASE_SLOTS, PHASE_STACK_OFFSET,
+                                      PHASE_STACK_SIZE, READABLE_VERSIONS, RING_SLOTS, SIZE,
+                                      TAG_KV_CACHE, TAG_WEIGHTS, VERSION, _CUDA, _DETAIL_HEAD,
+                                      _ENGINE, _GROUP_HEADER, _HEADER, _IDENTITY, _PHASE_COUNT,
+                                      _PHASE_ENTRY, _TEXT_LEN)
 # The records live in model.py (a leaf: it imports nothing of stalldoc); re-exported here.
 from stalldoc.model import AgentIdentity as AgentIdentity
 from stalldoc.model import AgentSnapshot as AgentSnapshot
@@ -66,44 +64,7 @@ def _cstr(raw: bytes) -> str:
 
 
 _SEQ_STRIDE = ENTRY.size // 8          # an entry's sequence number is its first 8-byte word
-# the most a version 5 file holds: the fixed part and, per group, every ring it grew through
-MAX_FILE_SIZE = SIZE + GROUP_SLOTS * 2 * MAX_RING_SLOTS * ENTRY.size
-Reader = Callable[[int, int], bytes]     # (offset, size) -> that many bytes of the file
-
-
-@dataclass(frozen=True)
-class RingPlace:
-    """Where a group's ring lies in the file."""
-
-    slot: int
-    name: str
-    offset: int
-    slots: int
-
-    @property
-    def end(self) -> int:
-        return self.offset + self.slots * ENTRY.size
-
-
-def _places(head: bytes, version: int, at: Reader) -> list[RingPlace]:
-    """The named groups' rings: from the group headers (version 5), or the fixed layout."""
-    if version < 5:
-        return [RingPlace(slot, name, offset + GROUP_HEADER_SIZE, RING_SLOTS)
-                for slot in range(GROUP_SLOTS)
-                for offset in (GROUP_OFFSET + slot * V4_GROUP_SIZE,)
-                if (name := _cstr(_GROUP_HEADER.unpack(at(offset, _GROUP_HEADER.size))[0]))]
-    places = []
-    for slot in range(GROUP_SLOTS):
-        raw, offset, slots = _GROUP_PLACE.unpack_from(head, GROUP_OFFSET + slot * GROUP_HEADER_SIZE)
-        name = _cstr(raw)
-        if not name:
-            continue
-        if (slots < RING_SLOTS or slots > MAX_RING_SLOTS or slots & (slots - 1)
-                or offset < SIZE or offset % ENTRY.size or offset + slots * ENTRY.size
-                > MAX_FILE_SIZE):
-            raise StateFileError(f"group {slot}'s ring out of range: {slots} entries at {offset}")
-        places.append(RingPlace(slot, name, offset, slots))
-    return places
+_RING_BYTES = RING_SLOTS * ENTRY.size
 
 
 @dataclass(frozen=True)
@@ -124,50 +85,35 @@ def _record(buf: bytes, offset: int, name: str) -> CollectiveRecord:
                             bool(flags & FLAG_ASYNC))
 
 
-def _read_group(place: RingPlace, ring: bytes, before: RingCursor | None = None,
-                first: bool = True) -> RingCursor:
-    """Group ``place``'s ring (its bytes: ``ring``), decoding only the entries ``before`` has not
-    read (new ones, and pending ones, which may have completed since). ``first``: the reader never
-    read this file before, so what the ring lost until now is not counted as wrapped (the watcher
-    was not looking); a group that appears later is counted from its first collective."""
-    name, slots = place.name, place.slots
-    seqs = memoryview(ring).cast("Q")[::_SEQ_STRIDE].tolist()
+def _read_group(buf: bytes, slot: int, before: RingCursor | None = None,
+                first: bool = True) -> RingCursor | None:
+    """Group ``slot``'s ring, decoding only the entries ``before`` has not read (new ones, and
+    pending ones, which may have completed since). ``first``: the reader never read this file
+    before, so what the ring lost until now is not counted as wrapped (the watcher was not
+    looking); a group that appears later is counted from its first collective."""
+    offset = GROUP_OFFSET + slot * GROUP_SIZE
+    name = _cstr(_GROUP_HEADER.unpack_from(buf, offset)[0])
+    if not name:
+        return None
+    base = offset + GROUP_HEADER_SIZE
+    seqs = memoryview(buf)[base : base + _RING_BYTES].cast("Q")[::_SEQ_STRIDE].tolist()
     newest = _count("collective sequence", max(seqs))
-    floor = max(0, newest - slots)      # this and older numbers are overwritten
+    floor = max(0, newest - RING_SLOTS)      # this and older numbers are overwritten
     if before is None or before.state.name != name or before.newest > newest:
         before = RingCursor(floor if first else 0, 0, GroupState(name, 0, 0, ()))
-    last, mask = before.newest, slots - 1
-    # collective q sits at entry (q - 1) & mask (also once its ring grew); an entry torn by a
-    # concurrent write, or overwritten, holds another number and is not read
-    kept = {r.seq: r for r in before.state.ring if seqs[(r.seq - 1) & mask] == r.seq}
-    new = [q for q in range(max(last, floor) + 1, newest + 1) if seqs[(q - 1) & mask] == q]
-    records = {q: _record(ring, ((q - 1) & mask) * ENTRY.size, name)
-               for q in (*new, *(q for q, r in kept.items() if not r.completed))}
-    fresh = len(new)
+    last = before.newest
+    kept = {r.seq: r for r in before.state.ring if r.seq > floor}
+    wanted = {s for s, r in kept.items() if not r.completed}
+    records = {}
+    for i, seq in enumerate(seqs):   # an entry torn by a concurrent write is not read
+        if seq > max(last, floor, 0) or seq in wanted:
+            records[seq] = _record(buf, base + i * ENTRY.size, name)
+    fresh = sum(1 for seq in records if seq > last)
     wrapped = before.wrapped + (newest - last) - fresh if newest > last else before.wrapped
-    ring_records = tuple(r for _, r in sorted({**kept, **records}.items()))
-    in_flight = sum(1 for record in ring_records if not record.completed)
+    ring = tuple(r for _, r in sorted({**kept, **records}.items()))
+    in_flight = sum(1 for record in ring if not record.completed)
     return RingCursor(max(newest, last), wrapped,
-                      GroupState(name, newest, newest - in_flight, ring_records, wrapped))
-
-
-def _read_groups(head: bytes, version: int, at: Reader, size: int, rings: RingReader | None
-                 ) -> list[RingCursor | None]:
-    """Every group's ring cursor (None: no group in that slot). ``size``: the file's size, which
-    ends at the last ring (or, while a ring grows, one allocation past it)."""
-    places = _places(head, version, at)
-    end = max([SIZE, *(p.end for p in places)])
-    growth = max([RING_SLOTS, *(2 * p.slots for p in places)]) * ENTRY.size  # being appended
-    if version >= 5 and size > end + growth:
-        raise StateFileError(f"state file is {size} bytes, its rings end at {end}")
-    cursors: list[RingCursor | None] = [None] * GROUP_SLOTS
-    for place in places:
-        ring = at(place.offset, place.slots * ENTRY.size)
-        if len(ring) < place.slots * ENTRY.size:
-            raise StateFileError(f"group {place.slot}'s ring is past the end of the file")
-        cursors[place.slot] = _read_group(place, ring, *(rings.before(place.slot) if rings
-                                                         else (None, True)))
-    return cursors
+                      GroupState(name, newest, newest - in_flight, ring, wrapped))
 
 
 def _read_phases(buf: bytes) -> tuple[int, tuple[PhaseRecord, ...]]:
@@ -226,40 +172,31 @@ def parse_state(buf: bytes, rings: RingReader | None = None) -> AgentSnapshot:
     """Decode a state file's bytes; raises StateFileError for a foreign, newer or damaged file
     (a number no agent writes). ``rings``: the reader's cursors of this file's rings, for an
     incremental read (updated only when the whole file decodes)."""
-    return _parse(buf, lambda offset, size: buf[offset : offset + size], len(buf), rings)
-
-
-def _parse(head: bytes, at: Reader, size: int, rings: RingReader | None) -> AgentSnapshot:
-    """Decode a state file from its fixed part ``head`` (``SIZE`` bytes or more), reading its
-    rings with ``at``; ``size``: the file's."""
-    if len(head) < SIZE:
-        raise StateFileError(f"state file is {len(head)} bytes, expected at least {SIZE}")
+    if len(buf) < SIZE:
+        raise StateFileError(f"state file is {len(buf)} bytes, expected {SIZE}")
     (magic, version, status, pid, rank, local_rank, world, started, heartbeat, marker_seq,
-     marker_at, exit_code) = _HEADER.unpack_from(head, 0)
+     marker_at, exit_code) = _HEADER.unpack_from(buf, 0)
     if magic != MAGIC:
         raise StateFileError("not a stalldoc state file (bad magic)")
     if version not in READABLE_VERSIONS:
         raise StateFileError(f"state file version {version}; this stalldoc reads "
                              f"{', '.join(map(str, READABLE_VERSIONS))} (writes {VERSION})")
-    if version < 5 and size != V4_SIZE:
-        raise StateFileError(f"state file is {size} bytes, expected {V4_SIZE}")
-    buf = head
     stack_text = _decode_text(buf, PHASE_STACK_OFFSET, PHASE_STACK_SIZE)
     count, phases = _read_phases(buf)
-    cursors = _read_groups(head, version, at, size, rings)
+    cursors = [_read_group(buf, s, *(rings.before(s) if rings else (None, True)))
+               for s in range(GROUP_SLOTS)]
     groups = tuple(c.state for c in cursors if c is not None)
     cuda = _read_cuda(buf)
     signum, dev, ino, startup, comm = _IDENTITY.unpack_from(buf, IDENTITY_OFFSET)
     identity = AgentIdentity(signum, dev, ino, _seconds("start-up", startup), _cstr(comm))
     snapshot = AgentSnapshot(pid, rank, local_rank, world, status, _seconds("start", started),
-                             _seconds("heartbeat", heartbeat),
-                             _count("marker sequence", marker_seq),
-                             _seconds("last marker", marker_at),
-                             exit_code if exit_code >= 0 else None,
-                             tuple(p for p in stack_text.split("/") if p),
-                             _decode_text(buf, ERROR_OFFSET, ERROR_SIZE), count, phases, groups,
-                             cuda, identity, *((_read_detail(buf), _read_engines(buf))
-                                               if version >= 4 else (None, ())))
+                         _seconds("heartbeat", heartbeat), _count("marker sequence", marker_seq),
+                         _seconds("last marker", marker_at),
+                         exit_code if exit_code >= 0 else None,
+                         tuple(p for p in stack_text.split("/") if p),
+                         _decode_text(buf, ERROR_OFFSET, ERROR_SIZE), count, phases, groups, cuda,
+                         identity, *((_read_detail(buf), _read_engines(buf)) if version >= 4
+                                     else (None, ())))
     if rings is not None:
         rings.advance(cursors)
     return snapshot
@@ -289,15 +226,15 @@ class IncrementalReader:
         self._rings: dict[str, tuple[float, int, RingReader]] = {}
 
     def read(self, path: str) -> AgentSnapshot:
-        return _read_path(path, self._cursors)
-
-    def _cursors(self, path: str, head: bytes) -> RingReader:
-        fields = _HEADER.unpack_from(head, 0)
-        key = (fields[7], fields[3])    # the agent's start time and pid
+        buf = _read_file(path, SIZE)
+        if len(buf) < _HEADER.size:
+            return parse_state(buf)
+        head = _HEADER.unpack_from(buf, 0)
+        key = (head[7], head[3])    # the agent's start time and pid
         known = self._rings.get(path)
         if known is None or known[:2] != key:
             known = self._rings[path] = (*key, RingReader())
-        return known[2]
+        return parse_state(buf, known[2])
 
     def keep_only(self, paths: set[str]) -> None:
         """Forget the files not in ``paths`` (their ranks ended or left)."""
@@ -307,19 +244,7 @@ class IncrementalReader:
 
 def read_state(path: str) -> AgentSnapshot:
     """Read and decode one state file."""
-    return _read_path(path, None)
-
-
-def _read_path(path: str, cursors: Callable[[str, bytes], RingReader] | None) -> AgentSnapshot:
-    """Read and decode the state file at ``path``: its fixed part, then its rings (only those
-    bytes), with the cursors ``cursors`` gives for it (None: a one-shot read)."""
-    fd, size = _open(path)
-    try:
-        head = _pread(fd, SIZE, 0)
-        rings = cursors(path, head) if cursors and len(head) >= _HEADER.size else None
-        return _parse(head, lambda offset, n: _pread(fd, n, offset), size, rings)
-    finally:
-        os.close(fd)
+    return parse_state(_read_file(path, SIZE))
 
 
 def read_started_at(path: str) -> float | None:
@@ -336,16 +261,7 @@ def read_started_at(path: str) -> float | None:
 
 
 def _read_file(path: str, size: int) -> bytes:
-    """The first ``size`` bytes of the state file at ``path`` (see ``_open``)."""
-    fd, _ = _open(path)
-    try:
-        return _pread(fd, size, 0)
-    finally:
-        os.close(fd)
-
-
-def _open(path: str) -> tuple[int, int]:
-    """A descriptor of the state file at ``path``, and its size: a regular file of a state
+    """The first ``size`` bytes of the state file at ``path``: a regular file of the state
     file's size, not a link, never waiting (a FIFO named like a state file is refused)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -357,21 +273,15 @@ def _open(path: str) -> tuple[int, int]:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise StateFileError("not a regular file")
-        if not SIZE <= info.st_size <= MAX_FILE_SIZE:
-            raise StateFileError(f"state file is {info.st_size} bytes, expected {SIZE} to "
-                                 f"{MAX_FILE_SIZE}")
-    except BaseException:
+        if info.st_size != SIZE:
+            raise StateFileError(f"state file is {info.st_size} bytes, expected {SIZE}")
+        chunks, left = [], size
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
         os.close(fd)
-        raise
-    return fd, info.st_size
-
-
-def _pread(fd: int, size: int, offset: int) -> bytes:
-    chunks, left = [], size
-    while left > 0:
-        chunk = os.pread(fd, left, offset + size - left)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)

@@ -24,16 +24,8 @@ Layout (little endian, ``SIZE`` bytes):
   (allocated, reserved, peak allocated, retries, OOMs) and when they were read, the CUDA sync
   markers (host at marker N, GPU completed up to marker M, their labels, when the GPU reached M,
   when the oldest marker it has not reached was recorded).
-- 4096 (version 5): ``GROUP_SLOTS`` process-group headers of 64 bytes (``_GROUP_PLACE``): the
-  group's name, and the offset and size (entries, a power of two) of its collective ring.
-- 4608 (``SIZE``, version 5): the rings, appended to the file as groups appear and as they grow.
-  A ring holds collective entries (seq, numel, entered, completed, op, dtype, flags). It starts
-  at ``RING_SLOTS`` entries and doubles (up to ``MAX_RING_SLOTS``) whenever it laps in less
-  than ``LAP_SECONDS`` (the watcher reads it every tick): the new ring is appended, the old
-  entries are copied into it, then the header points to it. A process that issues no
-  collective has no ring at all.
-- Versions 3 and 4 had a fixed layout: at 4096, ``GROUP_SLOTS`` slots of a 64-byte header and a
-  ring of 64 entries each (``V4_GROUP_SIZE``), ``V4_SIZE`` bytes in all.
+- 4096: ``GROUP_SLOTS`` process-group slots: a header (the group's name) and a ring of
+  ``RING_SLOTS`` collective entries (seq, numel, entered, completed, op, dtype, flags).
 
 An entry whose completion time is 0.0 has been entered and not completed. The writer keeps no
 counters in the header: each collective costs one write on entry and one on return, and the
@@ -44,12 +36,10 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import time
 
 MAGIC = b"SDAG"
-VERSION = 5
-READABLE_VERSIONS = (3, 4, 5)   # 4 added the phase detail and the engine sleep states; 5 sized
-                                # and placed the rings per group (they grow with the rate)
+VERSION = 4
+READABLE_VERSIONS = (3, 4)   # 4 added the phase detail and the engine sleep states
 
 STATUS_RUNNING = 0
 STATUS_EXITED = 1
@@ -68,21 +58,17 @@ _PHASE_COUNT = struct.Struct("<Q")
 _PHASE_ENTRY = struct.Struct("<48sdd")
 GROUP_OFFSET = 4096
 GROUP_SLOTS = 8
-RING_SLOTS = 64              # a ring's first size (and the only one before version 5)
-MAX_RING_SLOTS = 8192        # 512 KiB per group
-LAP_SECONDS = 2.0            # a ring that laps faster than this doubles
+RING_SLOTS = 64
 _GROUP_HEADER = struct.Struct("<40s")
-_GROUP_PLACE = struct.Struct("<40sQI")     # name, ring offset, ring entries
-_RING_PLACE = struct.Struct("<QI")
 GROUP_HEADER_SIZE = 64
 ENTRY = struct.Struct("<QQdd23s8sB")
-SIZE = GROUP_OFFSET + GROUP_SLOTS * GROUP_HEADER_SIZE   # the fixed part: a file without rings
-V4_GROUP_SIZE = GROUP_HEADER_SIZE + RING_SLOTS * ENTRY.size
-V4_SIZE = GROUP_OFFSET + GROUP_SLOTS * V4_GROUP_SIZE
+GROUP_SIZE = GROUP_HEADER_SIZE + RING_SLOTS * ENTRY.size
+SIZE = GROUP_OFFSET + GROUP_SLOTS * GROUP_SIZE
 
 FLAG_ASYNC = 1
 F64 = _F64 = struct.Struct("<d")
 _ENTRY_SIZE = ENTRY.size
+RING_MASK = _RING_MASK = RING_SLOTS - 1  # RING_SLOTS is a power of two
 _U64 = struct.Struct("<Q")
 CUDA_OFFSET = 3584
 _CUDA = struct.Struct("<B7xqqqqqdQQdd40s40s")
@@ -116,7 +102,7 @@ class StateWriter:
             # blocks reserved, not a sparse file: a full disk fails here (the agent stays off)
             # instead of killing the process with SIGBUS at its first write into the map
             os.posix_fallocate(fd, 0, SIZE)
-            self.buf = mmap.mmap(fd, SIZE)   # rings are appended: ``allocate``
+            self.buf = mmap.mmap(fd, SIZE)
         except OSError:
             _unlink(path)
             raise
@@ -171,22 +157,10 @@ class StateWriter:
                           state, level, woken_tags, asleep_at, woken_at)
 
     def group_ring(self, slot: int, name: str) -> GroupRing:
-        """Name group ``slot``, append its collective ring, and return the ring's writer."""
-        ring = GroupRing(self, GROUP_OFFSET + slot * GROUP_HEADER_SIZE)
-        _GROUP_PLACE.pack_into(self.buf, ring.header, name.encode()[:40], ring.base, ring.slots)
-        return ring
-
-    def allocate(self, size: int) -> int:
-        """Append ``size`` bytes to the file (reserved: a full disk fails here, not with SIGBUS
-        at a later write) and the map; their offset."""
-        offset = len(self.buf)
-        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-        try:
-            os.posix_fallocate(fd, offset, size)
-        finally:
-            os.close(fd)
-        self.buf.resize(offset + size)
-        return offset
+        """Name group ``slot`` and return the writer of its collective ring."""
+        offset = GROUP_OFFSET + slot * GROUP_SIZE
+        _GROUP_HEADER.pack_into(self.buf, offset, name.encode()[:40])
+        return GroupRing(self.buf, offset)
 
     def cuda(self, allocator: tuple[int, int, int, int, int] | None, sampled_at: float,
              host: int, gpu: int, host_label: str, gpu_label: str, gpu_done_at: float,
@@ -202,28 +176,19 @@ class StateWriter:
 
 class GroupRing:
     """Writes one process group's collectives: the entry on enter, its completion time on return.
-    One ``pack_into`` each way, since it runs inside every collective of the job (the collective
-    wrapper inlines them, reading ``buf``, ``base``, ``mask`` and ``started`` directly)."""
+    One ``pack_into`` each way, since it runs inside every collective of the job."""
 
-    __slots__ = ("writer", "buf", "header", "base", "slots", "mask", "started", "lapped_at")
+    __slots__ = ("buf", "base", "started")
 
-    def __init__(self, writer: StateWriter, header: int) -> None:
-        self.writer = writer
-        self.buf = writer.buf
-        self.header = header
-        self.slots = RING_SLOTS
-        self.mask = RING_SLOTS - 1        # slots is a power of two
-        self.base = writer.allocate(RING_SLOTS * _ENTRY_SIZE)   # offset of the first entry
+    def __init__(self, buf: mmap.mmap, group_offset: int) -> None:
+        self.buf = buf
+        self.base = group_offset + GROUP_HEADER_SIZE   # offset of the ring's first entry
         self.started = 0
-        self.lapped_at = time.time()    # a first lap within LAP_SECONDS of now doubles it too
 
     def enter(self, op: bytes, numel: int, dtype: bytes, flags: int, now: float) -> int:
         """Record the start of the next collective; returns the offset of its entry."""
-        seq = self.started + 1
-        if not (seq - 1) & self.mask and seq > 1:
-            self.lap(now)
-        self.started = seq
-        offset = self.base + ((seq - 1) & self.mask) * _ENTRY_SIZE
+        seq = self.started = self.started + 1
+        offset = self.base + ((seq - 1) & _RING_MASK) * _ENTRY_SIZE
         ENTRY.pack_into(self.buf, offset, seq, numel, now, 0.0, op, dtype, flags)
         return offset
 
@@ -231,26 +196,10 @@ class GroupRing:
         """Record that the collective entered at ``offset`` returned."""
         _F64.pack_into(self.buf, offset + 24, now)
 
-    def lap(self, now: float) -> None:
-        """The ring is full and its oldest entry is next: double it when it filled in less than
-        ``LAP_SECONDS`` (the watcher would miss entries between two reads)."""
-        if 0.0 <= now - self.lapped_at < LAP_SECONDS and self.slots < MAX_RING_SLOTS:
-            self.grow()
-        self.lapped_at = now
 
-    def grow(self) -> None:
-        """Append a ring twice the size, copy the entries (they keep their place modulo the new
-        size: at a lap they fill one half), then point the group's header to it."""
-        size = self.slots * _ENTRY_SIZE
-        base = self.writer.allocate(2 * size)
-        half = ((self.started - self.slots) & (2 * self.slots - 1)) * _ENTRY_SIZE
-        self.buf[base + half : base + half + size] = self.buf[self.base : self.base + size]
-        self.base, self.slots, self.mask = base, 2 * self.slots, 2 * self.slots - 1
-        _RING_PLACE.pack_into(self.buf, self.header + 40, base, self.slots)
-
-    def entry_offset(self, seq: int) -> int:
-        """Byte offset of collective number ``seq`` (1-based), while the ring holds it."""
-        return self.base + ((seq - 1) & self.mask) * _ENTRY_SIZE
+def entry_offset(slot: int, seq: int) -> int:
+    """Byte offset of collective number ``seq`` (1-based) of group ``slot``."""
+    return GROUP_OFFSET + slot * GROUP_SIZE + GROUP_HEADER_SIZE + ((seq - 1) % RING_SLOTS) * ENTRY.size
 
 
 def _unlink(path: str) -> None:

@@ -79,34 +79,3 @@ def test_torch_2_13_collective_names_are_recorded_once_each(tmp_path):
     assert [(r.op, r.numel, r.is_async) for r in world.ring] == [
         ("all_gather_into_tensor", 6, False), ("all_gather_single", 6, False),
         ("all_reduce_coalesced", 5, False), ("reduce_scatter_single", 6, False)]
-
-
-GROWS_UNDER_A_PENDING_CALL = textwrap.dedent("""
-    import os, threading, torch, torch.distributed as dist
-    from stalldoc.agent import collectives
-    dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:%d")
-    release, entered = threading.Event(), threading.Event()
-    def broadcast(tensor, src=0, group=None, async_op=False):
-        entered.set()
-        release.wait()
-    slow = collectives.wrap("broadcast", broadcast)
-    waiter = threading.Thread(target=slow, args=(torch.ones(2),))
-    waiter.start()
-    entered.wait()
-    for _ in range(300):            # meanwhile the ring laps fast and grows (64, 128, 256, 512)
-        dist.all_reduce(torch.ones(1))
-    release.set()
-    waiter.join()
-    print(os.getpid())
-""")
-
-
-def test_a_call_pending_while_its_ring_grows_completes_in_the_new_ring(tmp_path):
-    """Another thread's collectives make the ring grow under a pending call: its return is
-    written where its entry is now."""
-    from support import free_port, run_with_agent
-    state = run_with_agent(tmp_path, GROWS_UNDER_A_PENDING_CALL % free_port())
-    world = next(g for g in state.groups if g.name == "world")
-    assert (world.started, world.completed) == (301, 301)
-    assert world.ring[0].op == "broadcast" and world.ring[0].completed
-    assert len(world.ring) == 301

@@ -1,7 +1,6 @@
 """Two real gloo ranks issue thousands of small all_reduces per second under the agent while the
-agent probe reads their rings tick after tick: their rings grow with the rate, and every
-collective is accounted for, either read or counted as overwritten before it could be read
-(``GroupState.wrapped``)."""
+agent probe reads their rings tick after tick: every collective is accounted for, either read
+or counted as overwritten before it could be read (``GroupState.wrapped``)."""
 from __future__ import annotations
 
 import os
@@ -45,8 +44,9 @@ def _start(run_dir: Path, port: int, go: Path) -> list[subprocess.Popen[bytes]]:
 
 def _watch(probe: AgentStateProbe, ranks: list[RankProcess],
            procs: list[subprocess.Popen[bytes]], go: Path) -> dict[int, list[GroupState]]:
-    """Each rank's world group at every read, reading every 0.2 s until both ranks ended (and
-    once after); the ranks start their all_reduces once the probe has read both rings."""
+    """Each rank's world group at every read, reading every second (the watcher's tick) until
+    both ranks ended (and once after); the ranks start their all_reduces once the probe has
+    read both rings."""
     reads: dict[int, list[GroupState]] = {0: [], 1: []}
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
@@ -57,7 +57,7 @@ def _watch(probe: AgentStateProbe, ranks: list[RankProcess],
             go.touch()
         if done:
             return reads
-        time.sleep(0.2)
+        time.sleep(1.0)
     raise AssertionError("the ranks did not finish")
 
 
@@ -81,6 +81,6 @@ def test_every_collective_is_read_or_counted_as_wrapped(tmp_path):
         seen = {rec.seq for g in groups for rec in g.ring}
         assert seen <= set(range(1, last.started + 1))
         assert len(seen) + last.wrapped == last.started, rank
-        assert last.ring[-1].seq == last.started
-        assert len(last.ring) > RING_SLOTS     # the ring grew: it lapped within LAP_SECONDS
+        assert last.ring[-1].seq == last.started and len(last.ring) == RING_SLOTS
+        assert last.wrapped > 0, "the ring never wrapped between two reads: the test saw nothing"
         assert [g.wrapped for g in groups] == sorted(g.wrapped for g in groups)

@@ -35,7 +35,7 @@ def _patch(path: str, offset: int, data: bytes) -> None:
 
 
 def _entry_seq(path: str, seq: int) -> None:
-    _patch(path, statefile.SIZE, struct.pack("<Q", seq))   # collective 1 (the first ring)
+    _patch(path, statefile.entry_offset(0, 1), struct.pack("<Q", seq))
 
 
 def _append(path: str, size: int) -> None:
@@ -129,8 +129,8 @@ def test_counters_at_their_limit_still_fit_the_run_store(tmp_path):
     limit = 2**53
     writer.marker(limit, time.time())
     for slot in range(statefile.GROUP_SLOTS):
-        ring = writer.group_ring(slot, f"g{slot}")
-        _patch(writer.path, ring.entry_offset(1),
+        writer.group_ring(slot, f"g{slot}")
+        _patch(writer.path, statefile.entry_offset(slot, 1),
                struct.pack("<QQdd", limit, 1, 1.0, 2.0))
     writer.close()
     me = [RankProcess(0, os.getpid(), 0, ("python",))]
