@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import errno
 import math
-from dataclasses import dataclass
 import os
 import stat
+from dataclasses import dataclass
 
 from stalldoc.agent.statefile import (CUDA_OFFSET, DETAIL_OFFSET, DETAIL_TEXT_SIZE, ENGINE_ASLEEP,
                                       ENGINE_OFFSET, ENGINE_PARTLY_AWAKE, ENGINE_SLOTS, ENTRY,
@@ -101,14 +101,14 @@ def _read_group(buf: bytes, slot: int, before: RingCursor | None = None,
     floor = max(0, newest - RING_SLOTS)      # this and older numbers are overwritten
     if before is None or before.state.name != name or before.newest > newest:
         before = RingCursor(floor if first else 0, 0, GroupState(name, 0, 0, ()))
-    last = before.newest
-    kept = {r.seq: r for r in before.state.ring if r.seq > floor}
-    wanted = {s for s, r in kept.items() if not r.completed}
-    records = {}
-    for i, seq in enumerate(seqs):   # an entry torn by a concurrent write is not read
-        if seq > max(last, floor, 0) or seq in wanted:
-            records[seq] = _record(buf, base + i * ENTRY.size, name)
-    fresh = sum(1 for seq in records if seq > last)
+    last, mask = before.newest, RING_SLOTS - 1
+    # collective q sits at entry (q - 1) & mask; an entry overwritten, or torn by a concurrent
+    # write, holds another number and is not read
+    kept = {r.seq: r for r in before.state.ring if seqs[(r.seq - 1) & mask] == r.seq}
+    new = [q for q in range(max(last, floor) + 1, newest + 1) if seqs[(q - 1) & mask] == q]
+    records = {q: _record(buf, base + ((q - 1) & mask) * ENTRY.size, name)
+               for q in (*new, *(q for q, r in kept.items() if not r.completed))}
+    fresh = len(new)
     wrapped = before.wrapped + (newest - last) - fresh if newest > last else before.wrapped
     ring = tuple(r for _, r in sorted({**kept, **records}.items()))
     in_flight = sum(1 for record in ring if not record.completed)
