@@ -6,7 +6,10 @@ a baseline measured in the same run.
 
 1. Cost per collective: a collective with ``all_reduce``'s signature and an empty body, called
    wrapped and unwrapped in an agent-injected process, so the difference is the agent's own work
-   (recording entry and return in the mmap ring). A real gloo ``all_reduce`` (world 1) is timed
+   (recording entry and return in the mmap ring). The wrapper as it was before issue 17
+   (``wrap_before_i17.py``, with its fixed 64-entry ring writer) is timed in the same process,
+   interleaved, for the before / after ratio. Timed in CPU time of the calling thread (what the
+   agent costs the job; other processes' load on a shared machine stays out of the figure). A real gloo ``all_reduce`` (world 1) is timed
    too, for scale; its ~100 us jitter hides the agent, so it is not the figure to judge by.
 2. Step time, in one process: a 2-rank gloo loop whose agent is switched off and on in
    alternating blocks of steps (off = the wrapper's bypass), so both sides share the machine's
@@ -30,8 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from stalldoc.launch.inject import agent_environment  # noqa: E402
 
 MICRO = textwrap.dedent("""
-    import time, torch, torch.distributed as dist
+    import sys, time, torch, torch.distributed as dist
     from stalldoc.agent import collectives, runtime
+    sys.path.insert(0, %r)
+    import wrap_before_i17
     assert runtime.current() is not None, "agent not running"
     dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:%d")
     t = torch.ones(1)
@@ -40,18 +45,20 @@ MICRO = textwrap.dedent("""
     def empty():
         return None
     wrapped = collectives.wrap("all_reduce", all_reduce)
+    before = wrap_before_i17.wrap("all_reduce", all_reduce)
     real, real_raw = dist.all_reduce, dist.all_reduce.__wrapped__
-    def best(call, n):
-        times = []
-        for _ in range(9):
-            t0 = time.perf_counter()
+    cases = [(empty, 50000), (lambda: all_reduce(t), 50000), (lambda: wrapped(t), 50000),
+             (lambda: wrapped(t, group=None), 50000), (lambda: real_raw(t), 1000),
+             (lambda: real(t), 1000), (lambda: before(t), 50000),
+             (lambda: before(t, group=None), 50000)]
+    best = [float("inf")] * len(cases)
+    for _ in range(21):           # rounds over every case: a busy moment hits them all alike
+        for i, (call, n) in enumerate(cases):
+            t0 = time.thread_time()
             for _ in range(n):
                 call()
-            times.append((time.perf_counter() - t0) / n)
-        return min(times)
-    print(best(empty, 200000), best(lambda: all_reduce(t), 200000),
-          best(lambda: wrapped(t), 200000), best(lambda: wrapped(t, group=None), 200000),
-          best(lambda: real_raw(t), 3000), best(lambda: real(t), 3000))
+            best[i] = min(best[i], (time.thread_time() - t0) / n)
+    print(*best)
 """)
 
 LOOP = textwrap.dedent("""
@@ -120,12 +127,16 @@ def torchrun(script: Path, mode: str, agent: bool) -> list[float]:
 
 
 def per_collective() -> float:
-    empty, raw, wrapped, with_kw, real_raw, real = run(["-c", MICRO % free_port()], True)
+    script = MICRO % (str(Path(__file__).resolve().parent), free_port())
+    empty, raw, wrapped, with_kw, real_raw, real, before, before_kw = run(["-c", script], True)
     us = 1e6
     print(f"empty Python call on this machine: {empty * us:.3f} us (scale)")
-    print(f"agent cost per collective: {(wrapped - raw) * us:.2f} us positional, "
-          f"{(with_kw - raw) * us:.2f} us with group= keyword "
-          f"({(wrapped - raw) / empty:.0f}x an empty call; target <= 2 us)")
+    print("agent cost per collective (us)   positional  group= keyword")
+    print(f"  before (wrapper of 05e1991)    {(before - raw) * us:10.2f}  {(before_kw - raw) * us:14.2f}")
+    print(f"  now                            {(wrapped - raw) * us:10.2f}  {(with_kw - raw) * us:14.2f}")
+    print(f"  ratio now / before             {(wrapped - raw) / (before - raw):10.2f}  "
+          f"{(with_kw - raw) / (before_kw - raw):14.2f}   (target: now <= 2 us; "
+          f"{(wrapped - raw) / empty:.0f}x an empty call)")
     print(f"real gloo all_reduce (1 float, world 1): {real_raw * us:.1f} us raw, "
           f"{real * us:.1f} us wrapped (ratio {real / real_raw:.3f}, jitter-bound)")
     return with_kw - raw

@@ -318,6 +318,9 @@ class GroupState:
     started: int
     completed: int
     ring: tuple[CollectiveRecord, ...]
+    # collectives of the group never read: overwritten in the agent's ring before the watcher's
+    # next read (counted from its first read of the ring on; 0 for a one-shot read)
+    wrapped: int = 0
 
 
 @dataclass(frozen=True)

@@ -81,49 +81,67 @@ def _ring_of(agent: runtime.Agent, group: Any) -> statefile.GroupRing:
     return ring
 
 
-def _recorder(op: str, fn: Callable[..., Any]) -> Callable[[Any, tuple, dict], tuple[Any, int]]:
-    """A function that records one call of collective ``fn`` in its group's ring and returns
-    (ring, offset of the entry). Where the payload, group and async flag sit is read once from
-    ``fn``'s signature and bound as closure constants: this runs inside every collective."""
+def _site(op: str, fn: Callable[..., Any]) -> tuple[str | None, Callable[..., tuple[int, bytes]],
+                                                  int, int, int]:
+    """Where ``fn`` takes its payload (name, measure, position), group and async flag: read once
+    from its signature and bound into the wrapper as closure constants."""
     params = list(inspect.signature(fn).parameters)
-    name = op.encode()[:23]
     payload = next((p for p in _PAYLOAD_PARAMS if p in params), None)
     measure = _objects if payload in _OBJECT_PARAMS else _payload
-    at_payload = params.index(payload) if payload else _ABSENT
-    at_group = params.index("group") if "group" in params else _ABSENT
-    at_async = params.index("async_op") if "async_op" in params else _ABSENT
-    always_async = op in _ALWAYS_ASYNC
-    clock = time.time
-
-    def record(agent: Any, args: tuple, kwargs: dict) -> tuple[Any, int]:
-        count = len(args)
-        numel, dtype = (_NOTHING if payload is None else
-                        measure(args[at_payload] if at_payload < count else kwargs.get(payload)))
-        group = args[at_group] if at_group < count else kwargs.get("group")
-        ring = agent.rings.get(id(group)) or _ring_of(agent, group)
-        is_async = always_async or (args[at_async] if at_async < count
-                                    else kwargs.get("async_op", False))
-        entry = ring.enter(name, numel, dtype, _ASYNC if is_async else 0, clock())
-        cuda = agent.cuda
-        if cuda is not None:
-            cuda.mark("collective", name, ring.started)
-        return ring, entry
-
-    return record
+    at = {name: params.index(name) if name in params else _ABSENT
+          for name in (payload or "", "group", "async_op")}
+    return payload, measure, at[payload or ""], at["group"], at["async_op"]
 
 
 def wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A drop-in replacement for collective ``fn`` that records it in the ring."""
-    record = _recorder(op, fn)
+    """A drop-in replacement for collective ``fn`` that records it in its group's ring.
+
+    The hot path is one frame: the entry is packed into the mmap straight from here (no
+    ``GroupRing`` method calls, no tuples built), and a tensor's dtype name comes from a dict
+    keyed by the dtype object."""
+    payload, measure, at_payload, at_group, at_async = _site(op, fn)
+    name = op.encode()[:23]
+    flags = _ASYNC if op in _ALWAYS_ASYNC else 0
     local = _local
     clock = time.time
+    pack_entry = statefile.ENTRY.pack_into
+    pack_done = statefile.F64.pack_into
+    mask, size = statefile.RING_MASK, statefile.ENTRY.size
+    dtypes = _dtype_names
+    tensor = payload is not None and measure is _payload
+    last: list[Any] = [None, _NOTHING, None]   # agent, group, ring of the previous call
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         agent = runtime._AGENT
         if agent is None or not agent.enabled or local.depth:
             return fn(*args, **kwargs)
         try:
-            ring, entry = record(agent, args, kwargs)
+            count = len(args)
+            if not tensor:
+                numel, dtype = (_NOTHING if payload is None else
+                                measure(args[at_payload] if at_payload < count
+                                        else kwargs.get(payload)))
+            else:
+                value = args[at_payload] if at_payload < count else kwargs.get(payload)
+                try:
+                    numel, dtype = value.numel(), dtypes[value.dtype]
+                except (AttributeError, KeyError, TypeError):
+                    numel, dtype = measure(value)
+            group = (args[at_group] if at_group < count
+                     else kwargs.get("group") if kwargs else None)
+            if group is last[1] and agent is last[0]:
+                ring = last[2]
+            else:
+                ring = agent.rings.get(id(group)) or _ring_of(agent, group)
+                last[:] = agent, group, ring
+            seq = ring.started = ring.started + 1
+            offset = ring.base + ((seq - 1) & mask) * size
+            pack_entry(ring.buf, offset, seq, numel, clock(), 0.0, name, dtype,
+                       flags or (_ASYNC if (args[at_async] if at_async < count
+                                            else kwargs.get("async_op") if kwargs else 0)
+                                  else 0))
+            if agent.cuda is not None:
+                agent.cuda.mark("collective", name, seq)
         except Exception as exc:  # noqa: BLE001 - never into the job
             agent.fail(exc)
             return fn(*args, **kwargs)
@@ -133,7 +151,7 @@ def wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             local.depth = 0
             try:
-                ring.exit(entry, clock())
+                pack_done(ring.buf, offset + 24, clock())
             except Exception as exc:  # noqa: BLE001
                 agent.fail(exc)
 

@@ -9,6 +9,7 @@ import errno
 import math
 import os
 import stat
+from dataclasses import dataclass
 
 from stalldoc.agent.statefile import (C10D_OFFSET, _C10D)
 from stalldoc.agent.statefile import (CUDA_OFFSET, DETAIL_OFFSET, DETAIL_TEXT_SIZE, ENGINE_ASLEEP,
@@ -63,22 +64,57 @@ def _cstr(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
-def _read_group(buf: bytes, slot: int) -> GroupState | None:
+_SEQ_STRIDE = ENTRY.size // 8          # an entry's sequence number is its first 8-byte word
+_RING_BYTES = RING_SLOTS * ENTRY.size
+
+
+@dataclass(frozen=True)
+class RingCursor:
+    """What a reader has read of one group's ring: the newest sequence number, how many it
+    never read (``GroupState.wrapped``), and the group's state then."""
+
+    newest: int
+    wrapped: int
+    state: GroupState
+
+
+def _record(buf: bytes, offset: int, name: str) -> CollectiveRecord:
+    seq, numel, t0, t1, op, dtype, flags = ENTRY.unpack_from(buf, offset)
+    return CollectiveRecord(name, seq, _cstr(op), _count("numel", numel), _cstr(dtype),
+                            _seconds("collective entered", t0),
+                            _seconds("collective completed", t1) if t1 > 0.0 else None,
+                            bool(flags & FLAG_ASYNC))
+
+
+def _read_group(buf: bytes, slot: int, before: RingCursor | None = None,
+                first: bool = True) -> RingCursor | None:
+    """Group ``slot``'s ring, decoding only the entries ``before`` has not read (new ones, and
+    pending ones, which may have completed since). ``first``: the reader never read this file
+    before, so what the ring lost until now is not counted as wrapped (the watcher was not
+    looking); a group that appears later is counted from its first collective."""
     offset = GROUP_OFFSET + slot * GROUP_SIZE
     name = _cstr(_GROUP_HEADER.unpack_from(buf, offset)[0])
     if not name:
         return None
-    entries = sorted(ENTRY.unpack_from(buf, offset + GROUP_HEADER_SIZE + i * ENTRY.size)
-                     for i in range(RING_SLOTS))
-    started = _count("collective sequence", entries[-1][0])
-    ring = tuple(CollectiveRecord(name, s, _cstr(op), _count("numel", numel), _cstr(dtype),
-                                  _seconds("collective entered", t0),
-                                  _seconds("collective completed", t1) if t1 > 0.0 else None,
-                                  bool(flags & FLAG_ASYNC))
-                 for s, numel, t0, t1, op, dtype, flags in entries
-                 if s > 0 and s > started - RING_SLOTS)  # empty, or torn by a concurrent write
+    base = offset + GROUP_HEADER_SIZE
+    seqs = memoryview(buf)[base : base + _RING_BYTES].cast("Q")[::_SEQ_STRIDE].tolist()
+    newest = _count("collective sequence", max(seqs))
+    floor = max(0, newest - RING_SLOTS)      # this and older numbers are overwritten
+    if before is None or before.state.name != name or before.newest > newest:
+        before = RingCursor(floor if first else 0, 0, GroupState(name, 0, 0, ()))
+    last, mask = before.newest, RING_SLOTS - 1
+    # collective q sits at entry (q - 1) & mask; an entry overwritten, or torn by a concurrent
+    # write, holds another number and is not read
+    kept = {r.seq: r for r in before.state.ring if seqs[(r.seq - 1) & mask] == r.seq}
+    new = [q for q in range(max(last, floor) + 1, newest + 1) if seqs[(q - 1) & mask] == q]
+    records = {q: _record(buf, base + ((q - 1) & mask) * ENTRY.size, name)
+               for q in (*new, *(q for q, r in kept.items() if not r.completed))}
+    fresh = len(new)
+    wrapped = before.wrapped + (newest - last) - fresh if newest > last else before.wrapped
+    ring = tuple(r for _, r in sorted({**kept, **records}.items()))
     in_flight = sum(1 for record in ring if not record.completed)
-    return GroupState(name, started, started - in_flight, ring)
+    return RingCursor(max(newest, last), wrapped,
+                      GroupState(name, newest, newest - in_flight, ring, wrapped))
 
 
 def _read_phases(buf: bytes) -> tuple[int, tuple[PhaseRecord, ...]]:
@@ -139,9 +175,10 @@ def _read_c10d(buf: bytes) -> tuple[int, float]:
     return _count("c10d collectives", issued), _seconds("c10d rose at", rose_at)
 
 
-def parse_state(buf: bytes) -> AgentSnapshot:
+def parse_state(buf: bytes, rings: RingReader | None = None) -> AgentSnapshot:
     """Decode a state file's bytes; raises StateFileError for a foreign, newer or damaged file
-    (a number no agent writes)."""
+    (a number no agent writes). ``rings``: the reader's cursors of this file's rings, for an
+    incremental read (updated only when the whole file decodes)."""
     if len(buf) < SIZE:
         raise StateFileError(f"state file is {len(buf)} bytes, expected {SIZE}")
     (magic, version, status, pid, rank, local_rank, world, started, heartbeat, marker_seq,
@@ -153,20 +190,67 @@ def parse_state(buf: bytes) -> AgentSnapshot:
                              f"{', '.join(map(str, READABLE_VERSIONS))} (writes {VERSION})")
     stack_text = _decode_text(buf, PHASE_STACK_OFFSET, PHASE_STACK_SIZE)
     count, phases = _read_phases(buf)
-    groups = tuple(g for g in (_read_group(buf, s) for s in range(GROUP_SLOTS)) if g is not None)
+    cursors = [_read_group(buf, s, *(rings.before(s) if rings else (None, True)))
+               for s in range(GROUP_SLOTS)]
+    groups = tuple(c.state for c in cursors if c is not None)
     cuda = _read_cuda(buf)
     signum, dev, ino, startup, comm = _IDENTITY.unpack_from(buf, IDENTITY_OFFSET)
     identity = AgentIdentity(signum, dev, ino, _seconds("start-up", startup), _cstr(comm))
     c10d_issued, c10d_rose_at = _read_c10d(buf)
-    return AgentSnapshot(pid, rank, local_rank, world, status, _seconds("start", started),
-                         _seconds("heartbeat", heartbeat), _count("marker sequence", marker_seq),
-                         _seconds("last marker", marker_at),
-                         exit_code if exit_code >= 0 else None,
-                         tuple(p for p in stack_text.split("/") if p),
-                         _decode_text(buf, ERROR_OFFSET, ERROR_SIZE), count, phases, groups, cuda,
-                         identity, *((_read_detail(buf), _read_engines(buf)) if version >= 4
-                                     else (None, ())),
-                         c10d_issued=c10d_issued, c10d_rose_at=c10d_rose_at)
+    snapshot = AgentSnapshot(pid, rank, local_rank, world, status, _seconds("start", started),
+                             _seconds("heartbeat", heartbeat),
+                             _count("marker sequence", marker_seq),
+                             _seconds("last marker", marker_at),
+                             exit_code if exit_code >= 0 else None,
+                             tuple(p for p in stack_text.split("/") if p),
+                             _decode_text(buf, ERROR_OFFSET, ERROR_SIZE), count, phases, groups,
+                             cuda, identity,
+                             *((_read_detail(buf), _read_engines(buf)) if version >= 4
+                               else (None, ())),
+                             c10d_issued=c10d_issued, c10d_rose_at=c10d_rose_at)
+    if rings is not None:
+        rings.advance(cursors)
+    return snapshot
+
+
+class RingReader:
+    """One state file's collective rings read incrementally, tick after tick: each read decodes
+    only the entries added since the last one (and re-reads pending ones), and counts exactly the
+    collectives that were overwritten before they could be read (``GroupState.wrapped``)."""
+
+    def __init__(self) -> None:
+        self._cursors: list[RingCursor | None] = [None] * GROUP_SLOTS
+        self._first = True
+
+    def before(self, slot: int) -> tuple[RingCursor | None, bool]:
+        return self._cursors[slot], self._first
+
+    def advance(self, cursors: list[RingCursor | None]) -> None:
+        self._cursors, self._first = cursors, False
+
+
+class IncrementalReader:
+    """State files read tick after tick, each with its rings' cursors (kept per file and the
+    agent that wrote it: a pid reused by a new agent starts afresh)."""
+
+    def __init__(self) -> None:
+        self._rings: dict[str, tuple[float, int, RingReader]] = {}
+
+    def read(self, path: str) -> AgentSnapshot:
+        buf = _read_file(path, SIZE)
+        if len(buf) < _HEADER.size:
+            return parse_state(buf)
+        head = _HEADER.unpack_from(buf, 0)
+        key = (head[7], head[3])    # the agent's start time and pid
+        known = self._rings.get(path)
+        if known is None or known[:2] != key:
+            known = self._rings[path] = (*key, RingReader())
+        return parse_state(buf, known[2])
+
+    def keep_only(self, paths: set[str]) -> None:
+        """Forget the files not in ``paths`` (their ranks ended or left)."""
+        for path in set(self._rings) - paths:
+            del self._rings[path]
 
 
 def read_state(path: str) -> AgentSnapshot:

@@ -70,9 +70,9 @@ GROUP_SIZE = GROUP_HEADER_SIZE + RING_SLOTS * ENTRY.size
 SIZE = GROUP_OFFSET + GROUP_SLOTS * GROUP_SIZE
 
 FLAG_ASYNC = 1
-_F64 = struct.Struct("<d")
+F64 = _F64 = struct.Struct("<d")
 _ENTRY_SIZE = ENTRY.size
-_RING_MASK = RING_SLOTS - 1  # RING_SLOTS is a power of two
+RING_MASK = _RING_MASK = RING_SLOTS - 1  # RING_SLOTS is a power of two
 _U64 = struct.Struct("<Q")
 CUDA_OFFSET = 3584
 _CUDA = struct.Struct("<B7xqqqqqdQQdd40s40s")
@@ -188,23 +188,23 @@ class GroupRing:
     """Writes one process group's collectives: the entry on enter, its completion time on return.
     One ``pack_into`` each way, since it runs inside every collective of the job."""
 
-    __slots__ = ("_buf", "_ring", "started")
+    __slots__ = ("buf", "base", "started")
 
     def __init__(self, buf: mmap.mmap, group_offset: int) -> None:
-        self._buf = buf
-        self._ring = group_offset + GROUP_HEADER_SIZE
+        self.buf = buf
+        self.base = group_offset + GROUP_HEADER_SIZE   # offset of the ring's first entry
         self.started = 0
 
     def enter(self, op: bytes, numel: int, dtype: bytes, flags: int, now: float) -> int:
         """Record the start of the next collective; returns the offset of its entry."""
         seq = self.started = self.started + 1
-        offset = self._ring + ((seq - 1) & _RING_MASK) * _ENTRY_SIZE
-        ENTRY.pack_into(self._buf, offset, seq, numel, now, 0.0, op, dtype, flags)
+        offset = self.base + ((seq - 1) & _RING_MASK) * _ENTRY_SIZE
+        ENTRY.pack_into(self.buf, offset, seq, numel, now, 0.0, op, dtype, flags)
         return offset
 
     def exit(self, offset: int, now: float) -> None:
         """Record that the collective entered at ``offset`` returned."""
-        _F64.pack_into(self._buf, offset + 24, now)
+        _F64.pack_into(self.buf, offset + 24, now)
 
 
 def entry_offset(slot: int, seq: int) -> int:

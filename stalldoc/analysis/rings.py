@@ -2,7 +2,7 @@
 and where ranks disagree on what collective number N is."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord
@@ -18,6 +18,7 @@ class MissingFromCollective:
     op: str
     waiting: dict[int, CollectiveRecord]
     missing: tuple[int, ...]
+    wrapped: dict[int, int] = field(default_factory=dict)   # rank -> collectives never read
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Mismatch:
     group: str
     seq: int
     calls: dict[int, tuple[str, int, str]]
+    wrapped: dict[int, int] = field(default_factory=dict)   # rank -> collectives never read
 
 
 def _by_group(agents: Mapping[int, AgentSnapshot]) -> dict[str, dict[int, AgentSnapshot]]:
@@ -35,6 +37,19 @@ def _by_group(agents: Mapping[int, AgentSnapshot]) -> dict[str, dict[int, AgentS
         for group in agent.groups:
             groups.setdefault(group.name, {})[rank] = agent
     return groups
+
+
+def wrapped_of(groups: Mapping[int, GroupState]) -> dict[int, int]:
+    """Rank → how many collectives of its group the watcher never read (its ring overwrote
+    them between two reads), for the ranks where that happened."""
+    return {rank: group.wrapped for rank, group in sorted(groups.items()) if group.wrapped}
+
+
+def wrapped_evidence(wrapped: Mapping[int, int]) -> dict[str, dict[str, int]]:
+    """A finding's ``wrapped_collectives`` evidence (rank → collectives never read); nothing
+    when every collective was read."""
+    return {"wrapped_collectives": {str(r): n for r, n in sorted(wrapped.items())}} if wrapped \
+        else {}
 
 
 def groups_by_rank(agents: Mapping[int, AgentSnapshot]) -> dict[int, Sequence[GroupState]]:
@@ -71,7 +86,8 @@ def missing_ranks(ranks: Mapping[int, Sequence[GroupState]], live: set[int]
         missing = tuple(sorted(r for r in expected - set(waiting)
                                if started.get(r, 0) < first.seq))
         if missing:
-            out.append(MissingFromCollective(name, first.seq, first.op, waiting, missing))
+            out.append(MissingFromCollective(name, first.seq, first.op, waiting, missing,
+                                             wrapped_of(members)))
     return out
 
 
@@ -92,7 +108,8 @@ def left_early(agents: Mapping[int, AgentSnapshot], live: set[int], gone: set[in
         missing = tuple(sorted(r for r in expected
                                if (groups[r].started if r in groups else 0) < first.seq))
         if missing:
-            out.append(MissingFromCollective(name, first.seq, first.op, waiting, missing))
+            out.append(MissingFromCollective(name, first.seq, first.op, waiting, missing,
+                                             wrapped_of(groups)))
     return out
 
 
@@ -113,14 +130,15 @@ def mismatches(agents: Mapping[int, AgentSnapshot]) -> list[Mismatch]:
     out = []
     for name, members in _by_group(agents).items():
         calls: dict[int, dict[int, CollectiveRecord]] = {}
-        for rank, agent in members.items():
-            group = next(g for g in agent.groups if g.name == name)
+        groups = {r: next(g for g in a.groups if g.name == name) for r, a in members.items()}
+        for rank, group in groups.items():
             for rec in group.ring:
                 calls.setdefault(rec.seq, {})[rank] = rec
         for seq in sorted(calls):
             seen = calls[seq]
             if len(seen) > 1 and len({_comparable(rec) for rec in seen.values()}) > 1:
                 out.append(Mismatch(name, seq, {r: (rec.op, rec.numel, rec.dtype)
-                                                for r, rec in sorted(seen.items())}))
+                                                for r, rec in sorted(seen.items())},
+                                    wrapped_of(groups)))
                 break
     return out

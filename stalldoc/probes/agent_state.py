@@ -10,7 +10,8 @@ import psutil
 
 from stalldoc.agent.statefile import state_path
 from stalldoc.agent.versions import versions_path
-from stalldoc.agent.state_reader import AgentSnapshot, StateFileError, read_started_at, read_state
+from stalldoc.agent.state_reader import (AgentSnapshot, IncrementalReader, StateFileError,
+                                         read_started_at, read_state)
 from stalldoc.model import RankProcess
 
 
@@ -32,6 +33,7 @@ class AgentStateProbe:
     def __init__(self, directory: str | None) -> None:
         self.directory = directory
         self._odd_names = 0    # at the last listing of the directory
+        self._files = IncrementalReader()   # each rank's rings: only new entries are decoded
 
     def pids_with_state(self) -> set[int]:
         """Processes that started an agent (whether or not they are ranks)."""
@@ -54,13 +56,15 @@ class AgentStateProbe:
         if not self.directory:
             return AgentRead({})
         out, refused = {}, 0
-        for rank in ranks:
+        paths = [(rank.rank, state_path(self.directory, rank.pid)) for rank in ranks]
+        for rank, path in paths:
             try:
-                out[rank.rank] = read_state(state_path(self.directory, rank.pid))
+                out[rank] = self._files.read(path)
             except StateFileError:
                 refused += 1
             except OSError:
                 continue
+        self._files.keep_only({path for _, path in paths})
         return AgentRead(out, refused + self._odd_names)
 
     def sample(self, ranks: list[RankProcess]) -> dict[int, AgentSnapshot]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from stalldoc.analysis.flight_recorder import FlightGap, flight_gaps
-from stalldoc.analysis.rings import MissingFromCollective, groups_by_rank, missing_ranks
+from stalldoc.analysis.rings import (MissingFromCollective, groups_by_rank, missing_ranks,
+                                     wrapped_evidence)
 from stalldoc.analysis.stacks import in_collective, is_library
 from stalldoc.model import FlightEntry, Finding, Severity, Window
 from stalldoc.rules.base import Rule, describe, join_ranks, rank_evidence
@@ -33,7 +34,9 @@ class RankOutsideCollective(Rule):
         first), its user frame, phase, and seconds without progress; ``source`` ("agent",
         "flight_recorder" or "stacks"); from the Flight Recorder also the missing ranks, the
         waiting ranks' Python frames of the collective (when the dumps hold frames; else the
-        first waiting rank's user frame from its stack) and ranks that sent no dump.
+        first waiting rank's user frame from its stack) and ranks that sent no dump; from the
+        agent, ``wrapped_collectives``: per rank, the collectives of the group its agent's ring
+        overwrote before the watcher read them (only when some were).
 
     Fix
         Look at the culprit's frame and find out why it is there instead of in the collective: a
@@ -78,7 +81,8 @@ class RankOutsideCollective(Rule):
                     "group": gap.group, "seq": gap.seq, "op": gap.op, "waiting_ranks": waiting,
                     "waiting_at": {str(r): {"seq": rec.seq, "op": rec.op}
                                    for r, rec in sorted(gap.waiting.items())},
-                    "culprits": {str(r): evidence_of(window, r) for r in gap.missing}}
+                    "culprits": {str(r): evidence_of(window, r) for r in gap.missing},
+                    **wrapped_evidence(gap.wrapped)}
         if window.cluster is not None:
             evidence["nodes"] = {str(r): node_tag(window, r)[2:-1]
                                  for r in sorted({*gap.missing, *waiting})}

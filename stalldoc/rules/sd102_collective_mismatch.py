@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.analysis.rings import mismatches
+from stalldoc.analysis.rings import mismatches, wrapped_evidence
 from stalldoc.model import Finding, Severity, Window
 from stalldoc.rules.base import Rule, join_ranks, rank_evidence
 
@@ -21,7 +21,10 @@ class CollectiveMismatch(Rule):
         hangs, crashes with a size error, or silently corrupts tensors.
 
     Evidence
-        group, seq, and each rank's (op, numel, dtype) for that call; frames of the odd ranks.
+        group, seq, and each rank's (op, numel, dtype) for that call; frames of the odd ranks;
+        ``wrapped_collectives``: per rank, the collectives of the group its agent's ring
+        overwrote before the watcher read them (only when some were: an earlier mismatch may
+        have been among them).
 
     Fix
         Make every rank issue the same sequence of collectives: find the code path that differs
@@ -51,4 +54,5 @@ class CollectiveMismatch(Rule):
                 **rank_evidence(window, (odd or sorted(mismatch.calls))[0]),
                 "group": mismatch.group, "seq": mismatch.seq,
                 "calls": {str(r): {"op": c[0], "numel": c[1], "dtype": c[2]}
-                          for r, c in mismatch.calls.items()}})
+                          for r, c in mismatch.calls.items()},
+                **wrapped_evidence(mismatch.wrapped)})

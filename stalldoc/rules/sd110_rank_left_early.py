@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.analysis.rings import left_early
+from stalldoc.analysis.rings import left_early, wrapped_evidence
 from stalldoc.model import Finding, RankExit, Severity, Window
 from stalldoc.rules.base import Rule, join_ranks, phase_of
 
@@ -35,7 +35,8 @@ class RankLeftEarly(Rule):
         the rank, its pid, exit status or signal and where it was read (``source``: proc, relay,
         launcher-log, agent; unknown when the launcher reaped the rank first), seconds between its
         end and the stall, its last phase and last collective; the group, op and sequence number
-        the others wait in.
+        the others wait in; ``wrapped_collectives``: per rank, the collectives of the group its
+        agent's ring overwrote before the watcher read them (only when some were).
 
     Fix
         Make every rank run the same number of steps (even data shards: DistributedSampler with
@@ -69,4 +70,5 @@ class RankLeftEarly(Rule):
                 "exits": {str(e.rank): {"pid": e.pid, "exit_code": e.exit_code,
                                         "signal": e.signal, "source": e.source,
                                         "seconds_before": round(
-                                            window.now - e.t, 1)} for e in gone}})
+                                            window.now - e.t, 1)} for e in gone},
+                **wrapped_evidence(gap.wrapped)})

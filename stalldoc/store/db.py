@@ -68,7 +68,8 @@ class RunStore:
         self.pruned_stacks = 0
         self._phase_keys: dict[int, set[tuple[str, float]]] = {}
         self._collective_keys: dict[int, dict[tuple[str, int, float], bool]] = {}  # -> completed
-        self.dropped_collectives = 0
+        self.dropped_collectives = 0    # past the cap per tick, or never read (wrapped rings)
+        self._wrapped: dict[tuple[int, str], int] = {}   # (rank, group) -> GroupState.wrapped
         self.collectives_until = 0.0
         self._gpu_seen: dict[int, float] = {}      # GPU -> time of its last sample
         self.write_errors = 0
@@ -173,7 +174,13 @@ class RunStore:
     def add_collectives(self, rank: int, groups: Iterable[Any]) -> None:
         """The collectives in a rank's rings (``GroupState.ring``: the same ones come back tick
         after tick): each new one stored (a pending one too), a stored pending one updated when
-        it completes; at most the policy's newest new ones per tick, the others counted."""
+        it completes; at most the policy's newest new ones per tick, the others counted, and so
+        are those a rank's ring overwrote before the watcher read them."""
+        groups = list(groups)
+        for g in groups:
+            before = self._wrapped.get((rank, g.name), 0)
+            self.dropped_collectives += max(0, g.wrapped - before)
+            self._wrapped[(rank, g.name)] = max(before, g.wrapped)
         current = {(c.group, c.seq, c.entered_at): c for g in groups for c in g.ring}
         seen = self._collective_keys.get(rank, {})
         new = sorted((c for key, c in current.items() if key not in seen),

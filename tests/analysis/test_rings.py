@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import dataclasses
+
 from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord, GroupState
-from stalldoc.analysis.rings import groups_by_rank, mismatches, missing_ranks
+from stalldoc.analysis.rings import groups_by_rank, mismatches, missing_ranks, wrapped_evidence
 
 
 def snapshot(rank: int, calls: list[tuple[str, int, str, bool]], group: str = "world"
@@ -50,3 +52,19 @@ def test_uneven_all_to_all_splits_are_not_a_mismatch_but_another_op_is():
     [mismatch] = mismatches(agents)
     assert mismatch.calls == {0: ("all_to_all_single", 96, "bfloat16"),
                               1: ("all_reduce", 160, "bfloat16")}
+
+
+def _wrapped(agent: AgentSnapshot, count: int) -> AgentSnapshot:
+    return dataclasses.replace(agent, groups=(dataclasses.replace(agent.groups[0], wrapped=count),))
+
+
+def test_collectives_a_ring_overwrote_unread_are_carried_to_the_evidence():
+    ok, stuck = ("all_reduce", 4, "float32", True), ("all_reduce", 4, "float32", False)
+    agents = {0: _wrapped(snapshot(0, [ok, stuck]), 120), 1: snapshot(1, [ok])}
+    [gap] = missing_ranks(groups_by_rank(agents), {0, 1})
+    assert (gap.missing, gap.wrapped) == ((1,), {0: 120})
+    assert wrapped_evidence(gap.wrapped) == {"wrapped_collectives": {"0": 120}}
+    assert wrapped_evidence({}) == {}
+    agents[1] = snapshot(1, [ok, ("broadcast", 4, "float32", False)])
+    [mismatch] = mismatches(agents)
+    assert mismatch.wrapped == {0: 120}

@@ -69,6 +69,22 @@ def test_at_most_the_newest_per_tick_and_pending_ones_always(tmp_path):
     assert meta["dropped_collectives"] == str(64 - 11)
 
 
+def test_collectives_a_ring_overwrote_before_they_were_read_count_as_dropped(tmp_path):
+    """``GroupState.wrapped`` grows from read to read: each collective is counted once."""
+    store = RunStore(tmp_path, RetentionPolicy(collectives_per_rank_tick=100))
+    for t, wrapped in ((1, 0), (2, 36), (3, 36), (4, 500)):
+        ring = tuple(call(s, T0 + t + s * 1e-6) for s in range(wrapped + 1, wrapped + 65))
+        tick = tick_with(T0 + t, ring, ranks=1)
+        [(rank, agent)] = tick.agents.items()
+        groups = (dataclasses.replace(agent.groups[0], wrapped=wrapped),)
+        store.add_tick(dataclasses.replace(tick, agents={rank: dataclasses.replace(
+            agent, groups=groups)}))
+    store.end_run(T0 + 5, 0)
+    store.close()
+    meta = dict(sqlite3.connect(tmp_path / "run.db").execute("SELECT key, value FROM meta"))
+    assert meta["dropped_collectives"] == "500"
+
+
 def test_retention_drops_old_calls_but_not_a_pending_one_nor_a_stalls_lead_up(tmp_path):
     store = RunStore(tmp_path, RetentionPolicy(bucket_seconds=60, collectives_seconds=120,
                                                collectives_before=30))

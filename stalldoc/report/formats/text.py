@@ -161,7 +161,8 @@ _COSTS = (   # a RunInfo count, and what it means for the user
     ("pruned_stall_stacks", "stacks  : kept for the first and latest stalls; {} stall(s) in "
                             "between without them"),
     ("dropped_collectives", "store   : {} collective call(s) not kept (more than the store's "
-                            "cap per rank and tick)"),
+                            "cap per rank and tick, or overwritten in a rank's ring before the "
+                            "watcher read it)"),
     ("tick_errors", "watcher : {} tick(s) skipped on an internal error (stalldoc-errors.log)"))
 
 
