@@ -38,27 +38,32 @@ def _address(text: str, family: int) -> tuple[str, int]:
     return socket.inet_ntop(family, ordered), int(port, 16)
 
 
-def parse_table(text: str, family: int) -> dict[int, TcpSocket]:
-    """One /proc/net/tcp{,6} file → socket inode → socket."""
+def parse_table(text: str, family: int, wanted: set[int] | None = None) -> dict[int, TcpSocket]:
+    """One /proc/net/tcp{,6} file → socket inode → socket (only the ``wanted`` inodes, if given:
+    the others' addresses are not decoded)."""
     out = {}
     for line in text.splitlines()[1:]:
         fields = line.split()
         if len(fields) < 10 or not fields[9].isdigit():
             continue
+        inode = int(fields[9])
+        if wanted is not None and inode not in wanted:
+            continue
         remote = _address(fields[2], family)
-        out[int(fields[9])] = TcpSocket(_address(fields[1], family),
-                                        remote if remote[1] else None, fields[3])
+        out[inode] = TcpSocket(_address(fields[1], family), remote if remote[1] else None,
+                               fields[3])
     return out
 
 
-def socket_table() -> dict[int, TcpSocket] | None:
-    """Every TCP socket of this network namespace by inode; None where /proc has no table."""
+def socket_table(wanted: set[int] | None = None) -> dict[int, TcpSocket] | None:
+    """The TCP sockets of this network namespace by inode (only the ``wanted`` ones, if given);
+    None where /proc has no table."""
     table: dict[int, TcpSocket] = {}
     found = False
     for path, family in _TABLES:
         try:
             with open(path) as handle:
-                table.update(parse_table(handle.read(), family))
+                table.update(parse_table(handle.read(), family, wanted))
             found = True
         except (OSError, ValueError):
             continue
@@ -93,10 +98,12 @@ def _from_psutil(pid: int) -> list[TcpSocket]:
 
 def sockets_by_pid(pids: Iterable[int]) -> dict[int, list[TcpSocket]]:
     """Each process's TCP sockets, the table read once for all of them."""
-    table = socket_table()
-    if table is None:
+    if not os.path.exists(_TABLES[0][0]):   # no /proc (not Linux)
         return {pid: _from_psutil(pid) for pid in set(pids)}
-    return {pid: [table[i] for i in socket_inodes(pid) if i in table] for pid in set(pids)}
+    inodes = {pid: socket_inodes(pid) for pid in set(pids)}
+    wanted = set().union(*inodes.values())
+    table = (socket_table(wanted) if wanted else {}) or {}
+    return {pid: [table[i] for i in found if i in table] for pid, found in inodes.items()}
 
 
 def external_peers(ranks: Iterable[RankProcess], job_pids: Iterable[int]
