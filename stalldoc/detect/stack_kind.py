@@ -104,7 +104,12 @@ def is_library(filename: str) -> bool:
 
 
 def _is_own(thread: ThreadStack) -> bool:
-    return bool(thread.frames) and any(_OWN in f.filename for f in thread.frames)
+    """A thread stalldoc's agent started (its heartbeat): its outermost frame outside
+    threading.py is the agent's. A job's thread that passes through the agent (a collective
+    wrapped by it) is the job's."""
+    outer = next((f for f in reversed(thread.frames)
+                  if not f.filename.endswith(f"{os.sep}threading.py")), None)
+    return outer is not None and _OWN in outer.filename
 
 
 def frame_wait(frame: Frame) -> str:
