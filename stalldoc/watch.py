@@ -255,8 +255,10 @@ class Watcher:
                                      self.found)
         agents = sample.agents
         self.history.add(sample)
-        for stacks in self.background.done():
-            self.tracker.stack_seen(stacks.rank, stacks, stacks.t)
+        for stacks in self.background.done():   # taken off the tick since the last one
+            rank = self.ranks.get(stacks.rank)
+            if rank is not None and rank.pid == stacks.pid:   # not a process since replaced
+                self.tracker.stack_seen(stacks.rank, stacks, stacks.t)
         self._drain_logs()
         self.tracker.observe(now, agents, sample.host, gpu_util_by_rank(sample))
         self.cluster.refresh(now, self.tracker.quiet_for(now), self.tracker.threshold(),

@@ -183,3 +183,22 @@ def test_everyone_waits_for_a_rank_that_left_early(run_watch, nproc, stuck):
     left = finding["evidence"]["exits"][str(stuck)]
     assert left["exit_code"] == 0 or (left["exit_code"] is None and left["source"] == "unknown"), left
     assert sorted(r["rank"] for r in result.report()["ranks"]) == list(range(nproc))
+
+
+def test_busy_background_thread_does_not_hide_the_hang(run_watch):
+    # GIVEN rank 1 stuck on a silent server, rank 0 waiting in all_reduce, and on every rank a
+    # metrics thread always on the CPU, in changing functions (the rank is busy, a thread works)
+    env = {"HANG": "socket_read", "HANG_RANK": "1", "HANG_FUNC": "request_reward_score",
+           "BUSY_THREAD": "1"}
+    with silent_server() as port:
+        result = run_watch(torchrun(2, "hang_kinds.py"), "--on-stall", "kill",
+                           env={**env, "SERVER_PORT": str(port)}, timeout=200)
+    # THEN the main threads decide: the hang is named in time, the ranks seen spinning in a wait
+    assert result.code == 124, result.stderr
+    [finding] = result.findings("SD101")
+    assert finding["ranks"] == [1]
+    assert finding["evidence"]["frame"].startswith("request_reward_score ("), finding["evidence"]
+    entered = float(re.search(r"hang starts at ([\d.]+)", result.stdout).group(1))
+    [stall] = result.report()["stalls"]
+    assert stall["detected_at"] - entered <= float(STALL_TIMEOUT) + 5, (stall, entered)
+    assert all(w["verdict"] == "idle" for w in stall["work"].values()), stall["work"]

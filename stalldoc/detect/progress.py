@@ -41,7 +41,7 @@ class _Rank:
     last_busy_at: float = 0.0
     busy_since: float | None = None    # this busy spell (short pauses included) began
     unchanged_since: float | None = None   # busy in one working stack, nothing else moving
-    unchanged_shape: tuple = ()
+    unchanged_shape: tuple = ()        # the deciding thread and its functions (per thread)
     work: RankWork | None = None
     io: RecentRate = field(default_factory=RecentRate)
 
@@ -126,9 +126,9 @@ class ProgressTracker:
         stack = state.stack
         only_cpu = (basis == "stack" and not signals.gpu_util and stack is not None
                     and (signals.host is None or not signals.host.children))
-        if not only_cpu or stack is None or stack.shape != state.unchanged_shape:
+        if not only_cpu or stack is None or stack.signature != state.unchanged_shape:
             state.unchanged_since = now if only_cpu else None
-            state.unchanged_shape = stack.shape if only_cpu and stack is not None else ()
+            state.unchanged_shape = stack.signature if only_cpu and stack is not None else ()
 
     def stack_seen(self, rank: int, stacks: RankStacks, now: float) -> None:
         """A stack sample of a busy rank: classify it (working or waiting, and on what)."""

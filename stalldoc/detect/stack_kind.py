@@ -3,8 +3,10 @@
 A thread waits when it is blocked or spinning in a call whose job is to wait for something else:
 a collective, a lock / condition / queue, a sleep, select / poll / a socket receive, a c10d store
 get, a child process or pool, a future, or a CUDA synchronisation (``.item()``, ``.cpu()``,
-``synchronize()``). CPU spent spinning in such a call is not work. A rank is *working* when any of
-its Python threads (stalldoc's own excepted) is active in another frame.
+``synchronize()``). CPU spent spinning in such a call is not work. A rank is *working* when its
+main thread is active in another frame, or, while the main thread waits on the rank's own
+threads (a lock, a queue, a future), when another of its Python threads (stalldoc's own
+excepted) is.
 """
 from __future__ import annotations
 
@@ -30,6 +32,12 @@ class StackKind:
     frame: Frame | None = None        # the deciding thread's user frame (else its innermost)
     shape: tuple[tuple[str, str], ...] = ()
     on_cpu: bool = True               # some Python thread was running (unknown: True)
+    thread: int = 0                   # the deciding thread's os thread id (0 unknown)
+
+    @property
+    def signature(self) -> tuple[int, tuple[tuple[str, str], ...]]:
+        """The deciding thread and its shape: the same thread in the same functions."""
+        return self.thread, self.shape
 
     @property
     def working(self) -> bool:
@@ -71,6 +79,9 @@ _WAIT_FRAMES: tuple[tuple[str, frozenset[str] | None, str], ...] = (
         "_try_get_data", "_get_data", "_next_data"}), "dataloader workers"),
     ("shm_broadcast.py", None, "shm broadcast"),   # vLLM's message queue spins while it waits
 )
+# waits on another thread of the same process: while the main thread sits in one, the rank's
+# other threads' work is its work
+IN_PROCESS_WAITS = frozenset({"lock", "queue", "future", "event loop"})
 _WAIT_FILES = tuple((re.compile(re.escape(os.sep) + pattern.replace(".py", r"\.py") + "$"),
                      names, why) for pattern, names, why in _WAIT_FRAMES)
 # A user line blocked in a C call that waits: sleep, CUDA sync, a socket, a store or an event.
@@ -93,7 +104,12 @@ def is_library(filename: str) -> bool:
 
 
 def _is_own(thread: ThreadStack) -> bool:
-    return bool(thread.frames) and any(_OWN in f.filename for f in thread.frames)
+    """A thread stalldoc's agent started (its heartbeat): its outermost frame outside
+    threading.py is the agent's. A job's thread that passes through the agent (a collective
+    wrapped by it) is the job's."""
+    outer = next((f for f in reversed(thread.frames)
+                  if not f.filename.endswith(f"{os.sep}threading.py")), None)
+    return outer is not None and _OWN in outer.filename
 
 
 def frame_wait(frame: Frame) -> str:
@@ -147,16 +163,26 @@ def _shape(thread: ThreadStack) -> tuple[tuple[str, str], ...]:
 
 
 def classify(stacks: RankStacks) -> StackKind:
-    """Working when any Python thread other than stalldoc's own is working; else the main
-    thread says what the rank waits on."""
+    """The main thread decides (phases are entered on it): working when it works, else waiting
+    on what it waits on. Only while it waits on the rank's own threads (a lock, a queue, a
+    future, an event loop: a join, an executor, a worker thread's result) does another Python
+    thread (stalldoc's own excepted) that works make the rank work. A background thread busy
+    while the main thread waits in a collective, a socket or a sleep is not the rank's work."""
     threads = [t for t in stacks.threads if not _is_own(t) and t.frames]
     if not threads:   # no Python frames at all (starting, ending, or native): cannot tell
         return StackKind("")
     main = stacks.main if stacks.main in threads else threads[0]
     use_active = stacks.method != "faulthandler"
-    for thread in [main] + [t for t in threads if t is not main]:
-        if not thread_wait(thread, use_active):
-            return StackKind(WORKING, _user_frame(thread), _shape(thread))
+    waits = thread_wait(main, use_active)
+    if not waits:
+        return _working(main)
+    if waits in IN_PROCESS_WAITS:
+        for thread in threads:
+            if thread is not main and not thread_wait(thread, use_active):
+                return _working(thread)
     on_cpu = not use_active or any(t.active for t in threads)
-    return StackKind(f"waiting: {thread_wait(main, use_active)}", _user_frame(main), _shape(main),
-                     on_cpu)
+    return StackKind(f"waiting: {waits}", _user_frame(main), _shape(main), on_cpu, main.thread_id)
+
+
+def _working(thread: ThreadStack) -> StackKind:
+    return StackKind(WORKING, _user_frame(thread), _shape(thread), True, thread.thread_id)

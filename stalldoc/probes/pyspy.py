@@ -109,25 +109,27 @@ class StackProbe:
 
 
 class BackgroundStacks:
-    """Stack samples of busy ranks taken off the tick: ``request`` starts one (at most one per
-    rank at a time), ``done`` hands back those finished since the last call. The samples do not
+    """Stack samples of busy ranks taken off the tick: ``request`` only queues one (it never
+    waits for py-spy; at most one per process at a time, asking again while one is queued or
+    running adds nothing), a bounded pool of workers takes them in parallel, and ``done`` hands
+    back those finished since the last call (the next tick applies them). The samples do not
     pause the rank (py-spy --nonblocking) and never signal it (no faulthandler fallback)."""
 
     def __init__(self, probe: StackProbe, workers: int = 4) -> None:
         self.probe = probe
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="stalldoc-stacks")
-        self._running: dict[int, Future[RankStacks]] = {}
+        self._running: dict[int, Future[RankStacks]] = {}   # pid -> its sample
 
     def request(self, rank: RankProcess) -> None:
-        if rank.rank in self._running:
+        if rank.pid in self._running:
             return
-        self._running[rank.rank] = self._pool.submit(self.probe.capture, rank, False, True, False)
+        self._running[rank.pid] = self._pool.submit(self.probe.capture, rank, False, True, False)
 
     def done(self) -> list[RankStacks]:
         out = []
-        for rank, future in list(self._running.items()):
+        for pid, future in list(self._running.items()):
             if future.done():
-                del self._running[rank]
+                del self._running[pid]
                 if future.exception() is None:
                     out.append(future.result())
         return out

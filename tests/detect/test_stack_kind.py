@@ -67,3 +67,50 @@ def test_real_stacks_are_classified(tmp_path, name):
     finally:
         proc.kill()
         proc.wait()
+
+
+THREADED = {
+    # the main thread waits on a server; a background thread burns CPU: the rank waits
+    "collective_wait_with_busy_thread": (
+        "import socket, threading, time\n"
+        "def log_metrics():\n"
+        "    end = time.time() + 60; x = 0\n"
+        "    while time.time() < end: x = (x * 31 + 7) % 1000003\n"
+        "threading.Thread(target=log_metrics, daemon=True).start()\n"
+        "a, b = socket.socketpair()\n"
+        "def all_reduce_stand_in():\n"
+        "    return a.recv(4096)\n"
+        "all_reduce_stand_in()\n", "waiting: socket", "all_reduce_stand_in"),
+    # the main thread joins the thread that works: the rank works, in that thread
+    "join_on_worker_thread": (
+        "import threading, time\n"
+        "def tokenize():\n"
+        "    end = time.time() + 60; x = 0\n"
+        "    while time.time() < end: x = (x * 31 + 7) % 1000003\n"
+        "worker = threading.Thread(target=tokenize)\n"
+        "worker.start()\n"
+        "worker.join()\n", WORKING, "tokenize"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(THREADED))
+def test_background_threads_count_only_while_the_main_thread_waits_on_them(tmp_path, name):
+    # GIVEN a real process with a busy background thread
+    code, expected, function = THREADED[name]
+    script = tmp_path / f"{name}.py"
+    script.write_text(code)
+    proc = subprocess.Popen([sys.executable, str(script)])
+    try:
+        time.sleep(1.0)
+        # WHEN its stacks are classified
+        stacks = StackProbe(None).capture(RankProcess(0, proc.pid, 0, ()), stopped=False,
+                                          nonblocking=True)
+        kind = classify(stacks)
+        # THEN the main thread decides, unless it waits on that thread
+        assert kind.kind == expected, (kind, stacks)
+        assert kind.frame is not None and kind.frame.function == function
+        deciding = next(t for t in stacks.threads if t.thread_id == kind.thread)
+        assert (deciding is stacks.main) == (expected != WORKING)
+    finally:
+        proc.kill()
+        proc.wait()

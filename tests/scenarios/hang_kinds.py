@@ -20,6 +20,7 @@ the other ranks go on into the step's ``dist.all_reduce`` and wait there. Kinds 
 
 Environment: HANG (default queue_get), HANG_RANK (default 1), HANG_STEP (default 2),
 HANG_FUNC (name of the stuck function; default depends on HANG), SERVER_PORT (socket_read),
+BUSY_THREAD=1 (from the hang step on, every rank runs a metrics thread always on the CPU),
 LINGER_SECONDS (rank_exits_with_child: how long the orphaned child lives; default 120).
 
 What gloo does (torch 2.13, CPU): with ``rank_exits`` the peers' all_reduce fails at once with
@@ -122,6 +123,22 @@ def fork_lingering_worker() -> None:
         os._exit(0)
 
 
+# ---------------------------------------------------------------- BUSY_THREAD
+def log_metrics() -> None:
+    """A background thread always on the CPU, its stack changing: not the rank's work."""
+    while True:
+        _summarise(list(range(2000)))
+        _format_line(time.time())
+
+
+def _summarise(values: list) -> float:
+    return sum(v * v for v in values) / len(values)
+
+
+def _format_line(t: float) -> str:
+    return " ".join(f"{t * n:.3f}" for n in range(200))
+
+
 HANGS = {"queue_get": hang_in_queue_get, "lock": hang_in_lock,
          "sleep_poll": hang_in_sleep_poll, "socket_read": hang_in_socket_read}
 
@@ -133,6 +150,8 @@ def main() -> None:
     model = nn.Linear(64, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(HANG_STEP + 3):
+        if step == HANG_STEP and os.environ.get("BUSY_THREAD") == "1":
+            threading.Thread(target=log_metrics, name="metrics", daemon=True).start()
         if rank == HANG_RANK and step == HANG_STEP:
             if HANG.startswith("rank_exits"):
                 print(f"[rank {rank}] no more data after {step} steps, exiting", flush=True)
