@@ -5,8 +5,8 @@ a collective, a lock / condition / queue, a sleep, select / poll / a socket rece
 get, a child process or pool, a future, or a CUDA synchronisation (``.item()``, ``.cpu()``,
 ``synchronize()``). CPU spent spinning in such a call is not work. A rank is *working* when its
 main thread is active in another frame, or, while the main thread waits on the rank's own
-threads (a lock, a queue, a future), when another of its Python threads (stalldoc's own
-excepted) is.
+threads (a lock, a queue, a future, an event loop, or sleeps between polls of them), when
+another of its Python threads (stalldoc's own excepted) is.
 """
 from __future__ import annotations
 
@@ -80,8 +80,9 @@ _WAIT_FRAMES: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     ("shm_broadcast.py", None, "shm broadcast"),   # vLLM's message queue spins while it waits
 )
 # waits on another thread of the same process: while the main thread sits in one, the rank's
-# other threads' work is its work
-IN_PROCESS_WAITS = frozenset({"lock", "queue", "future", "event loop"})
+# other threads' work is its work. A sleep is one too: `while worker.is_alive(): time.sleep(1)`
+# is how many jobs wait for a thread, and calling that rank idle would be a false stall.
+IN_PROCESS_WAITS = frozenset({"lock", "queue", "future", "event loop", "sleep"})
 _WAIT_FILES = tuple((re.compile(re.escape(os.sep) + pattern.replace(".py", r"\.py") + "$"),
                      names, why) for pattern, names, why in _WAIT_FRAMES)
 # A user line blocked in a C call that waits: sleep, CUDA sync, a socket, a store or an event.

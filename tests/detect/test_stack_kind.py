@@ -90,6 +90,17 @@ THREADED = {
         "worker = threading.Thread(target=tokenize)\n"
         "worker.start()\n"
         "worker.join()\n", WORKING, "tokenize"),
+    # the main thread polls the worker with sleeps (a common way to wait for a thread): the
+    # rank works, in that thread; calling it idle would be a false stall
+    "sleep_polling_a_worker_thread": (
+        "import threading, time\n"
+        "def score_rollouts():\n"
+        "    end = time.time() + 60; x = 0\n"
+        "    while time.time() < end: x = (x * 31 + 7) % 1000003\n"
+        "worker = threading.Thread(target=score_rollouts)\n"
+        "worker.start()\n"
+        "while worker.is_alive():\n"
+        "    time.sleep(0.5)\n", WORKING, "score_rollouts"),
 }
 
 
