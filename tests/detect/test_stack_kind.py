@@ -5,11 +5,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
-from stalldoc.detect.stack_kind import WORKING, classify
-from stalldoc.model import RankProcess
+from stalldoc.detect.stack_kind import WORKING, StackKind, classify
+from stalldoc.model import RankProcess, RankStacks
 from stalldoc.probes.pyspy import StackProbe
 
 PROGRAMS = {
@@ -50,23 +51,28 @@ PROGRAMS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_real_stacks_are_classified(tmp_path, name):
-    code, expected = PROGRAMS[name]
-    script = tmp_path / f"{name}.py"
-    script.write_text(textwrap.dedent(code))
+def classified(script: Path) -> tuple[StackKind, RankStacks]:
+    """Run ``script``, let it settle 1 s, and classify its real stacks (py-spy, non-blocking)."""
     proc = subprocess.Popen([sys.executable, str(script)])
     try:
         time.sleep(1.0)
         stacks = StackProbe(None).capture(RankProcess(0, proc.pid, 0, ()), stopped=False,
                                           nonblocking=True)
-        kind = classify(stacks)
-        assert kind.kind.startswith(expected), (kind, stacks)
-        if expected == WORKING:
-            assert kind.frame is not None and kind.frame.filename == str(script)
+        return classify(stacks), stacks
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_real_stacks_are_classified(tmp_path, name):
+    code, expected = PROGRAMS[name]
+    script = tmp_path / f"{name}.py"
+    script.write_text(textwrap.dedent(code))
+    kind, stacks = classified(script)
+    assert kind.kind.startswith(expected), (kind, stacks)
+    if expected == WORKING:
+        assert kind.frame is not None and kind.frame.filename == str(script)
 
 
 THREADED = {
@@ -110,18 +116,10 @@ def test_background_threads_count_only_while_the_main_thread_waits_on_them(tmp_p
     code, expected, function = THREADED[name]
     script = tmp_path / f"{name}.py"
     script.write_text(code)
-    proc = subprocess.Popen([sys.executable, str(script)])
-    try:
-        time.sleep(1.0)
-        # WHEN its stacks are classified
-        stacks = StackProbe(None).capture(RankProcess(0, proc.pid, 0, ()), stopped=False,
-                                          nonblocking=True)
-        kind = classify(stacks)
-        # THEN the main thread decides, unless it waits on that thread
-        assert kind.kind == expected, (kind, stacks)
-        assert kind.frame is not None and kind.frame.function == function
-        deciding = next(t for t in stacks.threads if t.thread_id == kind.thread)
-        assert (deciding is stacks.main) == (expected != WORKING)
-    finally:
-        proc.kill()
-        proc.wait()
+    # WHEN its stacks are classified
+    kind, stacks = classified(script)
+    # THEN the main thread decides, unless it waits on that thread
+    assert kind.kind == expected, (kind, stacks)
+    assert kind.frame is not None and kind.frame.function == function
+    deciding = next(t for t in stacks.threads if t.thread_id == kind.thread)
+    assert (deciding is stacks.main) == (expected != WORKING)
