@@ -66,7 +66,6 @@ class Agent:
         self._cuda_module: Any = None
         self._flight: Any = None   # the Flight Recorder dumper; None: not looked at, False: off
         self._versions: Any = None   # the versions publisher; None: not made yet, False: done
-        self._c10d: Any = None   # the process groups' counters; None: not made yet, False: off
 
     # ----- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -90,26 +89,7 @@ class Agent:
             beats += 1
             self._cuda_tick(now, allocator=beats % ALLOCATOR_EVERY_BEATS == 1)
             self._flight_tick()
-            self._c10d_tick(now)
             self._versions_tick()
-
-    def _c10d_tick(self, now: float) -> None:
-        """Publish the collectives issued on the process groups, C++ ones (DDP's reducer)
-        included (``agent/c10d_counters.py``): nothing before torch.distributed is imported."""
-        if self._c10d is False or "torch.distributed" not in sys.modules:
-            return
-        try:
-            if self._c10d is None:
-                from stalldoc.agent import c10d_counters
-                self._c10d = c10d_counters.wanted(os.environ) and c10d_counters.C10dCounters()
-            counters = self._c10d
-            if not counters:
-                return
-            if counters.read():
-                self.state.c10d(counters.total, now, counters.groups)
-        except Exception as exc:  # noqa: BLE001 - no c10d counters; the agent stays on
-            self._c10d = False
-            report_failure(self.directory, exc, "c10d counters disabled")
 
     def _versions_tick(self) -> None:
         """Publish the versions this process runs with, for the watcher (``agent/versions.py``):

@@ -102,7 +102,8 @@ class DeadRank(Rule):
         return text
 
     def _evidence(self, window: Window, dead: RankExit, collateral: list[RankExit]) -> dict:
-        samples = window.host.get(dead.rank, ())
+        # the living process's samples: a zombie (killed, not yet reaped) holds no memory
+        samples = [s for s in window.host.get(dead.rank, ()) if s.status != "zombie"]
         agent = window.agents.get(dead.rank)
         evidence = {"frames": [], "phase": phase_of(window, dead.rank),
                     "phase_stack": phase_stack_of(window, dead.rank), "pid": dead.pid,
