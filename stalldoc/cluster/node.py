@@ -84,8 +84,9 @@ class NodeCluster:
 
     def _learn_world(self, agents: Mapping[int, AgentSnapshot]) -> None:
         sizes = [a.world_size for a in agents.values() if a.world_size > 0]
-        if self.reader is not None and self.reader.world_size():
-            sizes.append(self.reader.world_size() or 0)
+        published = self.reader.world_size() if self.reader is not None else None
+        if published:
+            sizes.append(published)
         if sizes:
             self.world_size = max(sizes)
 
