@@ -415,6 +415,8 @@ class AgentSnapshot:
     identity: AgentIdentity | None = None
     phase_detail: PhaseDetail | None = None     # the innermost phase with a detail (version 4)
     engines: tuple[EngineSleepState, ...] = ()  # vLLM engines of this process (version 4)
+    c10d_issued: int = 0        # collectives issued on its process groups, by their sequence
+    c10d_rose_at: float = 0.0   # numbers (DDP's C++ ones included); when that last rose
 
     @property
     def channel(self) -> PhaseDetail | None:

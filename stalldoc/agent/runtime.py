@@ -66,6 +66,8 @@ class Agent:
         self._cuda_module: Any = None
         self._flight: Any = None   # the Flight Recorder dumper; None: not looked at, False: off
         self._versions: Any = None   # the versions publisher; None: not made yet, False: done
+        self._c10d: Any = None   # the process groups' counters; None: not made yet, False: off
+        self._gate: Any = None   # the door of the heartbeat's calls into torch (torch_gate.py)
 
     # ----- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -87,9 +89,41 @@ class Agent:
             now = time.time()
             self.guard(self.state.heartbeat, now)
             beats += 1
-            self._cuda_tick(now, allocator=beats % ALLOCATOR_EVERY_BEATS == 1)
-            self._flight_tick()
+            if "torch" in sys.modules:
+                self._through_gate(self._torch_ticks, now, beats % ALLOCATOR_EVERY_BEATS == 1)
             self._versions_tick()
+
+    def _through_gate(self, fn: Any, *args: Any) -> None:
+        """``fn`` behind the torch gate (``agent/torch_gate.py``): never while the interpreter
+        finalizes, when a daemon thread inside torch's C++ aborts the whole process."""
+        if self._gate is None:
+            from stalldoc.agent.torch_gate import TorchGate
+            self._gate = TorchGate()
+        self._gate.call(fn, *args)
+
+    def _torch_ticks(self, now: float, allocator: bool) -> None:
+        """Every call of the heartbeat into torch: CUDA markers, Flight Recorder, c10d."""
+        self._cuda_tick(now, allocator)
+        self._flight_tick()
+        self._c10d_tick(now)
+
+    def _c10d_tick(self, now: float) -> None:
+        """Publish the collectives issued on the process groups, C++ ones (DDP's reducer)
+        included (``agent/c10d_counters.py``): nothing before torch.distributed is imported."""
+        if self._c10d is False or "torch.distributed" not in sys.modules:
+            return
+        try:
+            if self._c10d is None:
+                from stalldoc.agent import c10d_counters
+                self._c10d = c10d_counters.wanted(os.environ) and c10d_counters.C10dCounters()
+            counters = self._c10d
+            if not counters:
+                return
+            if counters.read():
+                self.state.c10d(counters.total, now, counters.groups)
+        except Exception as exc:  # noqa: BLE001 - no c10d counters; the agent stays on
+            self._c10d = False
+            report_failure(self.directory, exc, "c10d counters disabled")
 
     def _versions_tick(self) -> None:
         """Publish the versions this process runs with, for the watcher (``agent/versions.py``):
@@ -201,6 +235,8 @@ class Agent:
     def detach_after_fork(self) -> None:
         """In a forked child: the file belongs to the parent, so stop writing to it."""
         self.enabled = False
+        if self._gate is not None:
+            self._gate.forget_after_fork()
 
     # ----- failure ----------------------------------------------------------------------------
     def guard(self, fn: Any, *args: Any) -> Any:

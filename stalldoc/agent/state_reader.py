@@ -11,6 +11,7 @@ import os
 import stat
 from dataclasses import dataclass
 
+from stalldoc.agent.statefile import (C10D_OFFSET, _C10D)
 from stalldoc.agent.statefile import (CUDA_OFFSET, DETAIL_OFFSET, DETAIL_TEXT_SIZE, ENGINE_ASLEEP,
                                       ENGINE_OFFSET, ENGINE_PARTLY_AWAKE, ENGINE_SLOTS, ENTRY,
                                       ERROR_OFFSET, ERROR_SIZE, FLAG_ASYNC, GROUP_HEADER_SIZE,
@@ -168,6 +169,12 @@ def _read_engines(buf: bytes) -> tuple[EngineSleepState, ...]:
     return tuple(engines)
 
 
+def _read_c10d(buf: bytes) -> tuple[int, float]:
+    """(collectives issued on the process groups, when that last rose); zeros when unwritten."""
+    issued, rose_at, _groups = _C10D.unpack_from(buf, C10D_OFFSET)
+    return _count("c10d collectives", issued), _seconds("c10d rose at", rose_at)
+
+
 def parse_state(buf: bytes, rings: RingReader | None = None) -> AgentSnapshot:
     """Decode a state file's bytes; raises StateFileError for a foreign, newer or damaged file
     (a number no agent writes). ``rings``: the reader's cursors of this file's rings, for an
@@ -189,6 +196,7 @@ def parse_state(buf: bytes, rings: RingReader | None = None) -> AgentSnapshot:
     cuda = _read_cuda(buf)
     signum, dev, ino, startup, comm = _IDENTITY.unpack_from(buf, IDENTITY_OFFSET)
     identity = AgentIdentity(signum, dev, ino, _seconds("start-up", startup), _cstr(comm))
+    c10d_issued, c10d_rose_at = _read_c10d(buf)
     snapshot = AgentSnapshot(pid, rank, local_rank, world, status, _seconds("start", started),
                              _seconds("heartbeat", heartbeat),
                              _count("marker sequence", marker_seq),
@@ -198,7 +206,8 @@ def parse_state(buf: bytes, rings: RingReader | None = None) -> AgentSnapshot:
                              _decode_text(buf, ERROR_OFFSET, ERROR_SIZE), count, phases, groups,
                              cuda, identity,
                              *((_read_detail(buf), _read_engines(buf)) if version >= 4
-                               else (None, ())))
+                               else (None, ())),
+                             c10d_issued=c10d_issued, c10d_rose_at=c10d_rose_at)
     if rings is not None:
         rings.advance(cursors)
     return snapshot

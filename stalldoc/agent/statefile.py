@@ -12,6 +12,10 @@ Layout (little endian, ``SIZE`` bytes):
 - 128: identity (``_IDENTITY``): the signal the agent registered its faulthandler dump on (0:
   none), the device and inode of the executable it runs in, the agent's start-up cost, and the
   process's name (``/proc/self/comm``: an exec changes it).
+- 224: c10d counters (``_C10D``, ``agent/c10d_counters.py``): the collectives issued on the
+  process groups by their own sequence numbers (DDP's C++ all-reduces included), when that total
+  last rose, and how many groups were read. Zero in a file of an agent that does not write it
+  (versions 3 and 4 leave these bytes zero), so it needed no version change.
 - 256: current phase stack, ``/``-joined utf-8 with a 2-byte length.
 - 768: last error or uncaught exception text, same encoding.
 - 1024: completed-phase ring: a count, then ``PHASE_SLOTS`` entries (name, start, end).
@@ -74,6 +78,8 @@ CUDA_OFFSET = 3584
 _CUDA = struct.Struct("<B7xqqqqqdQQdd40s40s")
 IDENTITY_OFFSET = 128
 _IDENTITY = struct.Struct("<I4xQQd16s")
+C10D_OFFSET = 224
+_C10D = struct.Struct("<QdI4x")
 DETAIL_OFFSET = 3088
 _DETAIL_HEAD = struct.Struct("<48sd")
 DETAIL_TEXT_SIZE = 200
@@ -116,6 +122,10 @@ class StateWriter:
                  comm: bytes) -> None:
         _IDENTITY.pack_into(self.buf, IDENTITY_OFFSET, dump_signal, exe_dev, exe_ino, startup,
                             comm[:16])
+
+    def c10d(self, issued: int, rose_at: float, groups: int) -> None:
+        """The collectives issued on the process groups (``agent/c10d_counters.py``)."""
+        _C10D.pack_into(self.buf, C10D_OFFSET, issued, rose_at, groups)
 
     def heartbeat(self, now: float) -> None:
         _F64.pack_into(self.buf, _HEARTBEAT_OFFSET, now)

@@ -79,8 +79,9 @@ class ProgressTracker:
         state.phase = agent.phase
         state.phase_stack = "/".join(agent.phase_stack)
         cuda = agent.cuda.gpu_marker if agent.cuda is not None else 0
+        # c10d_issued: collectives issued from C++ (DDP's reducer), which the rings never see
         counters = (agent.marker_seq, sum(g.started for g in agent.groups),
-                    agent.collective_seq, cuda)
+                    agent.collective_seq, cuda, agent.c10d_issued)
         moved = bool(state.counters) and counters != state.counters
         state.counters = counters
         return moved

@@ -1,0 +1,36 @@
+"""The stall decision with collectives the agent counts from the process groups' sequence
+numbers (DDP's reducer, issued from C++): they move a rank's counters like its markers do."""
+from __future__ import annotations
+
+from stalldoc.agent.state_reader import AgentSnapshot
+from stalldoc.detect.progress import ProgressTracker
+from stalldoc.model import HostSample
+
+
+def agent(issued: int) -> AgentSnapshot:
+    """A rank whose markers and rings never move; only its c10d counter does."""
+    return AgentSnapshot(1, 0, 0, 1, 0, 0.0, 0.0, 3, 0.0, None, (), "", 0, (), (),
+                         c10d_issued=issued, c10d_rose_at=float(issued))
+
+
+def host(t: float) -> HostSample:   # a rank waiting: no CPU, no I/O, no children
+    return HostSample(t, 0, 100, 0.0, 1 << 20, 4, "sleeping", 1 << 30, 0.5, 0, None, 0.0)
+
+
+def test_collectives_issued_from_cpp_are_progress():
+    tracker = ProgressTracker(floor=5)
+    for t in range(1, 20):
+        tracker.observe(float(t), {0: agent(t)}, {0: host(float(t))})
+        assert tracker.check(float(t)) == (None, None)
+    assert tracker.work()[0].reason == "progress markers moved"
+
+
+def test_a_counter_that_stopped_is_no_progress():
+    # a rank that issued collectives and then waits inside one that never returns
+    tracker = ProgressTracker(floor=5)
+    began = []
+    for t in range(1, 20):
+        tracker.observe(float(t), {0: agent(min(t, 4))}, {0: host(float(t))})
+        began.append(tracker.check(float(t))[0])
+    [stall] = [b for b in began if b is not None]
+    assert stall.started_at == 4.0
