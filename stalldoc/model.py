@@ -417,6 +417,7 @@ class AgentSnapshot:
     engines: tuple[EngineSleepState, ...] = ()  # vLLM engines of this process (version 4)
     c10d_issued: int = 0        # collectives issued on its process groups, by their sequence
     c10d_rose_at: float = 0.0   # numbers (DDP's C++ ones included); when that last rose
+    phase_thread: int = 0       # native id of the thread that entered the innermost phase
 
     @property
     def channel(self) -> PhaseDetail | None:

@@ -202,3 +202,29 @@ def test_busy_background_thread_does_not_hide_the_hang(run_watch):
     [stall] = result.report()["stalls"]
     assert stall["detected_at"] - entered <= float(STALL_TIMEOUT) + 5, (stall, entered)
     assert all(w["verdict"] == "idle" for w in stall["work"].values()), stall["work"]
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "loaded"])
+def test_a_phase_entered_on_its_own_thread_is_the_ranks_work(run_watch, loaded):
+    # GIVEN ranks whose rollout computes 8 s (over twice the stall timeout) on a generation
+    # thread that entered the phase `rollout` there, while each main thread waits on a socket
+    # for the samples (no marker moves meanwhile)
+    with load(loaded):
+        result = run_watch(torchrun(2, "rollout_thread.py"), "--on-stall", "kill",
+                           env={"ROLLOUT_SECONDS": "8"}, timeout=200)
+    # THEN the phase's thread decides with the main thread: the ranks work, no stall
+    assert result.code == 0, result.stderr
+    assert result.stdout.count("mean reward") == 2, result.stdout
+    assert result.report()["stalls"] == []
+
+
+def test_the_same_thread_without_its_phase_does_not_hide_the_wait(run_watch):
+    # GIVEN the same ranks, the generation thread not marking its phase: a busy background
+    # thread while the main thread waits on a socket, which is not the rank's work
+    result = run_watch(torchrun(2, "rollout_thread.py"), "--on-stall", "kill",
+                       env={"ROLLOUT_SECONDS": "60", "PHASED": "0"}, timeout=200)
+    # THEN a stall, the ranks seen waiting on the socket in the main thread's frame
+    assert result.code == 124, result.stderr
+    [stall] = result.report()["stalls"]
+    assert all(w["stack_kind"] == "waiting: socket" for w in stall["work"].values()), stall
+    assert all(w["frame"].startswith("wait_for_rollout (") for w in stall["work"].values())

@@ -57,6 +57,7 @@ class Agent:
         self.marker_seq = 0
         self.phase_count = 0
         self.phases: list[tuple[str, float, str, float]] = []   # name, start, detail, since
+        self.phase_threads: list[int] = []   # the native id of the thread that entered each
         self.groups: dict[str, statefile.GroupRing] = {}
         self.rings: dict[int, statefile.GroupRing] = {}
         self.dump_file: IO[str] | None = None
@@ -270,6 +271,7 @@ class Agent:
     def phase_enter(self, name: str, detail: str = "") -> None:
         now = time.time()
         self.phases.append((name, now, detail, now))
+        self._push_thread(_thread.get_native_id())
         self.state.phase_stack([p[0] for p in self.phases])
         if detail:
             self.state.phase_detail(name, now, detail)
@@ -283,6 +285,7 @@ class Agent:
         detailed = False
         while self.phases:
             top, started, detail, _ = self.phases.pop()
+            self._pop_thread()
             detailed = detailed or bool(detail)
             if top == name:
                 self.phase_count += 1
@@ -292,6 +295,19 @@ class Agent:
         if detailed:
             self._write_detail()
         self._bump(now)
+
+    def _push_thread(self, native_id: int) -> None:
+        threads = self.phase_threads
+        if not threads or threads[-1] != native_id:
+            self.state.phase_thread(native_id)
+        threads.append(native_id)
+
+    def _pop_thread(self) -> None:
+        threads = self.phase_threads
+        if threads:
+            left = threads.pop()
+            if not threads or threads[-1] != left:
+                self.state.phase_thread(threads[-1] if threads else 0)
 
     def channel_enter(self, name: str, detail: str) -> tuple[str, float, str, float] | None:
         """Enter phase ``name`` with ``detail``; when it is already innermost (a client method

@@ -11,7 +11,7 @@ import os
 import stat
 from dataclasses import dataclass
 
-from stalldoc.agent.statefile import (C10D_OFFSET, _C10D)
+from stalldoc.agent.statefile import (C10D_OFFSET, PHASE_THREAD_OFFSET, _C10D, _U32)
 from stalldoc.agent.statefile import (CUDA_OFFSET, DETAIL_OFFSET, DETAIL_TEXT_SIZE, ENGINE_ASLEEP,
                                       ENGINE_OFFSET, ENGINE_PARTLY_AWAKE, ENGINE_SLOTS, ENTRY,
                                       ERROR_OFFSET, ERROR_SIZE, FLAG_ASYNC, GROUP_HEADER_SIZE,
@@ -207,7 +207,8 @@ def parse_state(buf: bytes, rings: RingReader | None = None) -> AgentSnapshot:
                              cuda, identity,
                              *((_read_detail(buf), _read_engines(buf)) if version >= 4
                                else (None, ())),
-                             c10d_issued=c10d_issued, c10d_rose_at=c10d_rose_at)
+                             c10d_issued=c10d_issued, c10d_rose_at=c10d_rose_at,
+                             phase_thread=_U32.unpack_from(buf, PHASE_THREAD_OFFSET)[0])
     if rings is not None:
         rings.advance(cursors)
     return snapshot

@@ -16,6 +16,8 @@ Layout (little endian, ``SIZE`` bytes):
   process groups by their own sequence numbers (DDP's C++ all-reduces included), when that total
   last rose, and how many groups were read. Zero in a file of an agent that does not write it
   (versions 3 and 4 leave these bytes zero), so it needed no version change.
+- 248: the thread of the innermost phase (``_U32``): the native id (as ``/proc/PID/task`` and
+  py-spy name threads) of the thread that entered it; 0 with no phase or from an older agent.
 - 256: current phase stack, ``/``-joined utf-8 with a 2-byte length.
 - 768: last error or uncaught exception text, same encoding.
 - 1024: completed-phase ring: a count, then ``PHASE_SLOTS`` entries (name, start, end).
@@ -80,6 +82,8 @@ IDENTITY_OFFSET = 128
 _IDENTITY = struct.Struct("<I4xQQd16s")
 C10D_OFFSET = 224
 _C10D = struct.Struct("<QdI4x")
+PHASE_THREAD_OFFSET = 248
+_U32 = struct.Struct("<I")
 DETAIL_OFFSET = 3088
 _DETAIL_HEAD = struct.Struct("<48sd")
 DETAIL_TEXT_SIZE = 200
@@ -137,6 +141,10 @@ class StateWriter:
         struct.pack_into("<H", self.buf, _STATUS_OFFSET, status)
         if exit_code is not None:
             struct.pack_into("<i", self.buf, _HEADER.size - 4, exit_code)
+
+    def phase_thread(self, native_id: int) -> None:
+        """The thread that entered the innermost phase (0: none)."""
+        _U32.pack_into(self.buf, PHASE_THREAD_OFFSET, native_id)
 
     def phase_stack(self, stack: list[str]) -> None:
         self.buf[PHASE_STACK_OFFSET : PHASE_STACK_OFFSET + PHASE_STACK_SIZE] = _encode(

@@ -36,6 +36,7 @@ class _Rank:
     counters: tuple[int, ...] = ()
     phase: str = ""
     phase_stack: str = ""
+    phase_thread: int = 0             # the thread that entered the innermost phase (0: unknown)
     stack: StackKind | None = None
     stack_at: float = 0.0
     last_busy_at: float = 0.0
@@ -78,6 +79,7 @@ class ProgressTracker:
         self.durations.update(agent.rank, agent.phases_completed, agent.phases)
         state.phase = agent.phase
         state.phase_stack = "/".join(agent.phase_stack)
+        state.phase_thread = agent.phase_thread
         cuda = agent.cuda.gpu_marker if agent.cuda is not None else 0
         # c10d_issued: collectives issued from C++ (DDP's reducer), which the rings never see
         counters = (agent.marker_seq, sum(g.started for g in agent.groups),
@@ -133,7 +135,7 @@ class ProgressTracker:
     def stack_seen(self, rank: int, stacks: RankStacks, now: float) -> None:
         """A stack sample of a busy rank: classify it (working or waiting, and on what)."""
         state = self.ranks.get(rank)
-        kind = classify(stacks)
+        kind = classify(stacks, state.phase_thread if state is not None else 0)
         if state is None or not kind.kind:
             return
         state.stack, state.stack_at = kind, now

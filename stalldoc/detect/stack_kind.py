@@ -163,12 +163,14 @@ def _shape(thread: ThreadStack) -> tuple[tuple[str, str], ...]:
     return tuple((f.function, f.filename) for f in thread.frames)
 
 
-def classify(stacks: RankStacks) -> StackKind:
-    """The main thread decides (phases are entered on it): working when it works, else waiting
-    on what it waits on. Only while it waits on the rank's own threads (a lock, a queue, a
-    future, an event loop: a join, an executor, a worker thread's result) does another Python
-    thread (stalldoc's own excepted) that works make the rank work. A background thread busy
-    while the main thread waits in a collective, a socket or a sleep is not the rank's work."""
+def classify(stacks: RankStacks, phase_thread: int = 0) -> StackKind:
+    """The main thread decides, and the thread that entered the rank's innermost phase
+    (``phase_thread``, its native id from the agent; 0: unknown) with it: the rank works when
+    either works, else it waits on what the main thread waits on. Only while the main thread
+    waits on the rank's own threads (a lock, a queue, a future, an event loop: a join, an
+    executor, a worker thread's result) does any other Python thread (stalldoc's own excepted)
+    that works make the rank work. A background thread busy while the main thread waits in a
+    collective, a socket or a sleep is not the rank's work, unless its phase is the rank's."""
     threads = [t for t in stacks.threads if not _is_own(t) and t.frames]
     if not threads:   # no Python frames at all (starting, ending, or native): cannot tell
         return StackKind("")
@@ -177,6 +179,9 @@ def classify(stacks: RankStacks) -> StackKind:
     waits = thread_wait(main, use_active)
     if not waits:
         return _working(main)
+    phased = next((t for t in threads if t.thread_id == phase_thread and t is not main), None)
+    if phased is not None and not thread_wait(phased, use_active):
+        return _working(phased)
     if waits in IN_PROCESS_WAITS:
         for thread in threads:
             if thread is not main and not thread_wait(thread, use_active):
