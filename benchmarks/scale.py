@@ -139,12 +139,13 @@ def bystanders(count: int) -> subprocess.Popen[bytes]:
     return proc
 
 
-def make_watcher(run_dir: Path, job_pid: int, out: Said) -> Watcher:
-    options = WatchOptions(("stand-in",), run_dir, stall_timeout=3600.0, agent=True,
+def make_watcher(run_dir: Path, job_pid: int, out: Said, stall_timeout: float = 3600.0
+                 ) -> Watcher:
+    options = WatchOptions(("stand-in",), run_dir, stall_timeout=stall_timeout, agent=True,
                            gpus=False, flight_recorder=False)
     watcher = Watcher(options, cast(RelayLink, AttachLink(out, job_pid, time.time())))
     watcher.job = JobTree(job_pid, os.getpid())
-    watcher.store.start_run(run_dir.name, ["stand-in"], "bench", time.time(), 3600.0, True)
+    watcher.store.start_run(run_dir.name, ["stand-in"], "bench", time.time(), stall_timeout, True)
     return watcher
 
 

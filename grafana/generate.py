@@ -51,6 +51,9 @@ PANELS: tuple[tuple[str, str, str, str, str, str], ...] = (
      f"stalldoc_rank_host_rss_bytes{NODE}", "rank {{rank}}"),
     ("stalldoc-node", "timeseries", "Collectives started per second", "ops",
      f"rate(stalldoc_rank_collective_seq{NODE}[1m])", "rank {{rank}} {{group}}"),
+    # by the process groups' own numbers: DDP's reducer and other C++ collectives included
+    ("stalldoc-node", "timeseries", "Collectives issued per second (all groups, DDP included)",
+     "ops", f"rate(stalldoc_rank_c10d_collectives_issued{NODE}[1m])", "rank {{rank}}"),
     ("stalldoc-node", "timeseries", "Probe success", "none",
      f"stalldoc_probe_success{NODE}", "{{probe}}"),
     ("stalldoc-node", "timeseries", "Probe duration", "s",

@@ -42,6 +42,7 @@ class MetricsState:
     probes: tuple[ProbeRun, ...] = ()
     open_findings: Mapping[tuple[str, str], int] = field(default_factory=dict)   # open (ledger)
     node_name: str = ""   # the node's subdirectory of a shared run directory; "" for one node
+    c10d_issued: Mapping[int, int] = field(default_factory=dict)   # rank -> by sequence numbers
 
 
 def job_name(config: LaunchConfig | None) -> str:
@@ -75,6 +76,10 @@ class StateCollector(Collector):
                                 labels=["rank", "group"])
         rss = GaugeMetricFamily("stalldoc_rank_host_rss_bytes", "Resident memory of the rank",
                                 labels=["rank"])
+        c10d = GaugeMetricFamily(
+            "stalldoc_rank_c10d_collectives_issued",
+            "Collectives issued on the rank's process groups, by the groups' own sequence "
+            "numbers (DDP's C++ all-reduces included)", labels=["rank"])
         for rank, seconds in sorted(s.since_progress.items()):
             since.add_metric([str(rank)], seconds)
         for rank, name in sorted(s.phases.items()):
@@ -83,7 +88,9 @@ class StateCollector(Collector):
             seq.add_metric([str(rank), group], value)
         for rank, value in sorted(s.rss.items()):
             rss.add_metric([str(rank)], value)
-        yield from (since, phase, seq, rss)
+        for rank, value in sorted(s.c10d_issued.items()):
+            c10d.add_metric([str(rank)], value)
+        yield from (since, phase, seq, rss, c10d)
 
     @staticmethod
     def _gpus(s: MetricsState) -> Iterator[Metric]:

@@ -509,7 +509,8 @@ class Watcher:
             {(r, g.name): g.started for r, a in sample.agents.items() for g in a.groups},
             {r: h.rss_bytes for r, h in sample.host.items()}, self.tracker.episode is not None,
             self.ledger.opened_counts(), sample.gpus, dict(self.gpu_peaks), sample.probes,
-            self.ledger.open_counts(), self._node_name()))
+            self.ledger.open_counts(), self._node_name(),
+            c10d_issued={r: a.c10d_issued for r, a in sample.agents.items() if a.c10d_issued}))
 
     def _run_id(self) -> str:
         """The job's run id: the shared run directory's name on every node of a multi-node job

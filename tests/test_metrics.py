@@ -4,6 +4,7 @@ open and which were opened, launch findings included; SIGTERM to watch is stored
 interrupt with watch's exit code. The run info names the node of a shared run directory."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -120,3 +121,47 @@ def test_the_run_info_names_the_node_of_a_shared_run_directory():
     assert shared == [{"run_id": "grpo-7", "node": "host-b", "job_name": "swift rlhf",
                        "node_name": "node-1"}]
     assert alone == [{"run_id": "run", "node": "host-a", "job_name": "train.py", "node_name": ""}]
+
+
+def rank_samples(port: int, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """The samples of metric ``name`` scraped from ``/metrics``: labels -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return {tuple(sorted(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name == name}
+
+
+def test_a_pure_ddp_loops_collectives_are_in_the_metrics(tmp_path):
+    # GIVEN a 2-rank DDP loop, whose only collectives are the reducer's (issued from C++)
+    metrics = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "STEPS": "40", "STEP_PAUSE": "0.3"}
+    watch = subprocess.Popen([sys.executable, "-m", "stalldoc", "watch", "--run-dir",
+                              str(tmp_path / "run"), "--interval", "0.5", "--metrics-port",
+                              str(metrics), "--", *torchrun(2, "ddp_steps.py")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    ranks = [(("rank", "0"),), (("rank", "1"),)]
+    full: list[dict] = []   # scrapes with both ranks' collectives issued
+    try:
+        # WHEN /metrics is scraped while it trains
+        deadline = time.time() + 90
+        while time.time() < deadline and watch.poll() is None:
+            with contextlib.suppress(OSError):
+                issued = rank_samples(metrics, "stalldoc_rank_c10d_collectives_issued")
+                if all(r in issued for r in ranks):
+                    issued["wrapped"] = rank_samples(metrics, "stalldoc_rank_collective_seq")
+                    full.append(issued)
+            if len(full) >= 2 and all(full[-1][r] > full[0][r] for r in ranks):
+                break
+            time.sleep(0.5)
+        _, stderr = watch.communicate(timeout=90)
+    finally:
+        if watch.poll() is None:
+            for child in psutil.Process(watch.pid).children(recursive=True):
+                child.kill()
+            watch.kill()
+            watch.wait()
+    assert watch.returncode == 0, stderr
+    # THEN both ranks' collectives issued are there and rise, where the wrapper saw none
+    assert len(full) >= 2 and all(full[-1][r] > full[0][r] for r in ranks), full
+    assert set(full[-1]) == {*ranks, "wrapped"} and full[-1]["wrapped"] == {}, full

@@ -17,6 +17,9 @@ from stalldoc.detect.work import IDLE, PENDING, WORK, RecentRate, Signals, verdi
 from stalldoc.model import HostSample, RankStacks, RankWork, StallEpisode
 
 
+STACK_DECIDES = frozenset({"unclassified", "stack", "spinning"})   # verdicts a stack decided
+
+
 def resample_every(floor: float) -> float:
     """How often a busy rank's stack is classified again: a quarter of the floor, 2-15 s."""
     return min(15.0, max(2.0, floor / 4))
@@ -44,6 +47,7 @@ class _Rank:
     unchanged_since: float | None = None   # busy in one working stack, nothing else moving
     unchanged_shape: tuple = ()        # the deciding thread and its functions (per thread)
     work: RankWork | None = None
+    basis: str = ""                   # what decided the last verdict (work.verdict's words)
     io: RecentRate = field(default_factory=RecentRate)
 
 
@@ -106,6 +110,7 @@ class ProgressTracker:
             if result == WORK:
                 state.last_confirmed = now
         self._track_unchanged(now, state, signals, basis)
+        state.basis = basis
         host = signals.host
         fresh = now - state.stack_at <= 2 * resample_every(self.floor)
         stack = state.stack if fresh else None      # an old stack says nothing of now
@@ -156,16 +161,19 @@ class ProgressTracker:
 
     # ----- reading ----------------------------------------------------------------------------
     def stacks_due(self, now: float) -> list[int]:
-        """Ranks whose stack should be sampled now: busy ones not classified in this busy spell
-        or not for a while (is the CPU work or a spinning wait?), and ranks working without
-        progress for half the floor (where are they slow?)."""
+        """Ranks whose stack should be sampled now: busy ones whose verdict waits on it (no
+        progress, I/O or children's work decided it) and that were not classified in this busy
+        spell or not for a while (is the CPU work or a spinning wait?), and ranks working without
+        progress for half the floor (where are they slow?). A busy rank whose markers or
+        collectives move is not sampled: the stack would decide nothing."""
         every = resample_every(self.floor)
         due = []
         for rank, s in self.live().items():
             if s.work is None or s.work.t != now:
                 continue
             stale = now - s.stack_at >= every
-            busy = s.last_busy_at == now and (self._busy_stack(s) is None or stale)
+            busy = (s.last_busy_at == now and s.basis in STACK_DECIDES
+                    and (self._busy_stack(s) is None or stale))
             slow = s.work.working and s.work.since_progress >= self.floor / 2 and stale
             if busy or slow:
                 due.append(rank)

@@ -68,6 +68,21 @@ def test_busy_rank_is_pending_until_its_stack_is_classified():
     assert tracker.work()[0].verdict == "pending"
 
 
+def test_a_busy_rank_whose_markers_move_is_not_sampled_until_they_stop():
+    # a training rank at 100 % CPU whose agent's counters move every tick (a GPU rank spinning
+    # in its CUDA syncs between collectives): its stack would decide nothing
+    tracker = ProgressTracker(floor=5)
+    tracker.observe(1.0, {0: agent(marker=1)}, {0: host(1.0, cpu=99.0)})   # nothing to compare
+    for t in range(2, 20):
+        tracker.observe(float(t), {0: agent(marker=t)}, {0: host(float(t), cpu=99.0)})
+        assert tracker.stacks_due(float(t)) == [], t
+        assert tracker.work()[0].reason == "progress markers moved"
+    # WHEN the markers stop, the next tick asks for the stack that now decides
+    tracker.observe(20.0, {0: agent(marker=19)}, {0: host(20.0, cpu=99.0)})
+    assert tracker.stacks_due(20.0) == [0]
+    assert tracker.work()[0].verdict == "pending"
+
+
 def test_busy_in_a_working_frame_is_work_and_starts_the_livelock_clock(tmp_path):
     tracker = ProgressTracker(floor=5)
     source = tmp_path / "model.py"
