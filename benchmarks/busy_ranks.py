@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale import (INTERVAL, LAUNCHER, Said, bystanders, cpu_seconds, kill_group,  # noqa: E402
-                   make_watcher, state_files)
+from scale import (INTERVAL, Said, bystanders, cpu_seconds, kill_group,  # noqa: E402
+                   make_watcher, start_job, state_files)
 
 from stalldoc.detect import progress  # noqa: E402
 from stalldoc.probes import pyspy  # noqa: E402
@@ -65,27 +65,6 @@ class Row:
     cpu_percent: float
     samples: int
     pyspy_ms: float     # the wall time of those samples, one after another
-
-
-def start_busy_job(ranks: int, workers: int) -> int:
-    """scale.py's launcher with busy stand-in ranks; its pid (and process group)."""
-    import subprocess
-    import psutil
-    read, write = os.pipe()
-    subprocess.run(["setsid", "bash", "-c",
-                    f'"$@" >/dev/null 2>&1 </dev/null {write}>&- & echo $! >&{write}', "job",
-                    sys.executable, "-c", LAUNCHER, BUSY_RANK, "0", *[str(workers)] * ranks],
-                   pass_fds=(write,), check=True)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        pid = int(pipe.read().strip())
-    total, deadline = 1 + ranks * (1 + workers), time.time() + 300
-    while time.time() < deadline:
-        if 1 + len(psutil.Process(pid).children(recursive=True)) >= total:
-            return pid
-        time.sleep(0.2)
-    kill_group(pid)
-    raise SystemExit(f"the job of {total} processes did not start in 300 s")
 
 
 class CountingCapture:
@@ -141,7 +120,7 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=30)
     args = parser.parse_args()
     others = bystanders(args.bystanders)
-    job = start_busy_job(args.ranks, args.workers)
+    job = start_job(args.ranks, args.workers, 0.0, BUSY_RANK)
     now_decides = progress.STACK_DECIDES
     try:
         print(f"{os.cpu_count()} cores, {args.ranks} busy ranks x {args.workers} workers, "

@@ -93,13 +93,13 @@ class Said(io.StringIO):
         return next((t for t, line in self.lines if line.startswith(prefix)), None)
 
 
-def start_job(ranks: int, workers: int, duty: float) -> int:
-    """tick_cost's launcher with ``ranks`` stand-in ranks of ``workers`` forked workers each, not
-    a child of this process (the watcher leaves its own tree out of the job); its pid, which is
-    also its process group."""
+def start_job(ranks: int, workers: int, duty: float, rank_code: str = RANK) -> int:
+    """tick_cost's launcher with ``ranks`` stand-in ranks (``rank_code``) of ``workers`` forked
+    workers each, not a child of this process (the watcher leaves its own tree out of the job);
+    its pid, which is also its process group."""
     read, write = os.pipe()
     subprocess.run(["setsid", "bash", "-c", f'"$@" >/dev/null 2>&1 </dev/null {write}>&- & echo $! >&{write}',
-                    "job", sys.executable, "-c", LAUNCHER, RANK, str(duty),
+                    "job", sys.executable, "-c", LAUNCHER, rank_code, str(duty),
                     *[str(workers)] * ranks], pass_fds=(write,), check=True)
     os.close(write)
     with os.fdopen(read) as pipe:

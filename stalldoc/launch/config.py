@@ -223,22 +223,34 @@ def _flag_count(opts: Mapping[str, str], flags: set[str], fallback: _Count) -> _
     return next((_Count(k, v, True) for k, v in opts.items() if k in flags), fallback)
 
 
+_LAUNCHERS = ("torchrun", "deepspeed", "accelerate")
+
+
 def launcher_options(argv: Sequence[str]) -> dict[str, str]:
     """The options given to torchrun (also as ``python -m torch.distributed.run``), deepspeed or
     ``accelerate launch`` before the program; {} for any other command."""
+    name, rest = _launcher(argv)
+    return _split_launcher(rest)[0] if name in _LAUNCHERS else {}
+
+
+def _launcher(argv: Sequence[str]) -> tuple[str, list[str]]:
+    """(launcher, the arguments after it). The launcher is torchrun (also ``python -m
+    torch.distributed.run``), deepspeed or accelerate (``accelerate launch``: the arguments after
+    ``launch``); "python" for another Python command line (the arguments after the interpreter's
+    own -u / -O / -B); "" for anything else (the arguments after the command)."""
     name = os.path.basename(argv[0]) if argv else ""
     rest = list(argv[1:])
     if name.startswith("python"):
         while rest and rest[0] in ("-u", "-O", "-B"):
             rest = rest[1:]
         if len(rest) > 1 and rest[0] == "-m" and rest[1] in _TORCHRUN_MODULES:
-            return _split_launcher(rest[2:])[0]
-        return {}
+            return "torchrun", rest[2:]
+        return "python", rest
     if name in ("torchrun", "deepspeed"):
-        return _split_launcher(rest)[0]
+        return name, rest
     if name == "accelerate" and rest[:1] == ["launch"]:
-        return _split_launcher(rest[1:])[0]
-    return {}
+        return name, rest[1:]
+    return "", rest
 
 
 def _split_launcher(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
@@ -304,19 +316,14 @@ def _read_command(argv: list[str], env: Mapping[str, str]) -> tuple[LaunchConfig
                 kept[key] = value
         return (LaunchConfig("swift", "swift", sub, parse_flags(args), kept),
                 _env_count(kept, "NPROC_PER_NODE", True), _env_count(kept, "NNODES", True), error)
-    rest = argv[1:]
-    if name.startswith("python"):
-        while rest and rest[0] in ("-u", "-O", "-B"):
-            rest = rest[1:]
-        if len(rest) > 1 and rest[0] == "-m" and rest[1] in _TORCHRUN_MODULES:
-            name, rest = "torchrun", rest[2:]
-        else:
-            program, sub, args = _program(rest)
-            return LaunchConfig("python", program, sub, parse_flags(args), kept), nproc, nnodes, ""
-    if name in ("torchrun", "deepspeed") or (name == "accelerate" and rest[:1] == ["launch"]):
-        opts, prog = _split_launcher(rest[1:] if name == "accelerate" else rest)
+    launcher, rest = _launcher(argv)
+    if launcher == "python":
+        program, sub, args = _program(rest)
+        return LaunchConfig("python", program, sub, parse_flags(args), kept), nproc, nnodes, ""
+    if launcher in _LAUNCHERS:
+        opts, prog = _split_launcher(rest)
         program, sub, args = _program(prog)
-        return (LaunchConfig(name, program, sub, parse_flags(args), kept),
+        return (LaunchConfig(launcher, program, sub, parse_flags(args), kept),
                 _flag_count(opts, _NPROC_FLAGS, nproc), _flag_count(opts, _NNODES_FLAGS, nnodes),
                 "")
     return (LaunchConfig("other", argv[0] if argv else "", None, parse_flags(rest), kept), nproc,
