@@ -69,7 +69,8 @@ def local_ranks(label: str, local: LocalView) -> tuple[RemoteRank, ...]:
     for rank, process in sorted(local.ranks.items()):
         work = local.work.get(rank)
         agent = local.agents.get(rank)
-        frame, kind = _where(local.stacks.get(rank), work)
+        frame, kind = _where(local.stacks.get(rank), work,
+                             agent.phase_thread if agent is not None else 0)
         work_age, progress_age = local.ages.get(rank, (0.0, 0.0))
         out.append(RemoteRank(
             rank, label, process.pid, local.phases.get(rank, ""),
@@ -78,12 +79,14 @@ def local_ranks(label: str, local: LocalView) -> tuple[RemoteRank, ...]:
     return tuple(out)
 
 
-def _where(stacks: RankStacks | None, work: RankWork | None) -> tuple[str, str]:
-    """(frame, stack kind): from the stall's stacks when taken, else the last classified one."""
+def _where(stacks: RankStacks | None, work: RankWork | None,
+           phase_thread: int = 0) -> tuple[str, str]:
+    """(frame, stack kind): from the stall's stacks when taken (the kind as the tracker reads it:
+    the main thread and the phase's), else the last classified one."""
     main = stacks.main if stacks is not None else None
     if stacks is not None and main is not None:
         frame = user_frame(main)
-        return (str(frame) if frame else ""), classify(stacks).kind
+        return (str(frame) if frame else ""), classify(stacks, phase_thread).kind
     if work is not None:
         return work.frame, work.stack_kind
     return "", ""
