@@ -291,7 +291,8 @@ class Watcher:
             self.exits.pop(rank.rank, None)
             self.store.add_rank(rank, now)
             self.deaths.watch(rank)
-            self.link.send(rank_pid=rank.pid)
+            if rank.from_env:   # a launched rank: the relay ends what is left in its session
+                self.link.send(rank_pid=rank.pid)
             self.say(f"rank {rank.rank}: pid {rank.pid}")
 
     def _drain_logs(self) -> None:

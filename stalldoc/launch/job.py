@@ -88,8 +88,9 @@ class JobTree:
         job after its parent died, until it ends (a new process reusing its pid is not kept)."""
         skip = {exclude, *table.subtree(exclude), self.reaper} if exclude else {self.reaper}
         found: dict[int, None] = {}
-        for pid in [self.pid, *sorted(self.known), *(set(table.children.get(self.reaper, ()))
-                                                     - skip)]:
+        orphans = sorted(set(table.children.get(self.reaper, ())) - skip,   # the oldest first
+                         key=lambda pid: (table.procs[pid].start_ticks, pid))
+        for pid in [self.pid, *sorted(self.known), *orphans]:
             if pid in found or not self._alive(table, pid):
                 continue   # found: its tree is in already
             found[pid] = None

@@ -138,10 +138,13 @@ def _zombie(proc: psutil.Process) -> bool:
 
 @pytest.mark.parametrize("end_detached", [False, True])
 def test_leftovers_attached_are_ended_detached_daemons_are_left_running(tmp_path, end_detached):
-    # GIVEN a job that leaves a child in its group and a daemon that detached itself (setsid)
-    # (the job ends once its daemon has detached, as a daemon does at its start)
-    script = ("sleep 300 & echo attached $!; "
-              "setsid sleep 300 < /dev/null > /dev/null 2>&1 & d=$!; echo detached $d; "
+    # GIVEN a job of no Python (no rank to find: the watcher guesses one) that leaves a daemon
+    # that detached itself (setsid) and then a child in its group, which holds its output open
+    # (the job ends once its daemon has detached, as a daemon does at its start). Once the job's
+    # shell is gone the watcher sees two orphans and takes the oldest, the daemon, for the job's
+    # process: its session must not become a rank's (it did, and the daemon was killed).
+    script = ("setsid sleep 300 < /dev/null > /dev/null 2>&1 & d=$!; echo detached $d; "
+              "sleep 300 & echo attached $!; "
               "while [ \"$(cut -d' ' -f6 /proc/$d/stat)\" = \"$(cut -d' ' -f6 /proc/$$/stat)\" ]; "
               "do sleep 0.05; done; exit 0")
     options = ["--end-detached"] if end_detached else []
