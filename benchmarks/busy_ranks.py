@@ -3,7 +3,9 @@ burns its CPU, as training ranks do (a GPU rank spins in its CUDA syncs), with 8
 per rank and unrelated processes on the node (``scale.py``'s job, launcher and bystanders).
 
 The ranks run at nice 19, so the 2 cores here play a node where the ranks have cores of their
-own and the watcher is not starved by them. The watcher is the real one, at its default stall
+own and the watcher is not starved by them. Only ``--busy`` ranks spin (12 by default: on 2
+cores more would each get less than the 10 % of a core that makes a rank busy); the others
+sleep. The watcher is the real one, at its default stall
 timeout (45 s: a busy rank's stack is taken again every 11 s). Rows, in one run:
 
 - progressing: every rank's agent counters move before each tick (what the wrapped collectives,
@@ -47,6 +49,8 @@ for n in range(workers):
     if os.fork() == 0:
         time.sleep(3600)
         os._exit(0)
+if int(os.environ["RANK"]) >= int(os.environ["BUSY_RANKS"]):
+    time.sleep(3600)
 def training_step():
     x = 0
     while True:
@@ -118,12 +122,16 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--bystanders", type=int, default=400)
     parser.add_argument("--ticks", type=int, default=30)
+    parser.add_argument("--busy", type=int, default=12,
+                        help="ranks that burn their CPU (the others sleep): 12 at nice 19 on 2 "
+                             "cores each get about 16 %%, over the 10 %% that makes a rank busy")
     args = parser.parse_args()
     others = bystanders(args.bystanders)
+    os.environ["BUSY_RANKS"] = str(args.busy)
     job = start_job(args.ranks, args.workers, 0.0, BUSY_RANK)
     now_decides = progress.STACK_DECIDES
     try:
-        print(f"{os.cpu_count()} cores, {args.ranks} busy ranks x {args.workers} workers, "
+        print(f"{os.cpu_count()} cores, {args.ranks} ranks ({args.busy} busy) x {args.workers} workers, "
               f"{args.ticks} ticks at {INTERVAL:.0f} s, load {os.getloadavg()[0]:.1f}")
         print(f"{'':26} {'tick ms':>8} {'p95 ms':>7} {'cpu %':>6} {'py-spy':>6} "
               f"{'their wall ms':>13}")
