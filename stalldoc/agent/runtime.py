@@ -68,7 +68,8 @@ class Agent:
         self._flight: Any = None   # the Flight Recorder dumper; None: not looked at, False: off
         self._versions: Any = None   # the versions publisher; None: not made yet, False: done
         self._c10d: Any = None   # the process groups' counters; None: not made yet, False: off
-        self._gate: Any = None   # the door of the heartbeat's calls into torch (torch_gate.py)
+        self._gate: Any = None   # the door of the heartbeat's calls into torch (torch_gate.py);
+                                 # None: not made yet, False: off after a failure
 
     # ----- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -90,17 +91,21 @@ class Agent:
             now = time.time()
             self.guard(self.state.heartbeat, now)
             beats += 1
-            if "torch" in sys.modules:
+            if "torch" in sys.modules and self._gate is not False:
                 self._through_gate(self._torch_ticks, now, beats % ALLOCATOR_EVERY_BEATS == 1)
             self._versions_tick()
 
     def _through_gate(self, fn: Any, *args: Any) -> None:
         """``fn`` behind the torch gate (``agent/torch_gate.py``): never while the interpreter
         finalizes, when a daemon thread inside torch's C++ aborts the whole process."""
-        if self._gate is None:
-            from stalldoc.agent.torch_gate import TorchGate
-            self._gate = TorchGate()
-        self._gate.call(fn, *args)
+        try:
+            if self._gate is None:
+                from stalldoc.agent.torch_gate import TorchGate
+                self._gate = TorchGate()
+            self._gate.call(fn, *args)
+        except Exception as exc:  # noqa: BLE001 - no calls into torch; the agent stays on
+            self._gate = False
+            report_failure(self.directory, exc, "torch telemetry disabled")
 
     def _torch_ticks(self, now: float, allocator: bool) -> None:
         """Every call of the heartbeat into torch: CUDA markers, Flight Recorder, c10d."""
@@ -236,7 +241,7 @@ class Agent:
     def detach_after_fork(self) -> None:
         """In a forked child: the file belongs to the parent, so stop writing to it."""
         self.enabled = False
-        if self._gate is not None:
+        if self._gate:
             self._gate.forget_after_fork()
 
     # ----- failure ----------------------------------------------------------------------------
