@@ -12,6 +12,15 @@ EXIT_STALLDOC_FAILED = 125  # stalldoc could not start watching; the job was not
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 EXIT_BAD_RUN_DIR = 1      # report: the run directory cannot be read
+# what would break a message's one line (a path or value given by the user may hold any of
+# them): C0 controls but the tab, DEL, and the characters str.splitlines() breaks at
+_LINE_BREAKERS = {c: f"\\x{c:02x}" for c in (*range(0, 9), *range(10, 32), 0x7F, 0x85)}
+_LINE_BREAKERS.update({0x0A: "\\n", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
+def one_line(text: str) -> str:
+    """``text`` with every line break and control character written as its escape."""
+    return text.translate(_LINE_BREAKERS)
 
 
 class StalldocError(Exception):
@@ -20,6 +29,7 @@ class StalldocError(Exception):
     exit_code = EXIT_STALLDOC_FAILED
 
     def __init__(self, message: str) -> None:
+        message = one_line(message)   # the user's own paths and values included
         super().__init__(message)
         self.message = message
 

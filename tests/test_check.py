@@ -102,6 +102,13 @@ def test_unreadable_config_file_is_one_line_exit_2(tmp_path):
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+def test_a_path_with_line_breaks_is_still_one_line_exit_2():
+    # found by the fuzz test: a --deepspeed value holding a newline (and a terminal escape)
+    out = check("--", *GRPO, "--deepspeed", "ds\nconfig\x1b[2J.json")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr == "stalldoc: cannot read ds\\nconfig\\x1b[2J.json: No such file or directory\n"
+
+
 def _fake_swift(tmp_path: Path) -> tuple[Path, Path]:
     """A ``swift`` that only leaves a marker file: whether watch launched the job."""
     marker = tmp_path / "ran"
