@@ -26,11 +26,13 @@ print("GOT", input().strip(), flush=True)
 
 
 def _on_terminal(argv: list[str], timeout: float = 60,
-                 when: tuple[bytes, ...] = (b"DEVTTY-OK", b"33x111"),
+                 when: tuple[bytes, ...] = (rb"DEVTTY-OK", rb"33x111\r*\n"),
                  typed: bytes = b"hello\n", env: dict[str, str] | None = None) -> str:
     """Run ``argv`` as a terminal session's foreground job (like a shell would); type ``typed``
-    once all of ``when`` was shown (the terminal echoes it: typed earlier, the echo could split
-    a relayed line), return everything the terminal showed."""
+    once all of ``when`` (patterns) was shown, line ends included: the terminal echoes what is
+    typed, and the kernel may put that echo between a written line and its line end (n_tty
+    writes a line's text and its newline as two pieces), with or without stalldoc. Returns
+    everything the terminal showed."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("hhhh", 33, 111, 0, 0))
 
@@ -55,7 +57,7 @@ def _on_terminal(argv: list[str], timeout: float = 60,
                 break
             seen += chunk
         shown = seen.replace(b"DEVTTY-OK\r\n", b"").replace(b"DEVTTY-OK", b"")
-        if not done and all(w in shown or w in seen for w in when):
+        if not done and all(re.search(w, shown) or re.search(w, seen) for w in when):
             os.write(master, typed)
             done = True
         if proc.poll() is not None and not ready:
@@ -94,7 +96,7 @@ def test_ctrl_c_at_the_terminal_reaches_the_job_once(tmp_path):
     printer = os.path.join(os.path.dirname(__file__), "..", "scenarios", "signal_printer.py")
     shown = _on_terminal([sys.executable, "-m", "stalldoc", "watch", "--run-dir",
                           str(tmp_path / "run"), "--", sys.executable, printer],
-                         when=(b"step 3",), typed=b"\x03",
+                         when=(rb"step 3",), typed=b"\x03",
                          env={"SIGNALS": "SIGINT", "LINES": "20", "EXIT_CODE": "0"})
     # WHEN Ctrl-C is typed, THEN the job gets one SIGINT (not one from the terminal and one
     # forwarded by stalldoc), runs to its end, and stalldoc reports its exit code
