@@ -17,7 +17,7 @@ from stalldoc.agent.statefile import STATUS_EXCEPTION
 from stalldoc.check import failed, launch_checks, launch_document
 from stalldoc.cluster.node import NodeCluster
 from stalldoc.cluster.publish import LocalView
-from stalldoc.detect.progress import ProgressTracker
+from stalldoc.detect.progress import ProgressTracker, latest_progress
 from stalldoc.detect.vllm_sleep import SleepLog
 from stalldoc.errors import StalldocError, log_traceback
 from stalldoc.findings.ledger import Changes, Ledger
@@ -40,7 +40,7 @@ from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
 from stalldoc.probes.versions import RunVersions
 from stalldoc.redact import redact_text
 from stalldoc.report.text import render_findings
-from stalldoc.rules import STICKY, run_rules
+from stalldoc.rules import ENDS_WITH_PROGRESS, STICKY, run_rules
 from stalldoc.rules.base import join_ranks
 from stalldoc.sampling import Discovery, Sampler, Tick
 from stalldoc.store.db import RunStore
@@ -196,6 +196,7 @@ class Watcher:
             if code == 0:
                 self._resolve_shutdown_lines(time.time())
             self._collect_exits(time.time(), final=True, job_code=code)
+            self._resolve_moved_on(time.time())
             dropped = self.link.dropped + self.logs.dropped
             if dropped:
                 self.store.set_meta("dropped_log_lines", str(dropped))
@@ -483,6 +484,16 @@ class Watcher:
         for entry in self._save(self.ledger.shutdown(now, now - SHUTDOWN_SECONDS)).resolved:
             self.say(f"resolved: {entry.finding.code} printed as the job shut down; it "
                      "exited 0")
+
+    def _resolve_moved_on(self, now: float) -> None:
+        """The job ended: state findings whose ranks all progressed after the last tick saw
+        them (the agents' last words, a rank's exit 0) no longer hold."""
+        progressed = latest_progress(self.agents_probe.sample(list(self.ranks.values())),
+                                     self.exits.values())
+        for entry in self._save(self.ledger.moved_on(now, progressed,
+                                                     ENDS_WITH_PROGRESS)).resolved:
+            self.say(f"resolved: {entry.finding.code} {entry.finding.summary} (its ranks went "
+                     "on before the job ended)")
 
     def _diagnosis(self, changes: Changes) -> None:
         """Print the findings a diagnosis (of a stall, of exits) opened."""

@@ -92,6 +92,20 @@ def test_healthy_long_phase_is_never_a_stall(run_watch, tmp_path, kind, loaded):
         assert ranks == [0] and "reading / writing" in summary, findings
 
 
+def test_a_slow_rank_is_resolved_when_its_phase_ends_right_before_the_job_exits(run_watch,
+                                                                               tmp_path):
+    # rank 0 writes its checkpoint to slow storage while rank 1 waits, then both leave at once:
+    # ticks 5 s apart, so the phase's end and the exit fall between two ticks almost always
+    env = {"PHASE": "checkpoint_one_rank", "PHASE_SECONDS": "8", "STEPS_AFTER": "0"}
+    with storage("checkpoint_one_rank", 2, tmp_path) as paths:
+        result = run_watch(torchrun(2, "healthy_phases.py"), "--interval", "5",
+                           env={**env, **paths}, timeout=200)
+    assert result.code == 0, result.stderr
+    [slow] = result.findings("SD108")
+    assert slow["ranks"] == [0] and slow["state"] == "resolved", slow
+    assert slow["resolved_at"] >= slow["updated_at"]
+
+
 HANGS = [  # kind, ranks, stuck rank, function
     ("queue_get", 3, 2, "next_prefetched_batch"),
     ("lock", 2, 0, "refresh_vocab_cache"),

@@ -161,6 +161,34 @@ def wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def wrap_teardown(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``destroy_process_group`` that tells the agent while it tears every group down (no
+    group given, or the world): a crash in there is torch's teardown, not the training."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        agent = runtime.current()
+        group = args[0] if args else kwargs.get("group")
+        whole = agent is not None and (group is None or (_world and group is _world[0]()))
+        if whole:
+            agent.guard(agent.teardown, True)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if whole:
+                agent.guard(agent.teardown, False)
+
+    functools.update_wrapper(wrapper, fn)
+    wrapper.__stalldoc_wrapped__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _patch(dist: types.ModuleType, c10d: Any, name: str, wrapped: Callable[..., Any],
+           fn: Callable[..., Any]) -> None:
+    setattr(dist, name, wrapped)
+    if c10d is not None and getattr(c10d, name, None) is fn:
+        setattr(c10d, name, wrapped)
+
+
 def install(dist: types.ModuleType) -> None:
     """Patch ``torch.distributed`` and its ``distributed_c10d`` module in place."""
     agent = runtime.current()
@@ -173,9 +201,9 @@ def install(dist: types.ModuleType) -> None:
             fn = getattr(dist, op, None)
             if fn is None or getattr(fn, "__stalldoc_wrapped__", False):
                 continue
-            wrapped = wrap(op, fn)
-            setattr(dist, op, wrapped)
-            if c10d is not None and getattr(c10d, op, None) is fn:
-                setattr(c10d, op, wrapped)
+            _patch(dist, c10d, op, wrap(op, fn), fn)
+        destroy = getattr(dist, "destroy_process_group", None)
+        if destroy is not None and not getattr(destroy, "__stalldoc_wrapped__", False):
+            _patch(dist, c10d, "destroy_process_group", wrap_teardown(destroy), destroy)
     except Exception as exc:  # noqa: BLE001
         agent.fail(exc)

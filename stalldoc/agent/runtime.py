@@ -6,7 +6,7 @@ switches itself off, and the training process runs on untouched. Standard librar
 """
 from __future__ import annotations
 
-import _signal   # not signal / threading: their import is most of the agent's start-up cost
+import _signal   # not signal: its import would be most of the agent's start-up cost
 import _thread
 import atexit
 import faulthandler
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 ENV_AGENT_DIR = "STALLDOC_AGENT_DIR"
 ENV_WATCHER_PID = "STALLDOC_WATCHER_PID"
 ENV_DUMP_SIGNAL = "STALLDOC_DUMP_SIGNAL"
+ENV_AGENT_OFF = "STALLDOC_AGENT_OFF"   # features left off: "collectives,c10d,flight,cuda,hooks"
+FEATURES = ("collectives", "c10d", "flight", "cuda", "hooks")
 DEFAULT_DUMP_SIGNAL = "SIGUSR2"
 HEARTBEAT_SECONDS = 0.25
 ALLOCATOR_EVERY_BEATS = 4   # allocator figures once a second
@@ -33,6 +35,11 @@ _PR_SET_PTRACER = 0x59616D61
 _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 _AGENT: Agent | None = None
+
+
+def feature_off(feature: str) -> bool:
+    """Whether ``STALLDOC_AGENT_OFF`` (a comma-separated list of ``FEATURES``) turns it off."""
+    return feature in os.environ.get(ENV_AGENT_OFF, "").replace(" ", "").split(",")
 
 
 def _env_int(name: str, default: int = -1) -> int:
@@ -54,6 +61,7 @@ class Agent:
             statefile.state_path(directory, self.pid), self.pid, _env_int("RANK"),
             _env_int("LOCAL_RANK"), _env_int("WORLD_SIZE"), now)
         self.enabled = True
+        self.status = statefile.STATUS_RUNNING
         self.marker_seq = 0
         self.phase_count = 0
         self.phases: list[tuple[str, float, str, float]] = []   # name, start, detail, since
@@ -63,16 +71,19 @@ class Agent:
         self.dump_file: IO[str] | None = None
         self.cuda: cuda_telemetry.CudaMarkers | None = None
         self._allocator: tuple[tuple[int, int, int, int, int] | None, float] = (None, 0.0)
-        self._cuda_off = False
+        self._cuda_off = feature_off("cuda")
         self._cuda_module: Any = None
-        self._flight: Any = None   # the Flight Recorder dumper; None: not looked at, False: off
+        # the Flight Recorder dumper; None: not looked at, False: off
+        self._flight: Any = False if feature_off("flight") else None
         self._versions: Any = None   # the versions publisher; None: not made yet, False: done
-        self._c10d: Any = None   # the process groups' counters; None: not made yet, False: off
+        # the process groups' counters; None: not made yet, False: off
+        self._c10d: Any = False if feature_off("c10d") else None
         self._gate: Any = None   # the door of the heartbeat's calls into torch (torch_gate.py);
                                  # None: not made yet, False: off after a failure
 
     # ----- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
+        _threading_from_main_thread()
         _thread.start_new_thread(self._beat, ())   # daemonic: never delays the job's exit
         atexit.register(self._at_exit)
         self._chain_excepthook()
@@ -198,8 +209,22 @@ class Agent:
         return cuda_telemetry
 
     def _at_exit(self) -> None:
-        if self.enabled:
-            self.guard(self.state.status, statefile.STATUS_EXITED)
+        """The interpreter exits (every other atexit handler has run): exited, unless an
+        uncaught exception already said how it ends."""
+        if self.enabled and self.status != statefile.STATUS_EXCEPTION:
+            self.guard(self.set_status, statefile.STATUS_EXITED)
+
+    def set_status(self, status: int) -> None:
+        self.status = status
+        self.state.status(status)
+
+    def teardown(self, inside: bool) -> None:
+        """The job entered (``inside``) or left ``destroy_process_group()`` of every group:
+        a crash in between is one in torch's teardown, after the distributed work."""
+        if inside and self.status == statefile.STATUS_RUNNING:
+            self.set_status(statefile.STATUS_TEARDOWN)
+        elif not inside and self.status == statefile.STATUS_TEARDOWN:
+            self.set_status(statefile.STATUS_RUNNING)
 
     def _chain_excepthook(self) -> None:
         previous = sys.excepthook
@@ -216,7 +241,7 @@ class Agent:
     def _record_exception(self, text: str) -> None:
         from stalldoc.redact import redact_text   # only once, as the process dies
         self.state.error(redact_text(text))
-        self.state.status(statefile.STATUS_EXCEPTION)
+        self.set_status(statefile.STATUS_EXCEPTION)
 
     def _allow_ptrace(self) -> None:
         """Let the watcher ptrace us under Yama ptrace_scope=1 without root."""
@@ -260,7 +285,7 @@ class Agent:
         report_failure(self.directory, exc)
         try:
             self.state.error(f"agent disabled: {exc!r}")
-            self.state.status(statefile.STATUS_DISABLED)
+            self.set_status(statefile.STATUS_DISABLED)
         except Exception:  # noqa: BLE001
             pass
 
@@ -358,6 +383,17 @@ class Agent:
         return ring
 
 
+def _threading_from_main_thread() -> None:
+    """Import ``threading`` here, in the job's main thread, before the heartbeat starts.
+
+    ``threading`` takes the thread that first imports it for the main thread, and at exit the
+    interpreter waits for that thread to end. Were it first imported inside the heartbeat (by any
+    import there: ``importlib.metadata``, ``json``...), a job that never imported it itself would
+    hang at exit forever, waiting for an endless thread, and ``threading.main_thread()`` would
+    be the agent's. Imported here, first, it is always the job's (about 0.5 ms, once)."""
+    import threading  # noqa: F401 - for its side effect: the main thread is recorded
+
+
 def open_private(path: str) -> IO[str]:
     """``path`` opened for appending text, created mode 0600 whatever the job's umask (which
     the agent never changes) and never through a symbolic link."""
@@ -433,6 +469,8 @@ def start_from_env(started: float | None = None) -> Agent | None:
     _AGENT = agent
     os.register_at_fork(after_in_child=_after_fork_in_child)
     from stalldoc.agent import hooks, post_import
-    post_import.when_imported("torch.distributed", _install_collectives)
-    hooks.install_all(agent)
+    if not feature_off("collectives"):
+        post_import.when_imported("torch.distributed", _install_collectives)
+    if not feature_off("hooks"):
+        hooks.install_all(agent)
     return agent

@@ -51,6 +51,7 @@ STATUS_RUNNING = 0
 STATUS_EXITED = 1
 STATUS_EXCEPTION = 2
 STATUS_DISABLED = 3
+STATUS_TEARDOWN = 4    # inside the job's destroy_process_group() of every group (version 4 too)
 
 _HEADER = struct.Struct("<4sHHIiiiddQdi")
 _TEXT_LEN = struct.Struct("<H")

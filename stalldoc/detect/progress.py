@@ -8,13 +8,13 @@ classified (``stacks_due`` / ``stack_seen``): CPU spent spinning in a wait is no
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from stalldoc.agent.state_reader import AgentSnapshot
 from stalldoc.detect.stack_kind import StackKind, classify
 from stalldoc.detect.thresholds import PhaseDurations
 from stalldoc.detect.work import IDLE, PENDING, WORK, RecentRate, Signals, verdict
-from stalldoc.model import HostSample, RankStacks, RankWork, StallEpisode
+from stalldoc.model import HostSample, RankExit, RankStacks, RankWork, StallEpisode
 
 
 STACK_DECIDES = frozenset({"unclassified", "stack", "spinning"})   # verdicts a stack decided
@@ -242,3 +242,18 @@ class ProgressTracker:
         self.episode = None
         self.durations.resumed(episode.phases.values(), now - episode.started_at)
         return StallEpisode(**{**episode.__dict__, "ended_at": now})
+
+
+def latest_progress(agents: Mapping[int, AgentSnapshot], exits: Iterable[RankExit]
+                    ) -> dict[int, float]:
+    """Each rank's latest sign of progress on record: its agent's last marker (a phase entered
+    or ended, a hooked call), its last completed collective, its process groups' counters
+    rising, and an exit 0 (the work it had left was done)."""
+    latest: dict[int, float] = {}
+    for rank, agent in agents.items():
+        done = [r.completed_at for g in agent.groups for r in g.ring if r.completed_at]
+        latest[rank] = max([agent.last_marker_at, agent.c10d_rose_at, *done])
+    for exit in exits:
+        if exit.exit_code == 0:
+            latest[exit.rank] = max(latest.get(exit.rank, 0.0), exit.t)
+    return latest

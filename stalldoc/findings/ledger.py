@@ -11,7 +11,8 @@ prints and counts; the store and the metrics exporter read nothing else.
 ``stalldoc_findings_open``). What resolves an entry:
 
 - a tick finding: the first tick it no longer holds (events, the findings of sticky rules,
-  never resolve by silence: a repeat counts up, see ``events.py``);
+  never resolve by silence: a repeat counts up, see ``events.py``), or, at the job's end, its
+  ranks' progress after it was last seen (``moved_on``);
 - a stall's findings: the stall ending (progress resumed);
 - an event printed as the job shut down, when the job then exited 0 (``shutdown``).
 
@@ -28,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Literal
+from typing import Iterable, Literal, Mapping
 
 from stalldoc.findings.events import Key, key_of, printed_at_shutdown, repeated_event
 from stalldoc.model import Finding
@@ -151,6 +152,17 @@ class Ledger:
         ended = [e.id for e in self._open.values() if e.trigger == "stall"
                  and e.stall_id == stall_id]
         return Changes(resolved=tuple(self._resolve(i, now) for i in ended))
+
+    def moved_on(self, now: float, progressed_at: Mapping[int, float],
+                 codes: frozenset[str]) -> Changes:
+        """The job's last look: an open tick finding of ``codes`` (rules about ranks without
+        progress) whose every rank progressed after it was last seen (``progressed_at``: rank ->
+        the latest such moment: a phase ended, a collective, an exit 0) no longer holds, though
+        no tick saw it go: a slow rank whose phase ended just before the job exited."""
+        done = [e.id for e in self._open.values() if e.trigger == "tick"
+                and e.finding.code in codes and e.finding.ranks
+                and all(progressed_at.get(r, 0.0) > e.updated_at for r in e.finding.ranks)]
+        return Changes(resolved=tuple(self._resolve(i, now) for i in done))
 
     def shutdown(self, now: float, since: float) -> Changes:
         """The job exited 0: open events made only of lines libraries also print at a normal

@@ -20,6 +20,7 @@ from stalldoc.rules.sd111_hung_in_channel import HungInChannel
 from stalldoc.rules.sd112_vllm_asleep import VllmAsleep
 from stalldoc.rules.sd113_node_lost import NodeLost
 from stalldoc.rules.sd114_waiting_on_other_nodes import WaitingOnOtherNodes
+from stalldoc.rules.sd115_teardown_crash import TeardownCrash
 from stalldoc.rules.sd201_offload_thrash import OffloadThrash
 from stalldoc.rules.sd202_gpu_memory_pressure import GpuMemoryPressure
 from stalldoc.rules.sd203_gpu_not_completing import GpuNotCompleting
@@ -70,7 +71,7 @@ from stalldoc.rules.sd528_zero3_param_not_available import Zero3ParamNotAvailabl
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
                                  SlowRank, BusyWithoutProgress, RankLeftEarly, HungInChannel,
-                                 VllmAsleep, NodeLost, WaitingOnOtherNodes,
+                                 VllmAsleep, NodeLost, WaitingOnOtherNodes, TeardownCrash,
                                  OffloadThrash, GpuMemoryPressure, GpuNotCompleting,
                                  GpuIdleHostBlocked, GpuSharedByRanks, IdleGpus,
                                  HostMemoryPressure, CpuOversubscription, MaxModelLenConfig,
@@ -88,6 +89,8 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  RolloutConnectionDropped, DeepspeedCacheFlushes,
                                  Zero3ParamNotAvailable)
 STICKY: frozenset[str] = frozenset(rule.code for rule in RULES if rule.sticky)
+ENDS_WITH_PROGRESS: frozenset[str] = frozenset(rule.code for rule in RULES
+                                               if rule.ends_with_progress)
 
 
 def by_code(code: str) -> type[Rule] | None:

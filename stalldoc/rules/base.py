@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import signal
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Iterator
 
@@ -41,6 +42,8 @@ class Rule(ABC):
                                        # "tick": every tick (cheap rules; their findings have a life)
     fallback: ClassVar[bool] = False   # runs only when no other rule explained the stall
     sticky: ClassVar[bool] = False     # tick findings that are events: never resolved by silence
+    ends_with_progress: ClassVar[bool] = False   # tick findings about ranks without progress:
+                                                 # resolved once all their ranks progressed
     fix: ClassVar[str]                 # derived: the first paragraph of the docstring's Fix
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -111,6 +114,14 @@ def describe(window: Window, rank: int) -> str:
     if ev["seconds_without_progress"] is not None:
         parts.append(f"for {ev['seconds_without_progress']:.0f} s")
     return ", ".join(parts)
+
+
+def signal_name(sig: int | None) -> str:
+    """'SIGABRT', or 'signal 99' for a number that names none."""
+    try:
+        return signal.Signals(sig or 0).name
+    except ValueError:
+        return f"signal {sig}"
 
 
 def join_ranks(ranks: Any) -> str:

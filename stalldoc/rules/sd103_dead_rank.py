@@ -4,8 +4,9 @@ from __future__ import annotations
 import signal
 from typing import Iterator
 
+from stalldoc.analysis.teardown import teardowns
 from stalldoc.model import Finding, RankExit, Severity, Window
-from stalldoc.rules.base import Rule, join_ranks, phase_of, phase_stack_of
+from stalldoc.rules.base import Rule, join_ranks, phase_of, phase_stack_of, signal_name
 
 _OOM_HINT = ("SIGKILL with no one asking for it is usually the kernel OOM killer: check "
              "`dmesg | grep -i 'killed process'` and the host memory below; lower the host "
@@ -14,13 +15,6 @@ _OOM_HINT = ("SIGKILL with no one asking for it is usually the kernel OOM killer
 
 _UNKNOWN_FIX = ("Nothing says it failed: the launcher did not report an error for it. If the job "
                "went wrong, read the rank's own log.")
-
-
-def _signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
 
 
 class DeadRank(Rule):
@@ -33,7 +27,9 @@ class DeadRank(Rule):
         are collateral and listed as such. A rank that exits 0 is never blamed. A status nobody
         saw (the launcher reaped the rank first) is taken from the launcher's report in the log,
         from the agent (an uncaught exception), or is 0 once the launcher exits 0; otherwise it
-        is reported as unknown, at info level.
+        is reported as unknown, at info level. When the first rank to end badly had finished
+        its work (killed at interpreter exit or inside ``destroy_process_group``), SD115 says
+        so instead.
 
     Why is this bad?
         The survivors wait in their next collective for a peer that will never come, until the
@@ -60,6 +56,8 @@ class DeadRank(Rule):
 
     def check(self, window: Window) -> Iterator[Finding]:
         bad = sorted((e for e in window.exits if e.exit_code not in (0, None)), key=lambda e: e.t)
+        if bad and teardowns(window):
+            return   # the first rank to end badly had done its work: SD115 says so
         if bad:
             first = bad[0]
             yield self.finding((first.rank,), self._summary(window, first, bad[1:]),
@@ -80,7 +78,7 @@ class DeadRank(Rule):
         return text + (f"; rank {first.rank} was in phase {phase}" if phase else "")
 
     def _summary(self, window: Window, dead: RankExit, collateral: list[RankExit]) -> str:
-        how = (f"was killed by {_signal_name(dead.signal)}" if dead.signal
+        how = (f"was killed by {signal_name(dead.signal)}" if dead.signal
                else f"exited with status {dead.exit_code}" if dead.exit_code is not None
                else "ended (exit status not seen)")
         text = f"rank {dead.rank} (pid {dead.pid}) {how}"

@@ -60,6 +60,7 @@ class SlowRank(Rule):
     name = "slow-rank"
     severity = Severity.WARNING
     trigger = "tick"
+    ends_with_progress = True
 
     def check(self, window: Window) -> Iterator[Finding]:
         slow = sorted(r for r, w in window.work.items()

@@ -38,6 +38,7 @@ class BusyWithoutProgress(Rule):
     name = "busy-without-progress"
     severity = Severity.WARNING
     trigger = "tick"
+    ends_with_progress = True
 
     def check(self, window: Window) -> Iterator[Finding]:
         busy = sorted(r for r, w in window.work.items()

@@ -34,3 +34,19 @@ def test_a_counter_that_stopped_is_no_progress():
         began.append(tracker.check(float(t))[0])
     [stall] = [b for b in began if b is not None]
     assert stall.started_at == 4.0
+
+
+def test_the_latest_progress_on_record_takes_every_sign_and_an_exit_zero():
+    from stalldoc.agent.state_reader import CollectiveRecord, GroupState
+    from stalldoc.detect.progress import latest_progress
+    from stalldoc.model import RankExit
+    ring = (CollectiveRecord("world", 4, "barrier", 1, "float32", 30.0, 31.5, False),
+            CollectiveRecord("world", 5, "barrier", 1, "float32", 32.0, None, False))
+    agents = {0: AgentSnapshot(1, 0, 0, 2, 1, 0.0, 40.0, 9, 20.0, None, (), "", 2, (),
+                               (GroupState("world", 5, 4, ring),), c10d_issued=7,
+                               c10d_rose_at=25.0),
+              1: AgentSnapshot(2, 1, 1, 2, 1, 0.0, 40.0, 9, 33.0, None, (), "", 2, (), ())}
+    exits = [RankExit(1, 2, 38.0, 0, None, "relay"), RankExit(2, 3, 39.0, 1, None, "relay")]
+    # rank 0: its last completed collective (the open one is no progress); rank 1: its exit 0;
+    # rank 2 exited 1: no progress on record (the heartbeat at 40.0 never counts)
+    assert latest_progress(agents, exits) == {0: 31.5, 1: 38.0}

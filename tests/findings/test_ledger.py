@@ -140,3 +140,16 @@ def test_an_event_printed_long_before_the_end_stays_open():
     ledger.tick(10.0, [finding("SD520", (), at_shutdown=True, first_at=9.0)])
     assert not ledger.shutdown(100.0, since=40.0)
     assert ledger.open_counts() == {("SD520", "warning"): 1}
+
+
+def test_the_end_resolves_a_slow_rank_whose_ranks_progressed_after_it_was_last_seen():
+    ledger = Ledger()
+    ledger.tick(1.0, [finding("SD108", (0,)), finding("SD108", (1, 2)), finding("SD301", (3,))])
+    ledger.tick(2.0, [finding("SD108", (0,)), finding("SD108", (1, 2)), finding("SD301", (3,))])
+    # rank 0's phase ended at 2.5 (after the last tick saw it); rank 2 moved only before 2.0,
+    # rank 3 (a machine finding, not a progress one) moved too
+    changes = ledger.moved_on(3.0, {0: 2.5, 1: 2.6, 2: 1.9, 3: 2.7}, frozenset({"SD108"}))
+    [gone] = changes.resolved
+    assert (gone.finding.ranks, gone.resolved_at, gone.updated_at) == ((0,), 3.0, 2.0)
+    assert sorted(e.finding.ranks for e in ledger.open_entries("tick")) == [(1, 2), (3,)]
+    assert not ledger.moved_on(4.0, {}, frozenset({"SD108"}))   # nothing known: nothing moves

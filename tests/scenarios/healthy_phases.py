@@ -39,6 +39,7 @@ PHASE = os.environ.get("PHASE", "matmul_loop")
 PHASE_SECONDS = float(os.environ.get("PHASE_SECONDS", "10"))
 PHASE_MB = int(os.environ.get("PHASE_MB", "40"))
 SLOW_PATH = os.environ.get("SLOW_PATH", "")
+STEPS_AFTER = int(os.environ.get("STEPS_AFTER", "2"))   # training steps after the phase
 ONE_RANK_KINDS = ("checkpoint_one_rank", "evaluation_one_rank")
 
 
@@ -283,7 +284,7 @@ def main() -> None:
     for step in range(1, 4):
         train_step(model, optimizer, step)
     run_phase(phase_ranks())
-    for step in range(4, 6):
+    for step in range(4, 4 + STEPS_AFTER):
         train_step(model, optimizer, step)
     dist.destroy_process_group()
     # torch 2.13 / gloo: a gloo worker thread may free its last work object while the

@@ -1,0 +1,50 @@
+"""Whether a rank that ended badly had finished its work: it died in its own teardown.
+
+The agent says where a rank is in its life (``agent/runtime.py``): running, inside the job's
+``destroy_process_group()`` of every group (``STATUS_TEARDOWN``), or past the job's code with
+every atexit handler run (``STATUS_EXITED``: the interpreter finalizes). A rank that ended by a
+signal there, with no uncaught exception and no collective left unfinished in its rings, had done
+its training: what killed it was the teardown (torch's, a C extension's, or the launcher ending
+it then), not the work."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stalldoc.agent.statefile import STATUS_EXITED, STATUS_TEARDOWN
+from stalldoc.model import RankExit, Window
+
+WHERE = {STATUS_EXITED: "interpreter exit", STATUS_TEARDOWN: "destroy_process_group"}
+
+
+@dataclass(frozen=True)
+class Teardown:
+    """A rank that ended by a signal after its work was done."""
+
+    exit: RankExit
+    where: str                  # "interpreter exit" or "destroy_process_group"
+    phases_completed: int
+    collectives_completed: int
+    c10d_issued: int            # collectives issued on its process groups (DDP's included)
+    phase_stack: tuple[str, ...]
+
+
+def after_work(window: Window, exit: RankExit) -> Teardown | None:
+    """The teardown ``exit`` ended in, or None: not by a signal, no agent of that very process,
+    an uncaught exception, a collective unfinished, or not yet past its work."""
+    agent = window.agents.get(exit.rank)
+    if not exit.signal or agent is None or agent.pid != exit.pid:
+        return None
+    where = WHERE.get(agent.status)
+    if where is None or agent.error or agent.pending:
+        return None
+    return Teardown(exit, where, agent.phases_completed, agent.collective_seq, agent.c10d_issued,
+                    agent.phase_stack)
+
+
+def teardowns(window: Window) -> list[Teardown]:
+    """The ranks that ended by a signal after their work, oldest first, when the first rank to
+    end badly is one of them (else the training failed first: none)."""
+    bad = sorted((e for e in window.exits if e.exit_code not in (0, None)), key=lambda e: e.t)
+    if not bad or after_work(window, bad[0]) is None:
+        return []
+    return [t for t in (after_work(window, e) for e in bad) if t is not None]

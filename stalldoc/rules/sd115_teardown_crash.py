@@ -1,0 +1,110 @@
+"""SD115 teardown-crash."""
+from __future__ import annotations
+
+import signal
+from typing import Iterator
+
+from stalldoc.analysis.teardown import Teardown, teardowns
+from stalldoc.model import Finding, RankExit, Severity, Window
+from stalldoc.rules.base import Rule, join_ranks, signal_name
+
+UPSTREAM = "pytorch/pytorch issue 190489"
+_ABORT_FIX = ("Nothing of the training is lost: every collective and phase had completed. The "
+              "abort is torch's own exit race (gloo / NCCL worker threads that still hold work "
+              f"objects while Python finalizes; {UPSTREAM}), and it makes the job's exit status "
+              "non-zero. Before the script returns: `dist.destroy_process_group()`, then drop "
+              "DDP models and run `gc.collect()`; or, once outputs are written and flushed, "
+              "end the rank with `os._exit(0)`.")
+
+
+class TeardownCrash(Rule):
+    """A rank was killed by a signal after its work was done: in torch's teardown, not training.
+
+    What it does
+        When the first rank to end badly had finished its Python code (every atexit handler
+        run, the interpreter finalizing) or was inside the job's ``destroy_process_group()``,
+        with no uncaught exception and no collective left unfinished, says that, at warning
+        level, instead of a dead rank (SD103): which ranks, the signal, where in the teardown,
+        the phases and collectives they had completed, and the ranks ended after it. For
+        SIGABRT it names torch's known exit race. The job's exit status is left as it is.
+
+    Why is this bad?
+        The training finished, but the job's exit status says it failed (torchrun reports the
+        signal and exits 1): a scheduler or pipeline that trusts it retries or discards a good
+        run. The signal hides nothing of the training itself, and no stall follows.
+
+    Evidence
+        per rank: pid, signal, ``where`` (``interpreter exit`` or ``destroy_process_group``),
+        phases and collectives completed (``c10d_issued``: DDP's included), the phase stack left;
+        the ranks ended after the first; for SIGABRT the upstream issue.
+
+    Fix
+        Nothing of the training is lost. A SIGABRT ("terminate called without an active
+        exception") is torch's own exit race: call ``dist.destroy_process_group()``, drop DDP
+        models and run ``gc.collect()`` before the script returns, or end the rank with
+        ``os._exit(0)`` once outputs are flushed. Another signal came from outside at exit
+        (the launcher, the OOM killer).
+
+    References
+        pytorch/pytorch issue 190489 (threads that take the GIL while Python finalizes abort
+        the process: ``AsyncAllgatherWork`` on a gloo thread, ``GraphTask`` on an autograd
+        worker); PR 179291 ("Register atexit handler to destroy process groups before
+        interpreter finalization", abandoned); issue 28126 (``terminate called without an
+        active exception`` from c10d threads not joined).
+    """
+
+    code = "SD115"
+    name = "teardown-crash"
+    severity = Severity.WARNING
+    trigger = "exit"
+
+    def check(self, window: Window) -> Iterator[Finding]:
+        done = teardowns(window)
+        if not done:
+            return
+        first = done[0]
+        crashed = [t for t in done if t.exit.signal == first.exit.signal]
+        ranks = {t.exit.rank for t in crashed}
+        after = sorted((e for e in window.exits if e.t >= first.exit.t and e.rank not in ranks
+                        and e.exit_code != 0), key=lambda e: e.t)
+        aborted = first.exit.signal == signal.SIGABRT
+        yield self.finding(sorted(ranks), self._summary(crashed, after, done, aborted),
+                           self._evidence(crashed, after, done, aborted),
+                           _ABORT_FIX if aborted else None)
+
+    @staticmethod
+    def _summary(crashed: list[Teardown], after: list[RankExit], done: list[Teardown],
+                 aborted: bool) -> str:
+        first = crashed[0]
+        work = (f"{first.phases_completed} phases and " if first.phases_completed else "")
+        work += f"{max(first.collectives_completed, first.c10d_issued)} collectives"
+        text = (f"{join_ranks(t.exit.rank for t in crashed)} killed by "
+                f"{signal_name(first.exit.signal)} at {first.where}, after the work was done "
+                f"(rank {first.exit.rank}, pid {first.exit.pid}: {work} behind it, none "
+                "pending)")
+        if aborted:
+            text += f": torch's own exit race ({UPSTREAM}), not a training failure"
+        where = {t.exit.rank: t.where for t in done}
+        for exit in after:
+            text += (f"; rank {exit.rank} ended after it ({signal_name(exit.signal)}"
+                     if exit.signal else f"; rank {exit.rank} ended after it (status "
+                     f"{exit.exit_code}") + (f", at {where[exit.rank]})" if exit.rank in where
+                                            else ")")
+        return text + "; the job's exit status is the launcher's answer to it"
+
+    @staticmethod
+    def _evidence(crashed: list[Teardown], after: list[RankExit], done: list[Teardown],
+                  aborted: bool) -> dict:
+        where = {t.exit.rank: t.where for t in done}
+        return {"frames": [], "where": crashed[0].where,
+                "upstream": UPSTREAM if aborted else "",
+                "ranks": {str(t.exit.rank): {
+                    "pid": t.exit.pid, "signal": t.exit.signal, "exit_code": t.exit.exit_code,
+                    "where": t.where, "phases_completed": t.phases_completed,
+                    "collectives_completed": t.collectives_completed,
+                    "c10d_issued": t.c10d_issued, "phase_stack": list(t.phase_stack),
+                    "exit_source": t.exit.source} for t in crashed},
+                "ended_after": [e.rank for e in after],
+                "ended_after_detail": {str(e.rank): {
+                    "pid": e.pid, "signal": e.signal, "exit_code": e.exit_code,
+                    "where": where.get(e.rank, "")} for e in after}}
