@@ -4,17 +4,20 @@ from __future__ import annotations
 import signal
 from typing import Iterator
 
-from stalldoc.analysis.teardown import Teardown, teardowns
+from stalldoc.agent.statefile import STATUS_TEARDOWN
+from stalldoc.analysis.teardown import WHERE, Teardown, teardowns
 from stalldoc.model import Finding, RankExit, Severity, Window
 from stalldoc.rules.base import Rule, join_ranks, signal_name
 
 UPSTREAM = "pytorch/pytorch issue 190489"
-_ABORT_FIX = ("Nothing of the training is lost: every collective and phase had completed. The "
-              "abort is torch's own exit race (gloo / NCCL worker threads that still hold work "
-              f"objects while Python finalizes; {UPSTREAM}), and it makes the job's exit status "
-              "non-zero. Before the script returns: `dist.destroy_process_group()`, then drop "
-              "DDP models and run `gc.collect()`; or, once outputs are written and flushed, "
-              "end the rank with `os._exit(0)`.")
+_ABORT_FIX = ("The training steps had completed. The abort is torch's own exit race (gloo or "
+              "autograd threads that take the GIL while Python finalizes; "
+              f"{UPSTREAM}), and it makes the job's exit status non-zero. Before the script "
+              "returns, drop DDP models (`del model`) and run `gc.collect()`, so the process "
+              "group's threads end while Python is alive; or, once outputs are written and "
+              "flushed, end the rank with `os._exit(0)`.")
+_DESTROY_NOTE = (" It crashed inside `destroy_process_group()`: check that what the script does "
+                 "after it (a final save) ran.")
 
 
 class TeardownCrash(Rule):
@@ -26,7 +29,9 @@ class TeardownCrash(Rule):
         with no uncaught exception and no collective left unfinished, says that, at warning
         level, instead of a dead rank (SD103): which ranks, the signal, where in the teardown,
         the phases and collectives they had completed, and the ranks ended after it. For
-        SIGABRT it names torch's known exit race. The job's exit status is left as it is.
+        SIGABRT it names torch's known exit race. The job's exit status is left as it is. A
+        rank that chose to leave with ``sys.exit(N)`` and then crashed at exit looks the same:
+        the status N it meant is lost to the signal, and nothing in the process keeps it.
 
     Why is this bad?
         The training finished, but the job's exit status says it failed (torchrun reports the
@@ -39,11 +44,11 @@ class TeardownCrash(Rule):
         the ranks ended after the first; for SIGABRT the upstream issue.
 
     Fix
-        Nothing of the training is lost. A SIGABRT ("terminate called without an active
-        exception") is torch's own exit race: call ``dist.destroy_process_group()``, drop DDP
-        models and run ``gc.collect()`` before the script returns, or end the rank with
-        ``os._exit(0)`` once outputs are flushed. Another signal came from outside at exit
-        (the launcher, the OOM killer).
+        The training steps had completed. SIGABRT ("terminate called without an active
+        exception") is torch's own exit race: drop DDP models and run ``gc.collect()`` before
+        the script returns, or end with ``os._exit(0)`` once outputs are flushed. Crashed in
+        ``destroy_process_group``: check that what the script does after it ran. Other
+        signals came from outside (the launcher, the OOM killer).
 
     References
         pytorch/pytorch issue 190489 (threads that take the GIL while Python finalizes abort
@@ -68,9 +73,10 @@ class TeardownCrash(Rule):
         after = sorted((e for e in window.exits if e.t >= first.exit.t and e.rank not in ranks
                         and e.exit_code != 0), key=lambda e: e.t)
         aborted = first.exit.signal == signal.SIGABRT
+        fix = (_ABORT_FIX if aborted else self.fix) + (
+            _DESTROY_NOTE if aborted and first.where == WHERE[STATUS_TEARDOWN] else "")
         yield self.finding(sorted(ranks), self._summary(crashed, after, done, aborted),
-                           self._evidence(crashed, after, done, aborted),
-                           _ABORT_FIX if aborted else None)
+                           self._evidence(crashed, after, done, aborted), fix)
 
     @staticmethod
     def _summary(crashed: list[Teardown], after: list[RankExit], done: list[Teardown],

@@ -45,6 +45,7 @@ def test_sd115_bad_sigabrt_at_interpreter_exit_after_the_work():
                                     "work was done (rank 0, pid 100: 6 phases and 23 "
                                     "collectives behind it, none pending)")
     assert "pytorch/pytorch issue 190489" in crash.summary and "gc.collect()" in crash.fix
+    assert "destroy_process_group()`: check" not in crash.fix   # it got past it
     assert crash.evidence["ranks"]["0"]["where"] == "interpreter exit"
 
 
@@ -57,6 +58,7 @@ def test_sd115_bad_inside_destroy_process_group_and_the_launcher_ending_the_othe
     assert (code, severity, ranks) == ("SD115", Severity.WARNING, (1,))
     [crash] = [f for f in found if f.code == "SD115"]
     assert "at destroy_process_group" in crash.summary
+    assert "crashed inside `destroy_process_group()`: check that what the script does" in crash.fix
     assert "; rank 0 ended after it (SIGTERM);" in crash.summary
     assert crash.evidence["ended_after"] == [0]
 
