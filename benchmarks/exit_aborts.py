@@ -1,29 +1,37 @@
 """How often a healthy 2-rank DDP job (gloo) aborts at exit, plain and under ``stalldoc watch``
 with each agent feature off in turn, idle and with both cores kept busy, in one run.
 
-torch 2.13's gloo backend has an exit race of its own: a gloo worker thread that still holds a
-work object (tensors with Python references) while the interpreter finalizes takes the GIL,
-is ended through a ``noexcept`` frame, and the rank dies with ``terminate called without an
-active exception`` (SIGABRT) after its last step (pytorch/pytorch PR 179291). This benchmark
-says whether stalldoc makes that more likely: each arm runs ``tests/scenarios/ddp_steps.py``
-(the trigger kept: the DDP model lives until the interpreter finalizes) ``--runs`` times,
-arms interleaved run by run so drift in the machine's load falls on all of them alike.
+torch 2.13 has an exit race of its own: a gloo worker thread that takes the GIL while the
+interpreter finalizes (freeing its last work object, whose tensors have Python references) is
+ended through a ``noexcept`` frame, and the rank dies with ``terminate called without an active
+exception`` (SIGABRT) after its last step (pytorch/pytorch issue 190489, PR 179291). A DDP model
+keeps references to its process group that freeing the model does not release, so the group's
+threads live to finalization. This benchmark says whether stalldoc makes the abort more likely:
+each arm runs ``tests/scenarios/ddp_steps.py`` with ``EXIT_RACE=keep`` (it ends the ordinary way,
+the trigger kept) ``--runs`` times, arms interleaved run by run so drift in the machine's load
+falls on all of them alike.
 
 Arms:
 - ``plain``: torchrun alone (the baseline);
 - ``plain+fr``: torchrun with the Flight Recorder variables watch sets;
 - ``watch``: ``stalldoc watch`` with everything on;
-- ``watch-c10d``, ``watch-fr``, ``watch-wrap``, ``watch-cuda``, ``watch-hooks``: watch with
-  the c10d counters, the Flight Recorder (``--no-flight-recorder``), the collective wrapper,
-  the CUDA queries, the library hooks off (``STALLDOC_AGENT_OFF``);
-- ``watch-noagent``: ``stalldoc watch --no-agent`` (the sidecar only).
+- ``watch-c10d``, ``watch-fr``, ``watch-wrap``: watch with the c10d counters, the Flight
+  Recorder (``--no-flight-recorder``), the collective wrapper off;
+- ``watch-noagent``: ``stalldoc watch --no-agent`` (the sidecar only);
+- ``watch-avoid``: watch, the scenario leaving as the test suite's scenarios do
+  (``tests/scenarios/exit_race.py``: ``os._exit`` once flushed, the way around SD115 gives);
+- not run by default: ``watch-cuda`` and ``watch-hooks`` (the CUDA queries, the library hooks off).
+  In a job that never initialised CUDA the CUDA feature is one pure-Python
+  ``torch.cuda.is_initialized()`` per beat and never calls into torch's C++, so on a machine
+  without a GPU that arm measures the ``watch`` arm again; run it on a GPU node
+  (``--arms plain,watch,watch-cuda``). The hooks patch library functions only (no thread).
 
 For each arm: aborted runs / runs, the rate with its 95 % Wilson interval, the ratio to
 ``plain``'s rate and a one-sided Fisher exact p-value for "the arm aborts more often than plain"
 (small p: stalldoc raises the rate). Runs that fail otherwise are counted apart.
 
     python benchmarks/exit_aborts.py [--runs 30] [--loads idle,busy] [--arms plain,watch,...]
-        [--steps 12] [--pause 0.5]
+        [--steps 4] [--pause 0.2]
 """
 from __future__ import annotations
 
@@ -53,10 +61,13 @@ ARMS: dict[str, tuple[bool, tuple[str, ...], dict[str, str]]] = {
     "watch-c10d": (True, (), {"STALLDOC_AGENT_OFF": "c10d"}),
     "watch-fr": (True, ("--no-flight-recorder",), {}),
     "watch-wrap": (True, (), {"STALLDOC_AGENT_OFF": "collectives"}),
+    "watch-noagent": (True, ("--no-agent",), {}),
+    "watch-avoid": (True, (), {"EXIT_RACE": "leave"}),
     "watch-cuda": (True, (), {"STALLDOC_AGENT_OFF": "cuda"}),
     "watch-hooks": (True, (), {"STALLDOC_AGENT_OFF": "hooks"}),
-    "watch-noagent": (True, ("--no-agent",), {}),
 }
+DEFAULT_ARMS = ("plain", "plain+fr", "watch", "watch-c10d", "watch-fr", "watch-wrap",
+                "watch-noagent", "watch-avoid")
 
 
 @dataclass
@@ -69,7 +80,7 @@ class Tally:
 
 def _command(arm: str, tmp: Path, run: int) -> tuple[list[str], dict[str, str]]:
     watched, options, extra = ARMS[arm]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **extra}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "EXIT_RACE": "keep", **extra}
     if "TORCH_FR_BUFFER_SIZE" in extra:
         env["TORCH_FR_DUMP_TEMP_FILE"] = str(tmp / f"fr{run}" / "rank_")
     job = torchrun(2, "ddp_steps.py")
@@ -163,9 +174,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--loads", default="idle,busy")
-    parser.add_argument("--arms", default=",".join(ARMS))
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--pause", type=float, default=0.5)
+    parser.add_argument("--arms", default=",".join(DEFAULT_ARMS))
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--pause", type=float, default=0.2)
     args = parser.parse_args()
     arms = [a for a in args.arms.split(",") if a]
     unknown = [a for a in arms if a not in ARMS]

@@ -48,3 +48,20 @@ def test_an_abort_in_the_middle_of_training_is_still_a_dead_rank(run_watch):
     assert (dead["ranks"], dead["severity"]) == ([1], "critical")
     assert "SIGABRT" in dead["summary"]
     assert result.findings("SD115") == []
+
+
+def test_freeing_a_ddp_model_does_not_end_its_gloo_threads_as_sd115s_fix_says():
+    # SD115's fix tells users to leave with os._exit(0), not to free the model: on this torch a
+    # DDP model keeps its process group, and the group's gloo threads, past its own end and
+    # destroy_process_group(). The control (a plain all_reduce) shows the threads can end.
+    lines = {}
+    for model in ("ddp", "none"):
+        out = subprocess.run(torchrun(2, "ddp_group_threads.py"), capture_output=True, text=True,
+                             timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1",
+                                               "MODEL": model})
+        assert out.returncode == 0, out.stderr[-2000:]
+        lines[model] = sorted(line for line in out.stdout.splitlines() if "gloo threads" in line)
+    assert lines["none"] == ["rank 0 gloo threads: none", "rank 1 gloo threads: none"]
+    for line in lines["ddp"]:
+        assert "pt_gloo_runloop" in line, lines
+    assert len(lines["ddp"]) == 2, lines

@@ -12,10 +12,13 @@ from stalldoc.rules.base import Rule, join_ranks, signal_name
 UPSTREAM = "pytorch/pytorch issue 190489"
 _ABORT_FIX = ("The training steps had completed. The abort is torch's own exit race (gloo or "
               "autograd threads that take the GIL while Python finalizes; "
-              f"{UPSTREAM}), and it makes the job's exit status non-zero. Before the script "
-              "returns, drop DDP models (`del model`) and run `gc.collect()`, so the process "
-              "group's threads end while Python is alive; or, once outputs are written and "
-              "flushed, end the rank with `os._exit(0)`.")
+              f"{UPSTREAM}), and it makes the job's exit status non-zero. Once "
+              "`destroy_process_group()` has returned and everything is saved and flushed "
+              "(checkpoints, `wandb.finish()`, `logging.shutdown()`), end the rank with "
+              "`os._exit(0)`, so Python is not finalized while those threads live. Freeing "
+              "the DDP model first (`del model`, `gc.collect()`) does not end them on torch "
+              "2.13: a DDP model keeps references to its process group that freeing it does "
+              "not release.")
 _DESTROY_NOTE = (" It crashed inside `destroy_process_group()`: check that what the script does "
                  "after it (a final save) ran.")
 
@@ -45,10 +48,11 @@ class TeardownCrash(Rule):
 
     Fix
         The training steps had completed. SIGABRT ("terminate called without an active
-        exception") is torch's own exit race: drop DDP models and run ``gc.collect()`` before
-        the script returns, or end with ``os._exit(0)`` once outputs are flushed. Crashed in
-        ``destroy_process_group``: check that what the script does after it ran. Other
-        signals came from outside (the launcher, the OOM killer).
+        exception") is torch's own exit race: once ``destroy_process_group()`` has returned and
+        outputs are saved and flushed, end the rank with ``os._exit(0)`` (freeing the DDP model
+        first does not end torch's threads on 2.13). Crashed in ``destroy_process_group``: check
+        that what the script does after it ran. Other signals came from outside (the launcher,
+        the OOM killer).
 
     References
         pytorch/pytorch issue 190489 (threads that take the GIL while Python finalizes abort

@@ -6,7 +6,9 @@ device or a slow loader). At step SLOW_STEP rank SLOW_RANK computes on the CPU f
 first, while the other ranks wait in the reducer's all_reduce inside backward(). WIDTH sets the
 hidden layers (12288: 576 MB of gradients a step; a layer's gradient is a bucket of its own).
 At the end each rank writes its process group's sequence number to COUNTS_DIR/rank_<rank> (when
-set): the collectives torch itself counted, for the test to compare with what the agent saw."""
+set): the collectives torch itself counted, for the test to compare with what the agent saw.
+It leaves through ``exit_race.leave()``, clear of torch 2.13's own exit race; ``EXIT_RACE=keep``
+ends it the ordinary way instead (``benchmarks/exit_aborts.py``)."""
 import os
 import time
 
@@ -14,6 +16,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
+from exit_race import leave
 
 STEPS = int(os.environ.get("STEPS", "12"))
 STEP_PAUSE = float(os.environ.get("STEP_PAUSE", "0"))
@@ -56,6 +60,7 @@ def main() -> None:
         with open(os.path.join(counts, f"rank_{dist.get_rank()}"), "w") as fh:
             fh.write(str(seq))
     dist.destroy_process_group()
+    leave()
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ import hashlib
 import multiprocessing
 import os
 import random
-import sys
 import time
 import zlib
 
@@ -34,6 +33,7 @@ import torch.distributed as dist
 from torch import nn
 
 from data_parallel import train_step
+from exit_race import leave
 
 PHASE = os.environ.get("PHASE", "matmul_loop")
 PHASE_SECONDS = float(os.environ.get("PHASE_SECONDS", "10"))
@@ -287,14 +287,9 @@ def main() -> None:
     for step in range(4, 4 + STEPS_AFTER):
         train_step(model, optimizer, step)
     dist.destroy_process_group()
-    # torch 2.13 / gloo: a gloo worker thread may free its last work object while the
-    # interpreter finalizes; taking the GIL then ends the thread through a noexcept frame and the
-    # rank aborts ("terminate called without an active exception", SIGABRT; pytorch PR 179291,
-    # seen here in 2 of 12 plain torchrun runs under load, no stalldoc). The phases are what this
-    # scenario is about, so it leaves without finalizing, its output flushed.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    # torch 2.13's own exit race (seen here in 2 of 12 plain torchrun runs of this scenario under
+    # load, no stalldoc): the phases are what this scenario is about, so it leaves without it
+    leave()
 
 
 if __name__ == "__main__":
