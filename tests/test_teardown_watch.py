@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
+
 from support import torchrun
 
 ABORT = "terminate called without an active exception"
@@ -50,18 +52,39 @@ def test_an_abort_in_the_middle_of_training_is_still_a_dead_rank(run_watch):
     assert result.findings("SD115") == []
 
 
-def test_freeing_a_ddp_model_does_not_end_its_gloo_threads_as_sd115s_fix_says():
-    # SD115's fix tells users to leave with os._exit(0), not to free the model: on this torch a
-    # DDP model keeps its process group, and the group's gloo threads, past its own end and
-    # destroy_process_group(). The control (a plain all_reduce) shows the threads can end.
-    lines = {}
-    for model in ("ddp", "none"):
-        out = subprocess.run(torchrun(2, "ddp_group_threads.py"), capture_output=True, text=True,
-                             timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1",
-                                               "MODEL": model})
-        assert out.returncode == 0, out.stderr[-2000:]
-        lines[model] = sorted(line for line in out.stdout.splitlines() if "gloo threads" in line)
-    assert lines["none"] == ["rank 0 gloo threads: none", "rank 1 gloo threads: none"]
-    for line in lines["ddp"]:
-        assert "pt_gloo_runloop" in line, lines
-    assert len(lines["ddp"]) == 2, lines
+
+
+def gloo_threads_left(lines: str) -> list[str]:
+    return sorted(line for line in lines.splitlines() if "gloo threads" in line)
+
+
+NONE_LEFT = ["rank 0 gloo threads: none", "rank 1 gloo threads: none"]
+
+
+def _threads_left(**env: str) -> list[str]:
+    out = subprocess.run(torchrun(2, "ddp_group_threads.py"), capture_output=True, text=True,
+                         timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return gloo_threads_left(out.stdout)
+
+
+@pytest.mark.parametrize("model", ["ddp", "all_reduce"])
+def test_torch_dynamo_imported_after_init_keeps_the_gloo_threads_as_sd115s_fix_says(model):
+    # SD115's fix rests on this torch fact: torch._dynamo imported once a group exists (by
+    # optimizer.step(), by DDP) keeps the group, and its gloo threads, past the script freeing
+    # everything and destroy_process_group(); imported before init_process_group it does not
+    left = _threads_left(MODEL=model)
+    assert len(left) == 2 and all("pt_gloo_runloop" in line for line in left), left
+    assert _threads_left(MODEL=model, DYNAMO_FIRST="1") == NONE_LEFT
+
+
+@pytest.mark.parametrize("model", ["ddp", "all_reduce", "dp_group"])
+def test_under_watch_a_destroyed_group_ends_its_threads_as_without(run_watch, model):
+    # the agent's collective wrapper records every all_reduce on its group (a data-parallel
+    # group passed as group=, or the default): it must not keep that group alive, or its gloo
+    # threads would live on into interpreter exit, exposed to torch's exit race, under watch only
+    result = run_watch(torchrun(2, "ddp_group_threads.py"), env={"MODEL": model,
+                                                                 "DYNAMO_FIRST": "1"},
+                       timeout=180)
+    assert result.code == 0, result.stderr
+    assert gloo_threads_left(result.stdout) == NONE_LEFT, result.stdout

@@ -13,6 +13,7 @@ import inspect
 import threading
 import time
 import types
+import weakref
 from typing import Any, Callable
 
 from stalldoc.agent import runtime, statefile
@@ -81,6 +82,20 @@ def _ring_of(agent: runtime.Agent, group: Any) -> statefile.GroupRing:
     return ring
 
 
+def _remembered(agent: runtime.Agent, group: Any, ring: statefile.GroupRing) -> list[Any]:
+    """What a wrapper keeps of its last call: agent, the group (None: the default group) as a
+    weak reference, ring. Never the group itself: a process group held here would outlive the
+    job's ``destroy_process_group()``, its gloo threads with it, into interpreter exit, where
+    torch's exit race aborts the rank (SD115). A group that cannot be weakly referenced (a list
+    of ranks, a name) is not remembered: looked up again next call."""
+    if group is None:
+        return [agent, None, ring]
+    try:
+        return [agent, weakref.ref(group), ring]
+    except TypeError:
+        return [None, None, None]
+
+
 def _site(op: str, fn: Callable[..., Any]) -> tuple[str | None, Callable[..., tuple[int, bytes]],
                                                   int, int, int]:
     """Where ``fn`` takes its payload (name, measure, position), group and async flag: read once
@@ -109,7 +124,7 @@ def wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     mask, size = statefile.RING_MASK, statefile.ENTRY.size
     dtypes = _dtype_names
     tensor = payload is not None and measure is _payload
-    last: list[Any] = [None, _NOTHING, None]   # agent, group, ring of the previous call
+    last: list[Any] = [None, None, None]   # _remembered(): agent, weak group, ring
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         agent = runtime._AGENT
@@ -129,11 +144,13 @@ def wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                     numel, dtype = measure(value)
             group = (args[at_group] if at_group < count
                      else kwargs.get("group") if kwargs else None)
-            if group is last[1] and agent is last[0]:
+            weak = last[1]
+            if agent is last[0] and (weak is None if group is None
+                                     else weak is not None and weak() is group):
                 ring = last[2]
             else:
                 ring = agent.rings.get(id(group)) or _ring_of(agent, group)
-                last[:] = agent, group, ring
+                last[:] = _remembered(agent, group, ring)
             seq = ring.started = ring.started + 1
             offset = ring.base + ((seq - 1) & mask) * size
             pack_entry(ring.buf, offset, seq, numel, clock(), 0.0, name, dtype,

@@ -1,18 +1,31 @@
-"""What a careful script's teardown leaves running: one DDP step (or, with MODEL=none, one plain
-all_reduce), then the model and optimizer freed and collected, then ``destroy_process_group()``.
-Each rank prints the names of its gloo threads left after that ("rank N gloo threads: ...").
-On torch 2.13 a DDP model keeps references to its process group that freeing it does not
-release, so the group's gloo threads outlive ``destroy_process_group()`` and live on into
-interpreter exit, where torch's exit race can abort the rank (SD115's fix rests on this)."""
+"""What a careful script's teardown leaves running: three training steps (AdamW), then the model,
+optimizer and groups freed and collected, then ``destroy_process_group()``. Each rank prints the
+names of its gloo threads left after that ("rank N gloo threads: ...").
+
+MODEL picks the step: ``ddp`` (a DistributedDataParallel model), ``all_reduce`` (gradients
+all-reduced by hand on the default group) or ``dp_group`` (by hand over a data-parallel group
+made with ``new_group`` and passed as ``group=``, as Megatron-style code does).
+
+On torch 2.13, importing ``torch._dynamo`` while a process group exists keeps references to that
+group that are never released; ``optimizer.step()`` and DDP import it on first use. So in an
+ordinary script the group's gloo threads outlive ``destroy_process_group()`` and live on into
+interpreter exit, where torch's exit race can abort the rank. With DYNAMO_FIRST=1 the script
+imports ``torch._dynamo`` before ``init_process_group()``, and the threads end at
+``destroy_process_group()`` (SD115's fix rests on both)."""
 import gc
 import os
 
 import torch
+
+if os.environ.get("DYNAMO_FIRST") == "1":
+    import torch._dynamo  # noqa: F401  (before any process group exists)
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from exit_race import leave
+
+MODEL = os.environ.get("MODEL", "ddp")
 
 
 def gloo_threads() -> list[str]:
@@ -21,19 +34,25 @@ def gloo_threads() -> list[str]:
     return sorted(name for name in names if "gloo" in name)
 
 
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, group) -> None:
+    model(torch.randn(8, 16)).square().mean().backward()
+    if MODEL != "ddp":
+        for param in model.parameters():
+            dist.all_reduce(param.grad, group=group)
+    optimizer.step()
+    optimizer.zero_grad()
+
+
 def main() -> None:
     dist.init_process_group("gloo")
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
-    if os.environ.get("MODEL", "ddp") == "ddp":
+    group = dist.new_group(list(range(dist.get_world_size()))) if MODEL == "dp_group" else None
+    if MODEL == "ddp":
         model = DistributedDataParallel(model)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        model(torch.randn(8, 16)).square().mean().backward()
-        optimizer.step()
-    else:
-        optimizer = None
-        grads = torch.randn(8)
-        dist.all_reduce(grads)
-    model = optimizer = None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(3):
+        train_step(model, optimizer, group)
+    model = optimizer = group = None
     gc.collect()
     dist.destroy_process_group()
     gc.collect()
