@@ -4,9 +4,10 @@ with each agent feature off in turn, idle and with both cores kept busy, in one 
 torch 2.13 has an exit race of its own: a gloo worker thread that takes the GIL while the
 interpreter finalizes (freeing its last work object, whose tensors have Python references) is
 ended through a ``noexcept`` frame, and the rank dies with ``terminate called without an active
-exception`` (SIGABRT) after its last step (pytorch/pytorch issue 190489, PR 179291). A DDP model
-keeps references to its process group that freeing the model does not release, so the group's
-threads live to finalization. This benchmark says whether stalldoc makes the abort more likely:
+exception`` (SIGABRT) after its last step (pytorch/pytorch issue 190489, PR 179291). The
+group's threads live to finalization because ``torch._dynamo``, imported on first use by DDP and
+``optimizer.step()``, keeps the group alive past ``destroy_process_group()`` (see SD115). This
+benchmark says whether stalldoc makes the abort more likely:
 each arm runs ``tests/scenarios/ddp_steps.py`` with ``EXIT_RACE=keep`` (it ends the ordinary way,
 the trigger kept) ``--runs`` times, arms interleaved run by run so drift in the machine's load
 falls on all of them alike.

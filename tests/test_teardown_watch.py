@@ -1,7 +1,9 @@
 """A rank that crashes in its teardown after the training completed, under real watch: said as
 what it is (SD115, warning, the upstream exit race), never as a failed training (SD103), and the
 job's exit status left as the launcher gave it. Real torchrun, gloo, DDP; the crash is real
-(tests/scenarios/teardown_abort.py: a daemon thread inside torch's C++ as Python finalizes)."""
+(tests/scenarios/teardown_abort.py: a daemon thread inside torch's C++ as Python finalizes).
+And what a destroyed process group leaves running into interpreter exit, where the race lies:
+the torch fact SD115's fix rests on, and that under watch no more is left than without."""
 from __future__ import annotations
 
 import os

@@ -12,13 +12,15 @@ from stalldoc.rules.base import Rule, join_ranks, signal_name
 UPSTREAM = "pytorch/pytorch issue 190489"
 _ABORT_FIX = ("The training steps had completed. The abort is torch's own exit race (gloo or "
               "autograd threads that take the GIL while Python finalizes; "
-              f"{UPSTREAM}), and it makes the job's exit status non-zero. Once "
-              "`destroy_process_group()` has returned and everything is saved and flushed "
+              f"{UPSTREAM}), and it makes the job's exit status non-zero. It needs a process "
+              "group's threads alive when Python exits: on torch 2.13 they outlive "
+              "`destroy_process_group()` whenever `torch._dynamo` was first imported after "
+              "`init_process_group()` (`optimizer.step()` and DDP import it on first use). "
+              "Either `import torch._dynamo` before `init_process_group()` and free DDP models "
+              "before `destroy_process_group()`, so the threads end while Python is alive; or, "
+              "once `destroy_process_group()` has returned and everything is saved and flushed "
               "(checkpoints, `wandb.finish()`, `logging.shutdown()`), end the rank with "
-              "`os._exit(0)`, so Python is not finalized while those threads live. Freeing "
-              "the DDP model first (`del model`, `gc.collect()`) does not end them on torch "
-              "2.13: a DDP model keeps references to its process group that freeing it does "
-              "not release.")
+              "`os._exit(0)`.")
 _DESTROY_NOTE = (" It crashed inside `destroy_process_group()`: check that what the script does "
                  "after it (a final save) ran.")
 
@@ -48,11 +50,15 @@ class TeardownCrash(Rule):
 
     Fix
         The training steps had completed. SIGABRT ("terminate called without an active
-        exception") is torch's own exit race: once ``destroy_process_group()`` has returned and
-        outputs are saved and flushed, end the rank with ``os._exit(0)`` (freeing the DDP model
-        first does not end torch's threads on 2.13). Crashed in ``destroy_process_group``: check
-        that what the script does after it ran. Other signals came from outside (the launcher,
-        the OOM killer).
+        exception") is torch's own exit race: ``import torch._dynamo`` before
+        ``init_process_group()`` and free DDP models before ``destroy_process_group()``, or end
+        with ``os._exit(0)`` once outputs are flushed. Crashed in ``destroy_process_group``:
+        check that what follows it ran. Other signals came from outside (launcher, OOM killer).
+
+        The race needs a process group's threads alive at exit. On torch 2.13
+        ``torch._dynamo``, imported on first use by ``optimizer.step()`` and DDP, keeps every
+        group that exists at its import alive for good, so ``destroy_process_group()`` cannot
+        end their threads; imported first, it holds none.
 
     References
         pytorch/pytorch issue 190489 (threads that take the GIL while Python finalizes abort

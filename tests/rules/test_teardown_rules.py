@@ -45,6 +45,7 @@ def test_sd115_bad_sigabrt_at_interpreter_exit_after_the_work():
                                     "work was done (rank 0, pid 100: 6 phases and 23 "
                                     "collectives behind it, none pending)")
     assert "pytorch/pytorch issue 190489" in crash.summary and "`os._exit(0)`" in crash.fix
+    assert "`import torch._dynamo` before `init_process_group()`" in crash.fix
     assert "destroy_process_group()`: check" not in crash.fix   # it got past it
     assert crash.evidence["ranks"]["0"]["where"] == "interpreter exit"
 

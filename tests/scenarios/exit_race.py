@@ -3,11 +3,11 @@
 The race (pytorch/pytorch issue 190489; PR 179291 tried an atexit fix and was abandoned): a gloo
 worker thread that frees its last work object, or otherwise takes the GIL, while the interpreter
 finalizes is ended through a ``noexcept`` frame, and a rank that had finished its work dies with
-``terminate called without an active exception`` (SIGABRT). Seen here about 1 run in 15 of a
-2-rank gloo DDP job without stalldoc, more under load. Dropping the DDP model and collecting it
-before ``destroy_process_group()`` does not help on 2.13: building a DDP model keeps references
-to the process group that freeing the model does not release, so the group's gloo threads live on
-to finalization whatever the script frees.
+``terminate called without an active exception`` (SIGABRT). Seen here in about 1 run in 15 of
+a 2-rank gloo DDP job without stalldoc. It needs the group's threads alive at exit, and on 2.13
+they are in most training scripts: ``torch._dynamo``, imported on first use by
+``optimizer.step()`` and by DDP, keeps every process group that exists at its import alive for
+good, so ``destroy_process_group()`` cannot end their threads (``ddp_group_threads.py``).
 
 A scenario whose subject is not its exit calls ``leave()`` as its last line: once its output is
 flushed it ends without finalizing the interpreter (``os._exit``), the way around the race that
