@@ -12,8 +12,8 @@ from stalldoc.rules.base import Rule, join_ranks, signal_name
 UPSTREAM = "pytorch/pytorch issue 190489"
 _ABORT_FIX = ("The training steps had completed. The abort is torch's own exit race (gloo or "
               "autograd threads that take the GIL while Python finalizes; "
-              f"{UPSTREAM}), and it makes the job's exit status non-zero. It needs a process "
-              "group's threads alive when Python exits: on torch 2.13 they outlive "
+              f"{UPSTREAM}), and it makes the job's exit status non-zero. A gloo thread can only "
+              "do that while its process group lives at exit: on torch 2.13 groups outlive "
               "`destroy_process_group()` whenever `torch._dynamo` was first imported after "
               "`init_process_group()` (`optimizer.step()` and DDP import it on first use). "
               "Either `import torch._dynamo` before `init_process_group()` and free DDP models "
@@ -55,7 +55,7 @@ class TeardownCrash(Rule):
         with ``os._exit(0)`` once outputs are flushed. Crashed in ``destroy_process_group``:
         check that what follows it ran. Other signals came from outside (launcher, OOM killer).
 
-        The race needs a process group's threads alive at exit. On torch 2.13
+        A gloo thread can only race while its process group lives at exit. On torch 2.13
         ``torch._dynamo``, imported on first use by ``optimizer.step()`` and DDP, keeps every
         group that exists at its import alive for good, so ``destroy_process_group()`` cannot
         end their threads; imported first, it holds none.
