@@ -54,8 +54,6 @@ def test_an_abort_in_the_middle_of_training_is_still_a_dead_rank(run_watch):
     assert result.findings("SD115") == []
 
 
-
-
 def gloo_threads_left(lines: str) -> list[str]:
     return sorted(line for line in lines.splitlines() if "gloo threads" in line)
 
