@@ -14,6 +14,7 @@ imports ``torch._dynamo`` before ``init_process_group()``, and the threads end a
 ``destroy_process_group()`` (SD115's fix rests on both)."""
 import gc
 import os
+import time
 
 import torch
 
@@ -56,6 +57,11 @@ def main() -> None:
     gc.collect()
     dist.destroy_process_group()
     gc.collect()
+    # a group still in a reader's hands at that moment (the agent's heartbeat reads every
+    # group's sequence number 4 times a second) ends a moment later: wait up to 2 s for that
+    deadline = time.monotonic() + 2
+    while gloo_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
     print(f"rank {os.environ['RANK']} gloo threads: {','.join(gloo_threads()) or 'none'}",
           flush=True)
     leave()
