@@ -29,7 +29,30 @@ class RankProcess:
     pid: int
     local_rank: int | None
     cmdline: tuple[str, ...]
-    from_env: bool = True   # found by RANK in its environment (False: the single-process rank 0)
+    from_env: bool = True   # claimed by the process (False: the guessed single-process rank 0)
+    source: str = "RANK"    # how its rank is known (RankClaim.source); "" for the guess
+    world: str = ""         # its torch.distributed world (the store's address); "" unknown
+    world_rank: int | None = None   # its rank in that world when ``rank`` numbers several
+
+
+CLAIM_STRENGTH = {"process group": 3, "RANK": 2}   # any other source (a launcher's variable): 1
+
+
+@dataclass(frozen=True)
+class RankClaim:
+    """Which rank a process says it is: from the process group it created, from RANK, or from
+    a launcher's variable (SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...), with that rank's world."""
+
+    source: str
+    rank: int
+    local_rank: int | None = None
+    world_size: int | None = None
+    world: str = ""
+
+    @property
+    def strength(self) -> int:
+        """3 from the process group, 2 from RANK, 1 from a launcher's variable."""
+        return CLAIM_STRENGTH.get(self.source, 1)
 
 
 @dataclass(frozen=True)

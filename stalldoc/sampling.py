@@ -101,8 +101,10 @@ class Sampler:
               single: bool) -> tuple[ProcessTable, tuple[int, ...], Found]:
         table = scan()
         pids = tuple(job.pids(table, exclude))
-        return table, pids, self.finder.find(table, pids, self.agents.pids_with_state(), single,
-                                             root=job.roots)
+        agents = self.agents.pids_with_state()
+        claims, refused = self.agents.claims(pid for pid in pids if pid in agents)
+        found = self.finder.find(table, pids, agents, single, root=job.roots, claims=claims)
+        return table, pids, dataclasses.replace(found, skipped=found.skipped + refused)
 
     def sample(self, now: float, live: list[RankProcess], known: list[RankProcess],
                parents: Mapping[int, int], found: Discovery | None = None) -> Tick:

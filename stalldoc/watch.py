@@ -281,9 +281,15 @@ class Watcher:
         distributed = any(r.from_env for r in self.ranks.values())
         self.found = self.sampler.discover(self.job, os.getpid(), not distributed)
         self.parents = self.found.parents
+        self._drop_guesses(self.found.ranks)
         for rank in self.found.ranks:
             known = self.ranks.get(rank.rank)
             if known is not None and known.pid == rank.pid:
+                if known != rank:   # the process said which rank it is since (its agent)
+                    self.ranks[rank.rank] = rank
+                    self.store.update_rank(rank)
+                    if not known.from_env:   # the guess was right; say how it is known now
+                        self.say(f"rank {rank.rank}: pid {rank.pid}{_known_as(rank)}")
                 continue
             if known is not None and known.rank not in self.exits:
                 self.deaths.unwatch(known.pid)  # replaced, not dead (e.g. taken before its launcher forked)
@@ -294,7 +300,26 @@ class Watcher:
             self.deaths.watch(rank)
             if rank.from_env:   # a launched rank: the relay ends what is left in its session
                 self.link.send(rank_pid=rank.pid)
-            self.say(f"rank {rank.rank}: pid {rank.pid}")
+            self.say(f"rank {rank.rank}: pid {rank.pid}{_known_as(rank)}")
+
+    def _drop_guesses(self, found: tuple[RankProcess, ...]) -> None:
+        """Forget a process under a number it no longer has: taken for the single rank 0 before
+        processes claimed ranks (mp.spawn's parent, a Ray driver) and claiming none itself, or
+        renumbered (its world turned out one of several). Its records go with it."""
+        now_as = {r.pid: r.rank for r in found}
+        claimed = any(r.from_env for r in found)
+        for key, known in list(self.ranks.items()):
+            number = now_as.get(known.pid, key if known.from_env else None)
+            if number == key or (number is None and not claimed):
+                continue
+            del self.ranks[key]
+            self.exits.pop(key, None)
+            self.tracker.forget(key)
+            self.deaths.unwatch(known.pid)
+            self.store.drop_rank(known)
+            self.say(f"pid {known.pid} is not rank {key}: " + (
+                f"it is rank {number}" if number is not None else
+                "it claims no rank, the ranks are other processes"))
 
     def _drain_logs(self) -> None:
         drained = self.logs.drain()
@@ -571,3 +596,10 @@ class Watcher:
         """A message for stalldoc's stderr (and sidecar.log once the relay is gone), redacted:
         some quote the job (findings, an unreadable config file, an internal error)."""
         self.link.send(say=redact_text(message))
+
+
+def _known_as(rank: RankProcess) -> str:
+    """How a rank is known, for the watcher's line: '' for RANK at start (the usual case)."""
+    where = (f" (world {rank.world} rank {rank.world_rank})" if rank.world_rank is not None
+             else "")
+    return where if rank.source in ("RANK", "") else f" ({rank.source}){where}"

@@ -16,7 +16,7 @@ import types
 import weakref
 from typing import Any, Callable
 
-from stalldoc.agent import runtime, statefile
+from stalldoc.agent import identity, runtime, statefile
 
 OPS = (
     "all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "reduce_scatter",
@@ -41,6 +41,7 @@ class _Depth(threading.local):
 _local = _Depth()
 _dtype_names: dict[Any, bytes] = {}
 _world: list[Callable[[], Any]] = []
+_dist: list[types.ModuleType] = []   # torch.distributed, once installed
 _NOTHING = (0, b"none")
 _ASYNC = statefile.FLAG_ASYNC
 _ABSENT = 10**6  # "this collective has no such parameter": no positional index reaches it
@@ -73,7 +74,11 @@ def _objects(value: Any) -> tuple[int, bytes]:
 
 
 def _ring_of(agent: runtime.Agent, group: Any) -> statefile.GroupRing:
-    """The ring of a group not seen before (None and the world group are one), cached by identity."""
+    """The ring of a group not seen before (None and the world group are one), cached by identity.
+    The first one also tells the agent its rank if ``init_process_group`` was not seen (a default
+    group made by a module that bound torch's function before the agent wrapped it)."""
+    if agent.claimed != statefile.SOURCE_GROUP and _dist:
+        agent.claim(identity.from_group(_dist[0]))
     if group is None or (_world and group is _world[0]()):
         name = "world"
     else:
@@ -206,6 +211,12 @@ def _patch(dist: types.ModuleType, c10d: Any, name: str, wrapped: Callable[..., 
         setattr(c10d, name, wrapped)
 
 
+def _publish(claim: identity.Claim) -> None:
+    agent = runtime.current()
+    if agent is not None:
+        agent.guard(agent.claim, claim)
+
+
 def install(dist: types.ModuleType) -> None:
     """Patch ``torch.distributed`` and its ``distributed_c10d`` module in place."""
     agent = runtime.current()
@@ -214,6 +225,11 @@ def install(dist: types.ModuleType) -> None:
     try:
         c10d = getattr(dist, "distributed_c10d", None)
         _world.append(lambda: getattr(getattr(dist, "GroupMember", None), "WORLD", None))
+        _dist.append(dist)
+        init = getattr(dist, "init_process_group", None)
+        if init is not None and not getattr(init, "__stalldoc_wrapped__", False):
+            _patch(dist, c10d, "init_process_group", identity.wrap_init(dist, init, _publish),
+                   init)
         for op in OPS:
             fn = getattr(dist, op, None)
             if fn is None or getattr(fn, "__stalldoc_wrapped__", False):

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from stalldoc.agent import statefile
+from stalldoc.agent import identity, statefile
 
 TYPE_CHECKING = False   # not typing's: the agent does not import typing (start-up cost)
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ class Agent:
             statefile.state_path(directory, self.pid), self.pid, _env_int("RANK"),
             _env_int("LOCAL_RANK"), _env_int("WORLD_SIZE"), now)
         self.enabled = True
+        self.claimed = 0   # the source of this process's rank claim (statefile.CLAIM_SOURCES)
         self.status = statefile.STATUS_RUNNING
         self.marker_seq = 0
         self.phase_count = 0
@@ -90,8 +91,16 @@ class Agent:
         self._allow_ptrace()
         dump_signal = self._register_dump_signal()
         exe = os.stat("/proc/self/exe") if os.path.exists("/proc/self/exe") else None
+        self.claim(identity.from_environment(os.environ))
         self.state.identity(dump_signal, exe.st_dev if exe else 0, exe.st_ino if exe else 0,
                             time.perf_counter() - self.started, _comm())
+
+    def claim(self, claim: identity.Claim) -> None:
+        """Publish which rank this process is (``agent/identity.py``); one made from the
+        process group replaces one from the environment, not the other way round."""
+        if claim[0] and claim[0] >= self.claimed:
+            self.claimed = claim[0]
+            self.state.claim(*claim)
 
     def _beat(self) -> None:
         beats = 0

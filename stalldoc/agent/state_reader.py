@@ -11,7 +11,8 @@ import os
 import stat
 from dataclasses import dataclass
 
-from stalldoc.agent.statefile import (C10D_OFFSET, PHASE_THREAD_OFFSET, _C10D, _U32)
+from stalldoc.agent.statefile import (C10D_OFFSET, CLAIM_OFFSET, CLAIM_SOURCES,
+                                      PHASE_THREAD_OFFSET, _C10D, _CLAIM, _U32)
 from stalldoc.agent.statefile import (CUDA_OFFSET, DETAIL_OFFSET, DETAIL_TEXT_SIZE, ENGINE_ASLEEP,
                                       ENGINE_OFFSET, ENGINE_PARTLY_AWAKE, ENGINE_SLOTS, ENTRY,
                                       ERROR_OFFSET, ERROR_SIZE, FLAG_ASYNC, GROUP_HEADER_SIZE,
@@ -30,6 +31,7 @@ from stalldoc.model import EngineSleepState as EngineSleepState
 from stalldoc.model import GroupState as GroupState
 from stalldoc.model import PhaseDetail as PhaseDetail
 from stalldoc.model import PhaseRecord as PhaseRecord
+from stalldoc.model import RankClaim
 
 # What an agent can write. A value beyond these is not an agent's (a crafted or damaged file):
 # the whole file is refused, so no such number reaches SQLite (int64) or the detector.
@@ -257,6 +259,24 @@ class IncrementalReader:
 def read_state(path: str) -> AgentSnapshot:
     """Read and decode one state file."""
     return parse_state(_read_file(path, SIZE))
+
+
+def read_claim(path: str) -> RankClaim | None:
+    """The rank the agent of ``path`` claims for its process (``agent/identity.py``); None when it
+    claims none. Raises StateFileError for a file that is not an agent's, OSError when absent."""
+    buf = _read_file(path, CLAIM_OFFSET + _CLAIM.size)
+    if len(buf) < CLAIM_OFFSET + _CLAIM.size:
+        raise StateFileError("state file too short for its rank claim")
+    magic, version = _HEADER.unpack_from(buf, 0)[:2]
+    if magic != MAGIC or version not in READABLE_VERSIONS:
+        raise StateFileError("not a state file this stalldoc reads")
+    source, rank, local_rank, world_size, world = _CLAIM.unpack_from(buf, CLAIM_OFFSET)
+    if not source:
+        return None
+    if source >= len(CLAIM_SOURCES) or not 0 <= rank < 2**31:
+        raise StateFileError(f"rank claim out of range: source {source}, rank {rank}")
+    return RankClaim(CLAIM_SOURCES[source], rank, local_rank if local_rank >= 0 else None,
+                     world_size if world_size > 0 else None, _cstr(world))
 
 
 def read_started_at(path: str) -> float | None:

@@ -12,6 +12,10 @@ Layout (little endian, ``SIZE`` bytes):
 - 128: identity (``_IDENTITY``): the signal the agent registered its faulthandler dump on (0:
   none), the device and inode of the executable it runs in, the agent's start-up cost, and the
   process's name (``/proc/self/comm``: an exec changes it).
+- 176: rank claim (``_CLAIM``): how this process knows its rank (an index into ``CLAIM_SOURCES``:
+  0 nothing, RANK or a launcher's variable at start, or the process group it created), its global
+  rank, local rank, world size, and its world (the store's ``host:port`` or path). Zero in a file
+  of an agent that does not write it (the bytes were unused), so it needed no version change.
 - 224: c10d counters (``_C10D``, ``agent/c10d_counters.py``): the collectives issued on the
   process groups by their own sequence numbers (DDP's C++ all-reduces included), when that total
   last rose, and how many groups were read. Zero in a file of an agent that does not write it
@@ -93,6 +97,16 @@ ENGINE_SLOTS = 4
 _ENGINE = struct.Struct("<QIIBBB5xdd")
 ENGINE_AWAKE, ENGINE_ASLEEP, ENGINE_PARTLY_AWAKE = 0, 1, 2
 TAG_WEIGHTS, TAG_KV_CACHE = 1, 2
+CLAIM_OFFSET = 176
+_CLAIM = struct.Struct("<B3xiii28s")
+CLAIM_WORLD_SIZE = 28
+# How a process's rank is known, weakest first: a launcher's variable at start (Slurm, Open MPI,
+# PMIx, PMI, MVAPICH), RANK at start (torchrun, deepspeed, accelerate, a script's own), and the
+# default process group the process created (every launcher, mp.spawn and Ray included).
+CLAIM_SOURCES = ("", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                 "MV2_COMM_WORLD_RANK", "RANK", "process group")
+SOURCE_RANK = CLAIM_SOURCES.index("RANK")
+SOURCE_GROUP = CLAIM_SOURCES.index("process group")
 _HEARTBEAT_OFFSET = 32
 _MARKER_OFFSET = 40
 _STATUS_OFFSET = 6
@@ -127,6 +141,12 @@ class StateWriter:
                  comm: bytes) -> None:
         _IDENTITY.pack_into(self.buf, IDENTITY_OFFSET, dump_signal, exe_dev, exe_ino, startup,
                             comm[:16])
+
+    def claim(self, source: int, rank: int, local_rank: int, world_size: int,
+              world: bytes) -> None:
+        """How this process knows its rank (``CLAIM_SOURCES``), and that rank's world."""
+        _CLAIM.pack_into(self.buf, CLAIM_OFFSET, source, rank, local_rank, world_size,
+                         world[:CLAIM_WORLD_SIZE])
 
     def c10d(self, issued: int, rose_at: float, groups: int) -> None:
         """The collectives issued on the process groups (``agent/c10d_counters.py``)."""

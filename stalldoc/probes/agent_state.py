@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import psutil
 
 from stalldoc.agent.statefile import state_path
 from stalldoc.agent.versions import versions_path
 from stalldoc.agent.state_reader import (AgentSnapshot, IncrementalReader, StateFileError,
-                                         read_started_at, read_state)
-from stalldoc.model import RankProcess
+                                         read_claim, read_started_at, read_state)
+from stalldoc.model import RankClaim, RankProcess
 
 
 PID_LIMIT = 2**22   # pids are below this (the kernel's PID_MAX_LIMIT)
@@ -49,6 +50,25 @@ class AgentStateProbe:
                     pids.add(pid)
         self._odd_names = odd
         return pids
+
+    def claims(self, pids: Iterable[int]) -> tuple[dict[int, RankClaim], int]:
+        """The rank each of ``pids`` claims through its agent (``agent/identity.py``), and how
+        many files were refused as not an agent's. A process without an agent, or whose agent
+        claims nothing, is left out."""
+        if not self.directory:
+            return {}, 0
+        out, refused = {}, 0
+        for pid in pids:
+            try:
+                claim = read_claim(state_path(self.directory, pid))
+            except StateFileError:
+                refused += 1
+                continue
+            except OSError:
+                continue
+            if claim is not None:
+                out[pid] = claim
+        return out, refused
 
     def read(self, ranks: list[RankProcess]) -> AgentRead:
         """Rank → its agent's state; ranks without a state file (not yet, or no agent) are left

@@ -1,16 +1,20 @@
 """Find the ranks among the job's processes and tell them from launchers and forked workers."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Callable, Collection, Iterable, Sequence, TypeVar
+from typing import Callable, Collection, Iterable, Mapping, Sequence, TypeVar
 
 import psutil
 
-from stalldoc.model import RankProcess
+from stalldoc.model import CLAIM_STRENGTH, RankClaim, RankProcess
 from stalldoc.probes.proc_table import ProcessTable, ProcInfo
 
 _MP_MARKERS = ("multiprocessing", "resource_tracker", "forkserver")
+# Ray's own processes (raylet, GCS, dashboard and its agents, monitors, idle pooled workers)
+_RAY_MARKERS = ("ray/_private/", "ray/dashboard/", "ray/autoscaler/", "/raylet", "gcs_server",
+                "ray::", "ray/util/client/server", "ray/_private/runtime_env/agent")
 # Launchers start the ranks; before their children exist they must not pass for a single rank.
 _LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "torchrun", "deepspeed",
               "accelerate", "swift/cli/main", "bin/swift")
@@ -87,31 +91,40 @@ class RankFinder:
 
     def __init__(self) -> None:
         self._launches: dict[tuple[int, int, tuple[int, ...]], Launch] = {}
+        self._worlds = Worlds()
 
     def find(self, table: ProcessTable, pids: Sequence[int], agent_pids: Iterable[int] = (),
-             single: bool = True, root: int | Collection[int] | None = None) -> Found:
-        """Ranks: processes with RANK in their environment whose parent is not the same rank.
+             single: bool = True, root: int | Collection[int] | None = None,
+             claims: Mapping[int, RankClaim] | None = None) -> Found:
+        """Ranks: processes that claim a rank and are not another rank's worker or a launcher.
 
-        A child with its parent's RANK is that rank's worker (dataloader, dataset.map pool). A
-        process outside the job's tree other than its ``root`` (a worker orphaned by its dead
-        rank and re-parented to the watcher) is not a rank either; ``root`` may be several pids
-        (the tops of a job ``stalldoc attach`` was given). With no RANK anywhere, the job
-        is a single process: the deepest Python process that is neither a fork of its parent nor
-        a multiprocessing helper is rank 0. ``pids`` are the job's processes, its command first;
-        one whose RANK or LOCAL_RANK is not a rank number is counted in ``skipped``.
+        A process claims a rank through its agent (``claims``: the process group it created,
+        RANK, or a launcher's variable such as SLURM_PROCID; ``agent/identity.py``) or by RANK
+        in its environment. A process whose nearest claiming ancestor claims the same rank at
+        least as strongly is that rank's worker (dataloader, dataset.map pool). A process that
+        claims only by a launcher's variable is a launcher when it is one by its command line or
+        when a process below it claims by RANK or its process group (mp.spawn's parent in a
+        Slurm step); Ray's own processes never are ranks. A process outside the job's tree other
+        than its ``root`` (orphaned by its dead rank) is not a rank either; ``root`` may be
+        several pids (the tops of a job ``stalldoc attach`` was given). With no claim anywhere,
+        the job is a single process: the deepest Python process that is neither a fork of its
+        parent nor a helper is rank 0. ``pids`` are the job's processes, its command first; one
+        whose RANK or LOCAL_RANK is not a rank number is counted in ``skipped``. When ranks of
+        several worlds are found, each world's ranks are numbered after the earlier worlds'.
         """
         pids = [pid for pid in pids if pid in table]
         roots = None if root is None else frozenset([root] if isinstance(root, int) else root)
         launches = {pid: self._launch(table.procs[pid]) for pid in pids}
         self._forget({table.procs[pid].identity for pid in pids})
-        ranks = [rank for pid in pids
-                 if (rank := _rank(pid, launches, table.ppid(pid), roots)) is not None]
+        claimed = _claims(pids, launches, claims or {})
+        ranks = self._worlds.number(_ranks(pids, claimed, launches, table, roots), claimed)
         skipped = sum(launch.bad for launch in launches.values())
         if ranks or not single:
             return Found(tuple(sorted(ranks, key=lambda r: (r.rank, r.pid))), skipped)
         chosen = _single_process(table, pids, launches, set(agent_pids))
         return Found(() if chosen is None else
-                     (RankProcess(0, chosen, None, launches[chosen].cmdline, False),), skipped)
+                     (RankProcess(0, chosen, None, launches[chosen].cmdline, False, ""),),
+                     skipped)
 
     def _launch(self, info: ProcInfo) -> Launch:
         if info.dead:
@@ -129,19 +142,118 @@ class RankFinder:
             del self._launches[identity]
 
 
-def _rank(pid: int, launches: dict[int, Launch], parent: int,
-          roots: frozenset[int] | None) -> RankProcess | None:
-    launch = launches[pid]
-    if launch.rank is None:
-        return None
-    above = launches.get(parent)
-    if above is not None and above.rank == launch.rank:
-        return None   # its rank's worker
-    if above is not None and not above.environment:
-        return None   # its parent is dying (a zombie): a worker about to be orphaned
-    if roots is not None and pid not in roots and above is None:
-        return None   # orphaned: its parent left the job
-    return RankProcess(launch.rank, pid, launch.local_rank, launch.cmdline)
+def _claims(pids: Sequence[int], launches: Mapping[int, Launch],
+            agents: Mapping[int, RankClaim]) -> dict[int, RankClaim]:
+    """Each process's strongest claim: its agent's, or RANK in its environment."""
+    out = {}
+    for pid in pids:
+        launch, agent = launches[pid], agents.get(pid)
+        env = (None if launch.rank is None else
+               RankClaim("RANK", launch.rank, launch.local_rank))
+        best = agent if env is None or (agent is not None and agent.strength >= 2) else env
+        if best is not None:
+            out[pid] = best
+    return out
+
+
+def _ranks(pids: Sequence[int], claimed: Mapping[int, RankClaim], launches: Mapping[int, Launch],
+           table: ProcessTable, roots: frozenset[int] | None) -> list[RankProcess]:
+    above_strong = _ancestors(pids, [p for p, c in claimed.items() if c.strength >= 2], table)
+    ranks = []
+    for pid, claim in claimed.items():
+        launch = launches[pid]
+        if claim.strength < 2 and (pid in above_strong or _helper(launch.cmdline)):
+            continue   # a launcher (or Ray's) that only inherited a launcher's variable
+        if claim.strength < 3 and _ray(launch.cmdline):
+            continue   # Ray's processes inherit the driver's environment: ranks only once in a group
+        above = launches.get(table.ppid(pid))
+        if above is not None and not above.environment:
+            continue   # its parent is dying (a zombie): a worker about to be orphaned
+        if roots is not None and pid not in roots and above is None:
+            continue   # orphaned: its parent left the job
+        holder = _claiming_ancestor(pid, claimed, table)
+        if holder is not None and _same_rank(claim, holder):
+            continue   # its rank's worker
+        ranks.append(RankProcess(claim.rank, pid, claim.local_rank, launch.cmdline, True,
+                                 claim.source, claim.world))
+    return ranks
+
+
+def _ray(cmdline: Sequence[str]) -> bool:
+    joined = " ".join(cmdline)
+    return any(marker in joined for marker in _RAY_MARKERS)
+
+
+def _helper(cmdline: Sequence[str]) -> bool:
+    """A launcher, a multiprocessing helper or one of Ray's processes, by its command line."""
+    joined = " ".join(cmdline)
+    return any(m in joined for m in _MP_MARKERS + _LAUNCHERS + _RAY_MARKERS)
+
+
+def _same_rank(claim: RankClaim, holder: RankClaim) -> bool:
+    """``claim`` repeats ``holder``'s: a worker that inherited its rank's environment."""
+    return (claim.rank == holder.rank and claim.strength <= holder.strength
+            and (claim.world == holder.world or claim.strength < 3))
+
+
+def _claiming_ancestor(pid: int, claimed: Mapping[int, RankClaim],
+                       table: ProcessTable) -> RankClaim | None:
+    """The claim of the nearest ancestor that makes one (None: none does)."""
+    pid, seen = table.ppid(pid), 0
+    while pid and seen < 64:
+        if pid in claimed:
+            return claimed[pid]
+        pid, seen = table.ppid(pid), seen + 1
+    return None
+
+
+def _ancestors(pids: Sequence[int], below: Iterable[int], table: ProcessTable) -> set[int]:
+    """The job's processes that are ancestors of any of ``below``."""
+    job, out = set(pids), set()
+    for pid in below:
+        pid, seen = table.ppid(pid), 0
+        while pid in job and pid not in out and seen < 64:
+            out.add(pid)
+            pid, seen = table.ppid(pid), seen + 1
+    return out
+
+
+class Worlds:
+    """Numbers the ranks of a job that holds several torch.distributed worlds (verl's worker
+    groups, a trainer beside an inference engine): each world's ranks come after those of the
+    worlds seen before it, so every (world, rank) has its own number, and a rank keeps its
+    number for the whole run. With one world the numbers are the ranks themselves."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[str, int] = {}
+        self._next = 0
+
+    def number(self, ranks: list[RankProcess],
+               claims: Mapping[int, RankClaim]) -> list[RankProcess]:
+        grouped = [r for r in ranks if r.world and r.source == "process group"]
+        for rank in sorted(grouped, key=lambda r: r.pid):
+            if rank.world not in self.offsets:
+                self.offsets[rank.world] = self._next
+                self._next += _size(claims.values(), rank.world)
+        if len(self.offsets) < 2:
+            return _unique(ranks)
+        return _unique([dataclasses.replace(r, rank=self.offsets[r.world] + r.rank,
+                                            world_rank=r.rank)
+                        if r.world in self.offsets else r for r in ranks])
+
+
+def _size(claims: Iterable[RankClaim], world: str) -> int:
+    """How many ranks ``world`` has: its size as claimed, else its highest rank seen + 1."""
+    mine = [c for c in claims if c.world == world and c.source == "process group"]
+    return max([c.world_size or 0 for c in mine] + [c.rank + 1 for c in mine] + [1])
+
+
+def _unique(ranks: list[RankProcess]) -> list[RankProcess]:
+    """One process per rank number: the strongest claim, then the oldest (lowest) pid."""
+    best: dict[int, RankProcess] = {}
+    for rank in sorted(ranks, key=lambda r: (-CLAIM_STRENGTH.get(r.source, 1), r.pid)):
+        best.setdefault(rank.rank, rank)
+    return list(best.values())
 
 
 def _is_python(info: ProcInfo, agent_pids: set[int]) -> bool:
@@ -162,8 +274,7 @@ def _single_process(table: ProcessTable, pids: list[int], launches: dict[int, La
         cmd = launches[pid].cmdline
         parent = launches.get(table.ppid(pid))
         forked = parent is not None and parent.cmdline == cmd
-        helper = any(m in " ".join(cmd) for m in _MP_MARKERS + _LAUNCHERS)
-        if _is_python(table.procs[pid], agent_pids) and not forked and not helper:
+        if _is_python(table.procs[pid], agent_pids) and not forked and not _helper(cmd):
             candidates.append(pid)
     if not candidates:  # a job of no Python process: the command itself, unless a launcher
         root = pids[0] if pids else None

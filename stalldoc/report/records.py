@@ -56,6 +56,9 @@ class RankRecord:
     signal: int | None = None
     exit_source: str | None = None
     node: str = ""
+    source: str | None = None     # how it was known to be a rank (schema 6; None before)
+    world: str | None = None      # its torch.distributed world, where known
+    world_rank: int | None = None  # its rank in that world, when ``rank`` numbers several
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from stalldoc.findings.record import entry_record
 from stalldoc.model import (GpuSample, HostSample, ProbeRun, RankExit, RankProcess,
                             RankStacks, StallEpisode)
 from stalldoc.redact import redact_argv as redact
+from stalldoc.redact import redact_text
 from stalldoc.sampling import Tick
 from stalldoc.store.journal import JournalChoice, choose_journal
 from stalldoc.store.phase_hist import duration_bin
@@ -113,9 +114,30 @@ class RunStore:
 
     @_guarded()
     def add_rank(self, rank: RankProcess, t: float) -> None:
-        self.conn.execute("INSERT OR IGNORE INTO ranks (rank, pid, local_rank, cmdline, first_seen)"
-                          " VALUES (?, ?, ?, ?, ?)", (rank.rank, rank.pid, rank.local_rank,
-                                                      json.dumps(redact(list(rank.cmdline))), t))
+        self.conn.execute("INSERT OR IGNORE INTO ranks (rank, pid, local_rank, cmdline, first_seen,"
+                          " source, world, world_rank) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                          (rank.rank, rank.pid, rank.local_rank,
+                           json.dumps(redact(list(rank.cmdline))), t, rank.source,
+                           redact_text(rank.world), rank.world_rank))
+
+    @_guarded()
+    def update_rank(self, rank: RankProcess) -> None:
+        """What a rank's process said of itself since it was stored (its claim, its world)."""
+        self.conn.execute("UPDATE ranks SET local_rank = ?, source = ?, world = ?, world_rank = ?"
+                          " WHERE rank = ? AND pid = ?",
+                          (rank.local_rank, rank.source, redact_text(rank.world),
+                           rank.world_rank, rank.rank, rank.pid))
+
+    @_guarded()
+    def drop_rank(self, rank: RankProcess) -> None:
+        """Forget a process taken for the single rank 0 before the real ranks appeared (mp.spawn's
+        parent, a driver): it was never a rank, so nothing of it is reported as one."""
+        self.conn.execute("DELETE FROM ranks WHERE rank = ? AND pid = ?", (rank.rank, rank.pid))
+        self.conn.execute("DELETE FROM stacks WHERE rank = ? AND pid = ?", (rank.rank, rank.pid))
+        for table in ("samples", "watermarks", "phases", "collectives"):
+            self.conn.execute(f"DELETE FROM {table} WHERE rank = ?", (rank.rank,))
+        self._phase_keys.pop(rank.rank, None)
+        self._collective_keys.pop(rank.rank, None)
 
     @_guarded()
     def rank_exit(self, exit: RankExit) -> None:

@@ -7,12 +7,15 @@ and utilisation per phase into ``gpu_phase_stats``, durations into ``phase_stats
 ``phase_hist``), and probe runs into ``probe_stats``.
 Version 5 adds ``collectives``: each collective call the agents' rings showed, once (``grp`` is
 the process group's name: ``group`` is an SQL keyword).
-Readers take versions 2 to 5.
+Version 6 adds how each rank was known and its world (``ranks.source``, ``ranks.world``,
+``ranks.world_rank``): mp.spawn, Lightning, Ray and MPI ranks are known from inside the process,
+and a job of several torch.distributed worlds numbers each world's ranks after the others'.
+Readers take versions 2 to 6.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
-READABLE_VERSIONS = ("2", "3", "4", "5")   # 3 added stalls.work and the samples' work columns
+SCHEMA_VERSION = 6
+READABLE_VERSIONS = ("2", "3", "4", "5", "6")   # 3 added stalls.work and the samples' work columns
 DB_NAME = "run.db"
 
 SAMPLE_COLUMNS = ("t", "rank", "cpu_seconds", "rss_bytes", "threads", "status",
@@ -36,6 +39,7 @@ CREATE TABLE run (id TEXT PRIMARY KEY, command TEXT NOT NULL, node TEXT NOT NULL
 CREATE TABLE ranks (rank INTEGER NOT NULL, pid INTEGER NOT NULL, local_rank INTEGER,
                     cmdline TEXT NOT NULL, first_seen REAL NOT NULL, ended_at REAL,
                     exit_code INTEGER, signal INTEGER, exit_source TEXT,
+                    source TEXT, world TEXT, world_rank INTEGER,
                     PRIMARY KEY (rank, pid));
 CREATE TABLE samples (t REAL NOT NULL, rank INTEGER NOT NULL, cpu_seconds REAL, rss_bytes INTEGER,
                       threads INTEGER, status TEXT, host_available_bytes INTEGER,

@@ -1,0 +1,108 @@
+"""Every rank, whatever started it: real jobs whose processes have no RANK when they start
+(PyTorch's mp.spawn tutorial, srun- and mpirun-style tasks that map their launcher's variables
+themselves), healthy and hung, idle and under a CPU burner. The ranks are the processes that
+joined the process group, each once; the process that started them is none of them."""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from load import cpu_burner
+from support import SCENARIOS, STALL_TIMEOUT, Result, free_port, watch
+
+pytestmark = pytest.mark.timeout(240)
+DIAGNOSIS_WITHIN = float(STALL_TIMEOUT) + 5   # the issue's promise: stall timeout + 5 s
+
+
+def spawn_job(world: int) -> tuple[list[str], dict[str, str]]:
+    return ([sys.executable, str(SCENARIOS / "spawn_ddp.py")],
+            {"WORLD": str(world), "PORT": str(free_port())})
+
+
+def task_job(kind: str, tasks: int) -> tuple[list[str], dict[str, str]]:
+    return ([sys.executable, str(SCENARIOS / "task_launcher.py"), kind, str(tasks),
+             str(SCENARIOS / "mapped_ranks.py")], {"MASTER_PORT": str(free_port())})
+
+
+def job_pid(result: Result) -> int:
+    return int(re.search(r"watching pid (\d+)", result.stderr).group(1))
+
+
+def assert_healthy(result: Result, world: int) -> dict[str, Any]:
+    """Exit 0, no stall, and exactly ranks 0..world-1, one process each, known from the
+    process group they joined, none of them the command's own process (the launcher)."""
+    assert result.code == 0, result.stderr
+    report = result.report()
+    assert report["stalls"] == [] and report["findings"] == [], result.stderr
+    ranks = report["ranks"]
+    assert sorted(r["rank"] for r in ranks) == list(range(world)), ranks
+    assert {r["source"] for r in ranks} == {"process group"}, ranks
+    assert job_pid(result) not in {r["pid"] for r in ranks}
+    assert len({r["pid"] for r in ranks}) == world
+    return report
+
+
+def assert_culprit(result: Result, world: int, stuck: int, func: str) -> dict[str, Any]:
+    """Ended by --on-stall kill, the stuck rank and its frame named, no other process a rank,
+    the diagnosis within stall timeout + 5 s of the stall's start."""
+    assert result.code == 124, result.stderr
+    [finding] = result.findings("SD101")
+    assert finding["ranks"] == [stuck], finding["summary"]
+    assert finding["evidence"]["frame"].startswith(f"{func} ("), finding["evidence"]
+    assert sorted(finding["evidence"]["waiting_ranks"]) == sorted(set(range(world)) - {stuck})
+    report = result.report()
+    assert sorted(r["rank"] for r in report["ranks"]) == list(range(world))
+    assert job_pid(result) not in {r["pid"] for r in report["ranks"]}
+    assert {s["rank"] for s in report["stacks"]} == set(range(world))
+    [stall] = report["stalls"]
+    assert finding["t"] - stall["started_at"] <= DIAGNOSIS_WITHIN, (finding["t"], stall)
+    return report
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_mp_spawn_ranks_are_the_spawned_processes(tmp_path: Path, world: int) -> None:
+    # GIVEN PyTorch's DDP tutorial: mp.spawn children that call init_process_group(rank=...)
+    command, env = spawn_job(world)
+    # WHEN it runs to its end under watch
+    result = watch(tmp_path, command, env={**env, "STEPS": "8", "STEP_SECONDS": "0.4"})
+    # THEN the spawned processes are the ranks and the spawn parent is none of them
+    assert_healthy(result, world)
+    assert f"pid {job_pid(result)} is not rank 0" in result.stderr
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "cpu-burner"])
+def test_mp_spawn_hung_rank_is_named(tmp_path: Path, loaded: bool) -> None:
+    # GIVEN the tutorial with rank 1 of 3 stuck in its own function before DDP's all-reduce
+    command, env = spawn_job(3)
+    env.update(STUCK_RANK="1", STUCK_FUNC="load_shard", STEPS="40")
+    # WHEN it is watched (on an idle machine, and with every core busy)
+    with cpu_burner(2 if loaded else 0):
+        result = watch(tmp_path, command, "--on-stall", "kill", env=env)
+    # THEN rank 1 is named with its frame, not the spawn parent waiting in join()
+    report = assert_culprit(result, 3, 1, "load_shard")
+    assert not any("ProcessContext.join" in s["summary"] for s in report["findings"])
+
+
+@pytest.mark.parametrize("kind,tasks,stuck", [("slurm", 3, 2), ("openmpi", 2, 0),
+                                              ("pmi", 4, 3)])
+def test_srun_and_mpirun_tasks_hung_rank_is_named(tmp_path: Path, kind: str, tasks: int,
+                                                  stuck: int) -> None:
+    # GIVEN srun-, mpirun- (Open MPI) and MPICH-style tasks that set RANK from their launcher's
+    # variables themselves before init_process_group, one of them stuck
+    command, env = task_job(kind, tasks)
+    env.update(STUCK_RANK=str(stuck), STUCK_FUNC="read_batch", STEPS="40")
+    result = watch(tmp_path, command, "--on-stall", "kill", env=env)
+    # THEN that task is named as its rank
+    assert_culprit(result, tasks, stuck, "read_batch")
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "cpu-burner"])
+def test_srun_tasks_healthy_run_has_exactly_its_ranks(tmp_path: Path, loaded: bool) -> None:
+    command, env = task_job("slurm", 3)
+    with cpu_burner(2 if loaded else 0):
+        result = watch(tmp_path, command, env={**env, "STEPS": "8", "STEP_SECONDS": "0.4"})
+    assert_healthy(result, 3)
