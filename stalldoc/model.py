@@ -6,6 +6,7 @@ records lives next to its source (agent/state_reader.py, launch/config.py, launc
 which re-export the records they make)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
@@ -169,12 +170,37 @@ class RankStacks:
         return main_thread(self.pid, self.threads)
 
 
+# Where a worker process's main thread idles, waiting for its next task, while the work it was
+# given runs on a thread of its own (Ray Train runs the training loop in a TrainingThread): the
+# innermost frame's function and the end of its file.
+IDLE_LOOPS = (("main_loop", "/ray/_private/worker.py"),)
+_STDLIB = re.compile(r"/lib/python\d\.\d+/")
+
+
 def main_thread(pid: int, threads: tuple[ThreadStack, ...]) -> ThreadStack | None:
-    """The main thread of process ``pid`` (its os thread id is the pid; py-spy lists it first)."""
-    for thread in threads:
-        if thread.thread_id == pid:
-            return thread
-    return threads[0] if threads else None
+    """The thread a rank's work runs on: its main thread (the os thread id is the pid; py-spy
+    lists it first), unless that idles in a worker's task loop (``IDLE_LOOPS``) while another
+    thread runs code of the job's own (not the standard library's, not an installed
+    package's); then that thread, the one with the most such frames."""
+    main = next((t for t in threads if t.thread_id == pid), threads[0] if threads else None)
+    if main is None or not _idles(main):
+        return main
+    return max(threads, key=lambda t: (_own_frames(t), t is main))
+
+
+def _idles(thread: ThreadStack) -> bool:
+    if not thread.frames:
+        return False
+    top = thread.frames[0]
+    return any(top.function.rsplit(".", 1)[-1] == name and top.filename.endswith(path)
+               for name, path in IDLE_LOOPS)
+
+
+def _own_frames(thread: ThreadStack) -> int:
+    """How many of a thread's frames are in the job's own files."""
+    return sum(1 for f in thread.frames if not (
+        "site-packages" in f.filename or "dist-packages" in f.filename
+        or _STDLIB.search(f.filename) or f.filename.startswith("<")))
 
 
 @dataclass(frozen=True)

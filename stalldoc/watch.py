@@ -426,6 +426,13 @@ class Watcher:
         taken); a failure here costs the dumps only."""
         if self.flight is None:
             return
+        worlds = {r.world for r in self.ranks.values() if r.world_rank is not None}
+        if worlds:   # each world's rank 0 would write rank_0: whose would be unknown
+            self.say(f"flight recorder dumps not requested: the job holds {len(worlds)} "
+                     "torch.distributed worlds, whose dumps torch names alike (rank_0...); "
+                     "collectives are aligned from the agents' rings, world by world")
+            self.flight.before = {}
+            return
         try:
             self.flight.request({r.rank: r.pid for r in live})
         except OSError as exc:

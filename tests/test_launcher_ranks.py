@@ -106,3 +106,26 @@ def test_srun_tasks_healthy_run_has_exactly_its_ranks(tmp_path: Path, loaded: bo
     with cpu_burner(2 if loaded else 0):
         result = watch(tmp_path, command, env={**env, "STEPS": "8", "STEP_SECONDS": "0.4"})
     assert_healthy(result, 3)
+
+
+def test_elastic_restart_the_new_processes_are_the_ranks_and_the_first_failure_is_told(
+        tmp_path: Path) -> None:
+    # GIVEN torchrun --max-restarts 1, rank 1 failing at step 2 of the first attempt only
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               "--max-restarts", "1", "--master_addr", "127.0.0.1",
+               "--master_port", str(free_port()), str(SCENARIOS / "elastic_retry.py")]
+    result = watch(tmp_path, command, env={"STEPS": "8", "STEP_SECONDS": "0.4"})
+    # THEN the job's own exit code (0), no stall, and each rank twice: first attempt, restart
+    assert result.code == 0, result.stderr
+    report = result.report()
+    assert report["stalls"] == []
+    attempts: dict[int, list[dict[str, Any]]] = {}
+    for rank in sorted(report["ranks"], key=lambda r: r["first_seen"]):
+        attempts.setdefault(rank["rank"], []).append(rank)
+    assert sorted(attempts) == [0, 1] and all(len(a) == 2 for a in attempts.values()), attempts
+    assert [a[-1]["exit_code"] for a in attempts.values()] == [0, 0]   # the restart finished
+    assert attempts[1][0]["exit_code"] == 1
+    # and the first failure is the one reported, with the failing process's pid
+    [failure] = [f for f in report["findings"] if f["code"] == "SD103"]
+    assert failure["ranks"] == [1]
+    assert f"pid {attempts[1][0]['pid']}" in failure["summary"]

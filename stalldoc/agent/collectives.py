@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 
 import inspect
+import sys
 import threading
 import time
 import types
@@ -211,6 +212,20 @@ def _patch(dist: types.ModuleType, c10d: Any, name: str, wrapped: Callable[..., 
         setattr(c10d, name, wrapped)
 
 
+def _wrap_init(dist: types.ModuleType) -> None:
+    """``init_process_group`` wrapped wherever torch bound it (``torch.distributed``,
+    ``distributed_c10d``, and modules such as ``device_mesh`` that imported the name before the
+    agent was called: ``init_device_mesh`` creates the default group through it)."""
+    init = getattr(dist, "init_process_group", None)
+    if init is None or getattr(init, "__stalldoc_wrapped__", False):
+        return
+    wrapped = identity.wrap_init(dist, init, _publish)
+    for name, module in list(sys.modules.items()):
+        if (name == "torch.distributed" or name.startswith("torch.distributed.")) and getattr(
+                module, "init_process_group", None) is init:
+            setattr(module, "init_process_group", wrapped)
+
+
 def _publish(claim: identity.Claim) -> None:
     agent = runtime.current()
     if agent is not None:
@@ -226,10 +241,7 @@ def install(dist: types.ModuleType) -> None:
         c10d = getattr(dist, "distributed_c10d", None)
         _world.append(lambda: getattr(getattr(dist, "GroupMember", None), "WORLD", None))
         _dist.append(dist)
-        init = getattr(dist, "init_process_group", None)
-        if init is not None and not getattr(init, "__stalldoc_wrapped__", False):
-            _patch(dist, c10d, "init_process_group", identity.wrap_init(dist, init, _publish),
-                   init)
+        _wrap_init(dist)
         for op in OPS:
             fn = getattr(dist, op, None)
             if fn is None or getattr(fn, "__stalldoc_wrapped__", False):

@@ -164,8 +164,6 @@ def _ranks(pids: Sequence[int], claimed: Mapping[int, RankClaim], launches: Mapp
         launch = launches[pid]
         if claim.strength < 2 and (pid in above_strong or _helper(launch.cmdline)):
             continue   # a launcher (or Ray's) that only inherited a launcher's variable
-        if claim.strength < 3 and _ray(launch.cmdline):
-            continue   # Ray's processes inherit the driver's environment: ranks only once in a group
         above = launches.get(table.ppid(pid))
         if above is not None and not above.environment:
             continue   # its parent is dying (a zombie): a worker about to be orphaned
@@ -177,11 +175,6 @@ def _ranks(pids: Sequence[int], claimed: Mapping[int, RankClaim], launches: Mapp
         ranks.append(RankProcess(claim.rank, pid, claim.local_rank, launch.cmdline, True,
                                  claim.source, claim.world))
     return ranks
-
-
-def _ray(cmdline: Sequence[str]) -> bool:
-    joined = " ".join(cmdline)
-    return any(marker in joined for marker in _RAY_MARKERS)
 
 
 def _helper(cmdline: Sequence[str]) -> bool:

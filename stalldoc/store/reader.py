@@ -47,7 +47,7 @@ def _connect(path: Path, query: str) -> sqlite3.Connection:
 def _query_for(path: Path, header: bytes) -> str | None:
     """The URI query that reads ``path`` in place without creating files; None: copy it."""
     side = {suffix: Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-shm", "-journal")}
-    if header[18] != _WAL_VERSION:
+    if _WAL_VERSION not in header[18:20]:   # write or read version: SQLite goes WAL on either
         return None if side["-journal"] else "mode=ro"
     if not side["-wal"]:
         return "mode=ro&immutable=1"

@@ -186,3 +186,162 @@ def test_environment_read_once_per_process_and_again_after_an_exec(monkeypatch):
         assert reads.count(child) == 2 and reads.count(job.pid) == 1
     finally:
         _end(job, [child])
+
+
+# A process tree from a spec: each node is (name, extra argv, environment, children); every
+# process appends "name pid" to TREE_OUT, then sleeps. Its command line is ``python tree.py
+# SPEC PATH`` and its extra argv; the spec is read from a file (not seen in any command line).
+TREE = """import json, os, subprocess, sys, time
+spec, path = json.load(open(sys.argv[1])), sys.argv[2]
+node = spec
+for index in filter(None, path.split(".")):
+    node = node[3][int(index)]
+for index, child in enumerate(node[3]):
+    subprocess.Popen([sys.executable, __file__, sys.argv[1], f"{path}.{index}", *child[1]],
+                     env={**os.environ, **child[2]})
+open(os.environ["TREE_OUT"], "a").write(f"{node[0]} {os.getpid()}\\n")
+time.sleep(60)
+"""
+
+
+def _tree_of(tmp_path, spec) -> tuple[subprocess.Popen, dict[str, int]]:
+    """Start the tree ``spec`` (name, argv, env, children); its processes' pids by name."""
+    import json
+    out, script, spec_file = tmp_path / "tree.txt", tmp_path / "tree.py", tmp_path / "spec.json"
+    script.write_text(TREE)
+    spec_file.write_text(json.dumps(spec))
+    names, stack = [], [spec]
+    while stack:
+        node = stack.pop()
+        names.append(node[0])
+        stack.extend(node[3])
+    env = {**{k: v for k, v in os.environ.items() if k != "RANK"}, **spec[2],
+           "TREE_OUT": str(out)}
+    root = subprocess.Popen([sys.executable, str(script), str(spec_file), "", *spec[1]], env=env)
+    deadline = time.time() + 20
+    pids: dict[str, int] = {}
+    while len(pids) < len(names) and time.time() < deadline:
+        time.sleep(0.05)
+        pids = dict((n, int(p)) for n, p in (line.split() for line in
+                                             out.read_text().splitlines())) if out.exists() else {}
+    assert len(pids) == len(names), pids
+    return root, pids
+
+
+def _ranks_of(root, pids, claims, finder=None):
+    """What the finder makes of the tree, given what its processes' agents claim (by name)."""
+    from stalldoc.launch.job import JobTree
+    table = scan()
+    found = (finder or RankFinder()).find(
+        table, JobTree(root.pid, os.getpid()).pids(table), (), single=False, root=root.pid,
+        claims={pids[name]: claim for name, claim in claims.items()})
+    by_pid = {pid: name for name, pid in pids.items()}
+    return [(r.rank, by_pid[r.pid], r.source, r.world_rank) for r in found.ranks]
+
+
+def _leaf(name, args=(), env=None):
+    return (name, list(args), env or {}, [])
+
+
+def test_a_slurm_task_that_spawns_its_ranks_is_their_launcher(tmp_path):
+    from stalldoc.model import RankClaim
+    # GIVEN an srun task (SLURM_PROCID=1) that mp.spawns two ranks and has a resource tracker;
+    # every process inherited SLURM_PROCID=1, the ranks claimed ranks 2, 3 of their group
+    slurm = {"SLURM_PROCID": "1"}
+    spec = ("task", [], slurm, [_leaf("rank2", ["--multiprocessing-fork"]),
+                                _leaf("rank3", ["--multiprocessing-fork"]),
+                                _leaf("tracker", ["multiprocessing.resource_tracker"])])
+    root, pids = _tree_of(tmp_path, spec)
+    try:
+        inherited = RankClaim("SLURM_PROCID", 1)
+        claims = {"task": inherited, "tracker": inherited,
+                  "rank2": RankClaim("process group", 2, None, 4, "10.0.0.1:29500"),
+                  "rank3": RankClaim("process group", 3, None, 4, "10.0.0.1:29500")}
+        # THEN the spawned processes are the ranks; the task that started them is none
+        assert _ranks_of(root, pids, claims) == [(2, "rank2", "process group", None),
+                                                 (3, "rank3", "process group", None)]
+        # and before they joined the group, the task stands for its Slurm rank alone
+        before = {**claims, "rank2": inherited, "rank3": inherited}
+        assert _ranks_of(root, pids, before) == [(1, "task", "SLURM_PROCID", None)]
+    finally:
+        _kill(root)
+
+
+def test_rays_processes_are_ranks_only_once_they_join_a_group(tmp_path):
+    from stalldoc.model import RankClaim
+    # GIVEN a Ray driver (in a Slurm step) whose raylet (not Python: no agent) started pooled
+    # workers and the dashboard; all inherited SLURM_PROCID=0, two workers joined a group
+    ray = lambda name, *args: _leaf(name, ["ray/_private/workers/default_worker.py", *args])
+    spec = ("driver", [], {"SLURM_PROCID": "0"}, [
+        ("raylet", ["/site-packages/ray/core/src/ray/raylet/raylet"], {}, [
+            ray("idle"), ray("trainer0"), ray("trainer1"),
+            _leaf("dashboard", ["ray/dashboard/agent.py"])])])
+    root, pids = _tree_of(tmp_path, spec)
+    try:
+        inherited = RankClaim("SLURM_PROCID", 0)
+        claims = {name: inherited for name in ("driver", "idle", "trainer0", "trainer1",
+                                               "dashboard")}
+        claims["trainer0"] = RankClaim("process group", 0, 0, 2, "127.0.0.1:40001")
+        claims["trainer1"] = RankClaim("process group", 1, 1, 2, "127.0.0.1:40001")
+        assert _ranks_of(root, pids, claims) == [(0, "trainer0", "process group", None),
+                                                 (1, "trainer1", "process group", None)]
+        # before any joined: the driver (the job's command) stands alone, no Ray process
+        claims["trainer0"] = claims["trainer1"] = inherited
+        assert _ranks_of(root, pids, claims) == [(0, "driver", "SLURM_PROCID", None)]
+    finally:
+        _kill(root)
+
+
+def test_several_worlds_are_numbered_apart_and_keep_their_numbers(tmp_path):
+    from stalldoc.model import RankClaim
+    # GIVEN verl's pattern: an actor group and a rollout group, each its own world 0..1,
+    # plus a trainer rank whose child started an inference engine in a third world
+    spec = ("driver", [], {}, [_leaf("actor0"), _leaf("actor1"), _leaf("rollout0"),
+                               _leaf("rollout1")])
+    root, pids = _tree_of(tmp_path, spec)
+    try:
+        actor = lambda r: RankClaim("process group", r, None, 2, "127.0.0.1:30001")
+        rollout = lambda r: RankClaim("process group", r, None, 2, "127.0.0.1:30002")
+        finder = RankFinder()
+        # WHEN only the actors have joined their world: their own ranks
+        first = {"actor0": actor(0), "actor1": actor(1)}
+        assert _ranks_of(root, pids, first, finder) == [(0, "actor0", "process group", None),
+                                                        (1, "actor1", "process group", None)]
+        # THEN the rollout world's ranks come after the actors', each with its rank there
+        both = {**first, "rollout0": rollout(0), "rollout1": rollout(1)}
+        assert _ranks_of(root, pids, both, finder) == [
+            (0, "actor0", "process group", 0), (1, "actor1", "process group", 1),
+            (2, "rollout0", "process group", 0), (3, "rollout1", "process group", 1)]
+        # and a fresh finder that sees the rollout world first numbers it first: by first sight
+        assert [r[1] for r in _ranks_of(root, pids, {"rollout1": rollout(1)})] == ["rollout1"]
+    finally:
+        _kill(root)
+
+
+def test_a_rank_child_that_inherited_its_rank_is_its_worker_through_a_shell(tmp_path):
+    from stalldoc.model import RankClaim
+    # GIVEN a rank (RANK=1 at start, then its group) whose reward server runs under `sh -c`,
+    # started with the rank's environment (RANK=1), and a rank child that joined another world
+    spec = ("launcher", [], {}, [("rank1", [], {"RANK": "1"}, [
+        ("shell", [], {}, [_leaf("reward_server")]), _leaf("engine")])])
+    root, pids = _tree_of(tmp_path, spec)
+    try:
+        claims = {"rank1": RankClaim("process group", 1, None, 2, "127.0.0.1:30001"),
+                  "reward_server": RankClaim("RANK", 1),
+                  "engine": RankClaim("process group", 0, None, 1, "127.0.0.1:30009")}
+        # THEN the reward server (RANK 1 inherited, below a shell) is the rank's worker, and
+        # the engine, rank 0 of a world of its own, is a rank of that world
+        ranks = _ranks_of(root, pids, claims)
+        assert [r[1] for r in ranks] == ["rank1", "engine"]
+        assert {r[1]: r[3] for r in ranks} == {"rank1": 1, "engine": 0}
+    finally:
+        _kill(root)
+
+
+def _kill(root: subprocess.Popen) -> None:
+    for proc in reversed([psutil.Process(root.pid), *psutil.Process(root.pid).children(True)]):
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    root.wait()

@@ -168,6 +168,20 @@ def test_a_damaged_run_is_one_line_and_exit_1(tmp_path, damage, says):
     assert sorted(os.listdir(run_dir)) == before
 
 
+@pytest.mark.parametrize("write,read", [(1, 2), (2, 1)])
+def test_a_header_that_says_wal_in_one_byte_only_is_read_without_writing(tmp_path, write, read):
+    # GIVEN a run database whose header's write or read version alone says WAL (a flipped byte;
+    # SQLite then opens it in WAL mode and would create -wal and -shm files beside it)
+    run_dir = _run(tmp_path)
+    with open(run_dir / "run.db", "r+b") as fh:
+        fh.seek(18)
+        fh.write(bytes([write, read]))
+    # WHEN it is reported THEN nothing is written into the run directory
+    result = _report(run_dir)
+    assert result.returncode in (0, 1), result.stderr
+    assert os.listdir(run_dir) == ["run.db"]
+
+
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
     return _run(tmp_path_factory.mktemp("pristine")) / "run.db"

@@ -52,7 +52,7 @@ def test_each_call_is_stored_once_and_a_pending_one_completes(tmp_path):
                                                for seq in (1, 2, 3)]
     assert all(r[3] is not None for r in rows(tmp_path))
     run = read_report([tmp_path]).runs[0]
-    assert run.info.schema_version == SCHEMA_VERSION == 5
+    assert run.info.schema_version == SCHEMA_VERSION >= 5   # collectives came with 5
     assert run.collectives[1] == CollectiveSpan(0, "world", 2, "all_reduce", 1024, "float32",
                                                 T0 + 0.5, T0 + 0.51)
 
