@@ -183,12 +183,13 @@ def main_thread(pid: int, threads: tuple[ThreadStack, ...]) -> ThreadStack | Non
     thread runs code of the job's own (not the standard library's, not an installed
     package's); then that thread, the one with the most such frames."""
     main = next((t for t in threads if t.thread_id == pid), threads[0] if threads else None)
-    if main is None or not _idles(main):
+    if main is None or not idles_in_task_loop(main):
         return main
     return max(threads, key=lambda t: (_own_frames(t), t is main))
 
 
-def _idles(thread: ThreadStack) -> bool:
+def idles_in_task_loop(thread: ThreadStack) -> bool:
+    """The thread waits in a worker's task loop for its next task (``IDLE_LOOPS``)."""
     if not thread.frames:
         return False
     top = thread.frames[0]
@@ -200,7 +201,8 @@ def _own_frames(thread: ThreadStack) -> int:
     """How many of a thread's frames are in the job's own files."""
     return sum(1 for f in thread.frames if not (
         "site-packages" in f.filename or "dist-packages" in f.filename
-        or _STDLIB.search(f.filename) or f.filename.startswith("<")))
+        or _STDLIB.search(f.filename) or f.filename.startswith("<")
+        or "/stalldoc/agent/" in f.filename))   # the agent's own heartbeat thread
 
 
 @dataclass(frozen=True)

@@ -75,20 +75,6 @@ def attribute(gpus: list[GpuSample], rank_pids: Mapping[int, int],
         for gpu in gpus)
 
 
-def per_world(agents: dict[int, AgentSnapshot], ranks: list[RankProcess]
-              ) -> dict[int, AgentSnapshot]:
-    """In a job of several torch.distributed worlds, each rank's process groups named with
-    their world (``world@10.0.0.1:29500``): every world has a group "world" and groups "1",
-    "2"..., and collectives are aligned by group name, so two worlds must never share one."""
-    worlds = {r.rank: r.world for r in ranks if r.world_rank is not None and r.world}
-    if not worlds:
-        return agents
-    return {rank: dataclasses.replace(agent, groups=tuple(
-                dataclasses.replace(g, name=f"{g.name}@{worlds[rank]}") for g in agent.groups))
-            if rank in worlds else agent
-            for rank, agent in agents.items()}
-
-
 class Sampler:
     """Runs the probes of one tick."""
 
@@ -134,7 +120,7 @@ class Sampler:
                              lambda read: read.skipped).states
         rank_pids = {r.pid: r.rank for r in known}
         return Tick(now, {s.rank: s for s in host}, node, attribute(gpus, rank_pids, parents),
-                    per_world(agents, known), tuple(runs))
+                    agents, tuple(runs))
 
     @staticmethod
     def _timed(runs: list[ProbeRun], name: str, fn: Callable[[], T], default: Any,

@@ -36,6 +36,7 @@ from stalldoc.probes.connections import external_peers
 from stalldoc.probes.exits import DeathWatch, from_wait_status
 from stalldoc.probes.flight_dumps import FlightDumps
 from stalldoc.sidecar import RelayLink
+from stalldoc.probes.process_tree import task_executor
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
 from stalldoc.probes.versions import RunVersions
 from stalldoc.redact import redact_text
@@ -264,7 +265,8 @@ class Watcher:
         self.tracker.observe(now, agents, sample.host, gpu_util_by_rank(sample))
         self.cluster.refresh(now, self.tracker.quiet_for(now), self.tracker.threshold(),
                              self.tracker.episode is not None)
-        for rank in self.tracker.stacks_due(now):
+        executors = {r.rank for r in self.ranks.values() if task_executor(r.cmdline)}
+        for rank in self.tracker.stacks_due(now, executors):
             if rank in self.ranks:
                 self.background.request(self.ranks[rank])
         self._collect_exits(now, final=False)
@@ -288,9 +290,12 @@ class Watcher:
                 if known != rank:   # the process said which rank it is since (its agent)
                     self.ranks[rank.rank] = rank
                     self.store.update_rank(rank)
-                    if not known.from_env:   # the guess was right; say how it is known now
+                    if not known.from_env or (rank.world_rank is not None
+                                              and known.world_rank is None):   # say it now
                         self.say(f"rank {rank.rank}: pid {rank.pid}{_known_as(rank)}")
                 continue
+            if known is not None and not known.from_env:
+                self.store.drop_rank(known)     # a guess replaced: it never was a rank
             if known is not None and known.rank not in self.exits:
                 self.deaths.unwatch(known.pid)  # replaced, not dead (e.g. taken before its launcher forked)
             self.tracker.forget(rank.rank)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from stalldoc.agent.state_reader import AgentSnapshot
-from stalldoc.detect.stack_kind import StackKind, classify
+from stalldoc.detect.stack_kind import BETWEEN_TASKS, StackKind, classify
 from stalldoc.detect.thresholds import PhaseDurations
 from stalldoc.detect.work import IDLE, PENDING, WORK, RecentRate, Signals, verdict
 from stalldoc.model import HostSample, RankExit, RankStacks, RankWork, StallEpisode
@@ -160,13 +160,15 @@ class ProgressTracker:
         self.dead.add(rank)
 
     # ----- reading ----------------------------------------------------------------------------
-    def stacks_due(self, now: float) -> list[int]:
+    def stacks_due(self, now: float, executors: Iterable[int] = ()) -> list[int]:
         """Ranks whose stack should be sampled now: busy ones whose verdict waits on it (no
         progress, I/O or children's work decided it) and that were not classified in this busy
-        spell or not for a while (is the CPU work or a spinning wait?), and ranks working without
-        progress for half the floor (where are they slow?). A busy rank whose markers or
-        collectives move is not sampled: the stack would decide nothing."""
-        every = resample_every(self.floor)
+        spell or not for a while (is the CPU work or a spinning wait?), ranks working without
+        progress for half the floor (where are they slow?), and quiet ranks of a task executor
+        (``executors``: Ray workers) not sampled for a while (between tasks, or stuck in one?).
+        A busy rank whose markers or collectives move is not sampled: the stack would decide
+        nothing."""
+        every, executors = resample_every(self.floor), set(executors)
         due = []
         for rank, s in self.live().items():
             if s.work is None or s.work.t != now:
@@ -175,9 +177,19 @@ class ProgressTracker:
             busy = (s.last_busy_at == now and s.basis in STACK_DECIDES
                     and (self._busy_stack(s) is None or stale))
             slow = s.work.working and s.work.since_progress >= self.floor / 2 and stale
-            if busy or slow:
+            waiting = rank in executors and s.work.verdict == IDLE and stale
+            if busy or slow or waiting:
                 due.append(rank)
         return due
+
+    def between_tasks(self, now: float) -> set[int]:
+        """Live ranks with no work in hand: quiet, and their fresh stack idles in a task
+        executor's loop (``BETWEEN_TASKS``). Their next task comes from the job's driver."""
+        fresh = 2 * resample_every(self.floor)
+        return {r for r, s in self.live().items()
+                if s.stack is not None and s.stack.kind == BETWEEN_TASKS
+                and now - s.stack_at <= fresh and s.work is not None
+                and s.work.verdict == IDLE}
 
     def live(self) -> dict[int, _Rank]:
         return {r: s for r, s in self.ranks.items() if r not in self.dead}
@@ -211,7 +223,8 @@ class ProgressTracker:
     def check(self, now: float, elsewhere_at: float | None = None, elsewhere_now: bool = False
               ) -> tuple[StallEpisode | None, StallEpisode | None]:
         """(a stall that starts now, a stall that ended now): at most one is not None.
-        ``elsewhere_at``: the last work seen on the job's other nodes (our clock); while a rank
+        Ranks between tasks (``between_tasks``) have no work in hand and decide nothing; with no
+        other rank, nothing is stalled. ``elsewhere_at``: the last work seen on the job's other nodes (our clock); while a rank
         there works this node's waiting ranks are not stalled, and ``elsewhere_now`` (a rank
         there works now) ends a stall."""
         live = self.live()
@@ -219,7 +232,11 @@ class ProgressTracker:
             return None, None
         if self.episode is not None:
             return None, self._ended(now, live, elsewhere_now)
-        newest = max([s.last_work for s in live.values()]
+        idle = self.between_tasks(now)
+        in_task = [s for r, s in live.items() if r not in idle]
+        if not in_task:   # no rank has work in hand: the driver's turn, not a stall of ranks
+            return None, None
+        newest = max([s.last_work for s in in_task]
                      + ([elsewhere_at] if elsewhere_at is not None else []))
         threshold = self.threshold()
         if now - newest <= threshold:

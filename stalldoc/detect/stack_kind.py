@@ -17,9 +17,12 @@ import sysconfig
 
 from dataclasses import dataclass
 
-from stalldoc.model import Frame, RankStacks, ThreadStack
+from stalldoc.model import Frame, RankStacks, ThreadStack, idles_in_task_loop
 
 WORKING = "working"
+# A task executor's worker (a Ray worker) whose main thread idles in its task loop and that runs
+# no work on another thread: it has no work in hand, its next task comes from its driver.
+BETWEEN_TASKS = "waiting: next task"
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,11 @@ def classify(stacks: RankStacks, phase_thread: int = 0) -> StackKind:
         return StackKind("")
     main = stacks.main if stacks.main in threads else threads[0]
     use_active = stacks.method != "faulthandler"
+    if idles_in_task_loop(main):
+        busy = next((t for t in threads if t is not main and not thread_wait(t, use_active)),
+                    None)
+        return _working(busy) if busy is not None else StackKind(
+            BETWEEN_TASKS, main.frames[0], _shape(main), False, main.thread_id)
     waits = thread_wait(main, use_active)
     if not waits:
         return _working(main)

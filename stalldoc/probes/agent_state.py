@@ -3,6 +3,7 @@
 counted; it never stops the watcher nor makes it wait."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -77,9 +78,10 @@ class AgentStateProbe:
             return AgentRead({})
         out, refused = {}, 0
         paths = [(rank.rank, state_path(self.directory, rank.pid)) for rank in ranks]
+        worlds = _worlds(ranks)
         for rank, path in paths:
             try:
-                out[rank] = self._files.read(path)
+                out[rank] = _in_world(self._files.read(path), worlds.get(rank))
             except StateFileError:
                 refused += 1
             except OSError:
@@ -119,6 +121,21 @@ class AgentStateProbe:
                     pass
             removed += 1
         return removed
+
+
+def _worlds(ranks: list[RankProcess]) -> dict[int, str]:
+    """Rank -> its world, in a job of several torch.distributed worlds (none otherwise)."""
+    return {r.rank: r.world for r in ranks if r.world_rank is not None and r.world}
+
+
+def _in_world(agent: AgentSnapshot, world: str | None) -> AgentSnapshot:
+    """The snapshot with its process groups named with their world (``world@10.0.0.1:29500``):
+    every world has a group "world" and groups "1", "2"..., collectives are aligned by group
+    name, and two worlds must never share one."""
+    if world is None:
+        return agent
+    return dataclasses.replace(agent, groups=tuple(
+        dataclasses.replace(g, name=f"{g.name}@{world}") for g in agent.groups))
 
 
 def state_pid(name: str) -> int | None:

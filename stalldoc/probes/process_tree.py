@@ -177,6 +177,12 @@ def _ranks(pids: Sequence[int], claimed: Mapping[int, RankClaim], launches: Mapp
     return ranks
 
 
+def task_executor(cmdline: Sequence[str]) -> bool:
+    """A Ray worker process: it runs tasks its driver hands it, and idles between them."""
+    joined = " ".join(cmdline)
+    return "ray/_private/workers/" in joined or joined.startswith("ray::")
+
+
 def _helper(cmdline: Sequence[str]) -> bool:
     """A launcher, a multiprocessing helper or one of Ray's processes, by its command line."""
     joined = " ".join(cmdline)
@@ -267,7 +273,7 @@ def _single_process(table: ProcessTable, pids: list[int], launches: dict[int, La
         cmd = launches[pid].cmdline
         parent = launches.get(table.ppid(pid))
         forked = parent is not None and parent.cmdline == cmd
-        if _is_python(table.procs[pid], agent_pids) and not forked and not _helper(cmd):
+        if cmd and _is_python(table.procs[pid], agent_pids) and not forked and not _helper(cmd):
             candidates.append(pid)
     if not candidates:  # a job of no Python process: the command itself, unless a launcher
         root = pids[0] if pids else None

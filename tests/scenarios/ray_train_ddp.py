@@ -1,0 +1,85 @@
+"""A Ray Train (TorchTrainer) DDP job on the CPU, in the shape of Ray's "Get started with
+PyTorch" guide, started as ``python ray_train_ddp.py``: the driver starts a local Ray cluster
+with ``ray.init()`` and the training loop runs in WORKERS Ray worker processes (actors started by
+the raylet, not children of the driver's Python code), which Ray Train joins into one gloo
+process group (``init_method="env"``: it sets MASTER_ADDR/MASTER_PORT/RANK/... itself).
+
+WORKERS ranks (default 2) train a Linear model wrapped by ``ray.train.torch.prepare_model`` (DDP)
+for STEPS steps (default 6); each prints ``rank R step S`` as it enters a step. With STUCK_RANK
+set to a world rank (unset or -1: a healthy run), that rank blocks for good at step STUCK_STEP
+(default 2) in a function named STUCK_FUNC (default ``load_shard``), before its forward pass; the
+other ranks wait in DDP's gradient all-reduce in ``backward()``. Results go under RUN_STORAGE
+(default: a fresh temporary directory, removed at the end)."""
+import os
+import shutil
+import tempfile
+import threading
+import types
+
+import torch
+
+import ray
+import ray.train
+import ray.train.torch
+from ray.train import RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+WORKERS = int(os.environ.get("WORKERS", "2"))
+STEPS = int(os.environ.get("STEPS", "6"))
+STUCK_RANK = int(os.environ.get("STUCK_RANK", "-1"))
+STUCK_STEP = int(os.environ.get("STUCK_STEP", "2"))
+STUCK_FUNC = os.environ.get("STUCK_FUNC", "load_shard")
+
+
+def load_shard() -> None:
+    """Where the stuck rank stops: waits on an event nobody sets."""
+    threading.Event().wait()
+
+
+def _named(name: str):
+    """``load_shard`` under the name ``name`` (its code object renamed, as py-spy and
+    ``sys._current_frames`` show it; file and line numbers stay this file's)."""
+    code = load_shard.__code__.replace(co_name=name, co_qualname=name)
+    return types.FunctionType(code, globals(), name)
+
+
+def train_loop_per_worker(config: dict) -> None:
+    rank = ray.train.get_context().get_world_rank()
+    torch.manual_seed(0)
+    model = ray.train.torch.prepare_model(torch.nn.Linear(32, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for step in range(config["steps"]):
+        print(f"rank {rank} step {step}", flush=True)
+        if rank == config["stuck_rank"] and step == config["stuck_step"]:
+            _named(config["stuck_func"])()
+        x, y = torch.randn(8, 32), torch.randint(0, 2, (8,))
+        loss = loss_fn(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    ray.train.report({"loss": loss.item(), "steps": config["steps"]})
+
+
+def main() -> None:
+    storage = os.environ.get("RUN_STORAGE")
+    scratch = None if storage else tempfile.mkdtemp(prefix="ray_train_ddp_")
+    ray.init(num_cpus=WORKERS, include_dashboard=False)
+    try:
+        trainer = TorchTrainer(
+            train_loop_per_worker,
+            train_loop_config={"steps": STEPS, "stuck_rank": STUCK_RANK,
+                               "stuck_step": STUCK_STEP, "stuck_func": STUCK_FUNC},
+            scaling_config=ScalingConfig(num_workers=WORKERS, use_gpu=False),
+            run_config=RunConfig(name="ray_train_ddp", storage_path=storage or scratch),
+        )
+        result = trainer.fit()
+        print(f"done: {result.metrics}", flush=True)
+    finally:
+        ray.shutdown()
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Frameworks that start their own ranks, run as users start them (``python train.py``):
+Lightning DDP on the CPU, Ray Train's TorchTrainer, and a Ray job of two worker groups that form
+two gloo worlds (verl's layout). Healthy: the job's exit code, no stall, exactly the global ranks,
+one process each, none a launcher or one of Ray's processes. Hung: the right rank (and world) and
+frame within stall timeout + 5 s. Each idle and under a CPU burner."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from load import cpu_burner
+from support import SCENARIOS, STALL_TIMEOUT, Result, free_port, watch
+from test_launcher_ranks import job_pid
+
+pytestmark = pytest.mark.timeout(420)
+DIAGNOSIS_WITHIN = float(STALL_TIMEOUT) + 5
+LOADS = pytest.mark.parametrize("loaded", [False, True], ids=["idle", "cpu-burner"])
+
+
+@pytest.fixture
+def ray_env() -> Iterator[dict[str, str]]:
+    """Ray kept to itself: its session files in a short private directory (socket paths have a
+    length limit), no token file in $HOME, no usage report."""
+    pytest.importorskip("ray")
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    yield {"RAY_TMPDIR": temp, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_DEDUP_LOGS": "0"}
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def run(tmp_path: Path, script: str, env: dict[str, str], loaded: bool, *options: str
+        ) -> Result:
+    with cpu_burner(2 if loaded else 0):
+        return watch(tmp_path, [sys.executable, str(SCENARIOS / script)], *options, env=env,
+                     timeout=360)
+
+
+def assert_healthy(result: Result, world: int) -> list[dict[str, Any]]:
+    """Exit 0, no stall and no error, exactly ranks 0..world-1 once each, known from their
+    process group; not the job's own process, not one of Ray's."""
+    assert result.code == 0, result.stderr[-3000:]
+    report = result.report()
+    assert report["stalls"] == [], result.stderr[-3000:]
+    assert [f["summary"] for f in report["findings"]
+            if f["severity"] in ("error", "critical")] == []
+    ranks = report["ranks"]
+    assert sorted(r["rank"] for r in ranks) == list(range(world)), ranks
+    assert len({r["pid"] for r in ranks}) == world
+    assert {r["source"] for r in ranks} == {"process group"}, ranks
+    return ranks
+
+
+def assert_culprit(result: Result, rank: int, func: str) -> dict[str, Any]:
+    assert result.code == 124, result.stderr[-3000:]
+    [finding] = result.findings("SD101")
+    assert finding["ranks"] == [rank], finding["summary"]
+    assert finding["evidence"]["frame"].startswith(f"{func} ("), finding["summary"]
+    report = result.report()
+    [stall] = report["stalls"]
+    assert finding["t"] - stall["started_at"] <= DIAGNOSIS_WITHIN, (finding["t"], stall)
+    return report
+
+
+# ----- Lightning ---------------------------------------------------------------------------
+@LOADS
+def test_lightning_ddp_healthy_has_both_ranks(tmp_path: Path, loaded: bool) -> None:
+    pytest.importorskip("lightning")
+    # GIVEN Trainer(devices=2, strategy="ddp") started as `python train.py`: the process the
+    # user started is global rank 0 and starts rank 1 itself (no RANK anywhere)
+    result = run(tmp_path, "lightning_ddp.py", {"DEVICES": "2", "STEPS": "6"}, loaded)
+    ranks = assert_healthy(result, 2)
+    # THEN the command's own process is rank 0, and its child rank 1
+    assert {r["rank"]: r["pid"] for r in ranks}[0] == job_pid(result)
+
+
+@LOADS
+def test_lightning_ddp_hung_rank_is_named(tmp_path: Path, loaded: bool) -> None:
+    pytest.importorskip("lightning")
+    # GIVEN 3 devices, global rank 2 stuck inside training_step, the others in DDP's all-reduce
+    env = {"DEVICES": "3", "STEPS": "40", "STUCK_RANK": "2", "STUCK_FUNC": "decode_images"}
+    result = run(tmp_path, "lightning_ddp.py", env, loaded, "--on-stall", "kill")
+    report = assert_culprit(result, 2, "decode_images")
+    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1, 2]
+
+
+# ----- Ray Train ---------------------------------------------------------------------------
+@LOADS
+def test_ray_train_healthy_ranks_are_the_train_workers(tmp_path: Path, ray_env: dict[str, str],
+                                                       loaded: bool) -> None:
+    # GIVEN TorchTrainer(num_workers=3) started as `python driver.py`, watched with the kill
+    # action armed (a false stall would end a healthy run)
+    env = {**ray_env, "WORKERS": "3", "STEPS": "6"}
+    result = run(tmp_path, "ray_train_ddp.py", env, loaded, "--on-stall", "kill")
+    ranks = assert_healthy(result, 3)
+    # THEN the ranks are not the driver, and not any of Ray's own processes
+    assert job_pid(result) not in {r["pid"] for r in ranks}
+    assert f"pid {job_pid(result)} is not rank 0" in result.stderr
+
+
+@LOADS
+def test_ray_train_hung_worker_is_named_in_its_training_thread(
+        tmp_path: Path, ray_env: dict[str, str], loaded: bool) -> None:
+    # GIVEN world rank 1 of 2 stuck in the training loop, which Ray Train runs in a thread of
+    # its own while the worker's main thread idles in Ray's task loop
+    env = {**ray_env, "WORKERS": "2", "STEPS": "40", "STUCK_RANK": "1",
+           "STUCK_FUNC": "fetch_prompts"}
+    result = run(tmp_path, "ray_train_ddp.py", env, loaded, "--on-stall", "kill")
+    # THEN that worker is named with the frame of its training thread, not Ray's main_loop
+    report = assert_culprit(result, 1, "fetch_prompts")
+    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
+
+
+# ----- two worlds in one Ray job (verl's layout) --------------------------------------------
+def two_worlds(ray_env: dict[str, str], **extra: str) -> tuple[dict[str, str], dict[str, str]]:
+    ports = {"actor": f"127.0.0.1:{free_port()}", "rollout": f"127.0.0.1:{free_port()}"}
+    env = {**ray_env, "ACTOR_PORT": ports["actor"].split(":")[1],
+           "ROLLOUT_PORT": ports["rollout"].split(":")[1], **extra}
+    return env, ports
+
+
+@LOADS
+def test_two_worlds_healthy_every_rank_of_both(tmp_path: Path, ray_env: dict[str, str],
+                                               loaded: bool) -> None:
+    # GIVEN an actor group of 2 and a rollout group of 3, each its own gloo world 0..N-1
+    env, ports = two_worlds(ray_env, ACTOR_RANKS="2", ROLLOUT_RANKS="3", STEPS="4")
+    result = run(tmp_path, "ray_two_worlds.py", env, loaded, "--on-stall", "kill")
+    ranks = assert_healthy(result, 5)
+    # THEN each (world, rank) is there once, under its own number
+    assert sorted((r["world"], r["world_rank"]) for r in ranks) == sorted(
+        [(ports["actor"], n) for n in range(2)] + [(ports["rollout"], n) for n in range(3)])
+
+
+@LOADS
+@pytest.mark.parametrize("group,stuck", [("actor", 1), ("rollout", 0)])
+def test_two_worlds_hung_rank_is_named_with_its_world(tmp_path: Path, ray_env: dict[str, str],
+                                                      loaded: bool, group: str,
+                                                      stuck: int) -> None:
+    env, ports = two_worlds(ray_env, STEPS="40", STUCK_GROUP=group, STUCK_RANK=str(stuck),
+                            STUCK_FUNC="score_rollouts")
+    result = run(tmp_path, "ray_two_worlds.py", env, loaded, "--on-stall", "kill")
+    report = result.report() if result.code == 124 else {"ranks": []}
+    number = {(r["world"], r["world_rank"]): r["rank"] for r in report["ranks"]}
+    # THEN the culprit is that world's rank, named with its frame, in its world's group
+    finding = assert_culprit(result, number.get((ports[group], stuck), -1), "score_rollouts")
+    [sd101] = [f for f in finding["findings"] if f["code"] == "SD101"]
+    assert f"@{ports[group]}" in sd101["summary"]
