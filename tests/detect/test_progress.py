@@ -224,3 +224,66 @@ def test_a_rank_working_on_another_node_ends_the_stall():
     assert tracker.check(9.0, 2.0, False) == (None, None)    # old work elsewhere: still stalled
     _, ended = tracker.check(10.0, 10.0, True)
     assert ended is not None and ended.ended_at == 10.0
+
+
+# Stacks as py-spy reads a Ray worker (ray 2.60): the main thread in the task loop, and, under
+# Ray Train, the training loop in a thread of its own.
+RAY = "/venv/lib/python3.11/site-packages/ray/_private"
+MAIN_LOOP = (Frame("Worker.main_loop", f"{RAY}/worker.py", 1069),
+             Frame("<module>", f"{RAY}/workers/default_worker.py", 323))
+
+
+def ray_worker(rank: int, training: tuple[Frame, ...] = ()) -> RankStacks:
+    threads = [ThreadStack(100 + rank, "MainThread", False, False, MAIN_LOOP)]
+    if training:
+        threads.append(ThreadStack(900 + rank, "TrainingThread", False, False, training))
+    return RankStacks(rank, 100 + rank, 0.0, "py-spy", tuple(threads))
+
+
+IN_ALL_REDUCE = (Frame("all_reduce", "/venv/lib/python3.11/site-packages/torch/distributed/"
+                                     "distributed_c10d.py", 3252),
+                 Frame("train_loop_per_worker", "/home/me/train.py", 59),
+                 Frame("Thread.run", "/usr/lib/python3.11/threading.py", 982))
+
+
+def _quiet_ticks(tracker: ProgressTracker, ranks: dict[int, RankStacks], start: int,
+                 seconds: int, executors: set[int]) -> list:
+    """Quiet ticks, one a second; each rank's stack is taken when the tracker asks for it."""
+    started = []
+    for t in range(start, start + seconds):
+        tracker.observe(float(t), {}, {r: host(float(t), r) for r in ranks})
+        for rank in tracker.stacks_due(float(t), executors):
+            tracker.stack_seen(rank, ranks[rank], float(t))
+        began, _ = tracker.check(float(t))
+        started += [began] if began else []
+    return started
+
+
+def test_ray_workers_idle_between_tasks_are_no_stall():
+    # GIVEN three Ray Train workers whose training loops ended: their main threads idle in Ray's
+    # task loop while the driver winds the run down (quiet for far past the floor)
+    tracker = ProgressTracker(floor=3)
+    workers = {r: ray_worker(r) for r in range(3)}
+    # THEN they are asked for stacks while quiet, seen between tasks, and no stall starts
+    assert _quiet_ticks(tracker, workers, 1, 30, executors={0, 1, 2}) == []
+    assert tracker.between_tasks(30.0) == {0, 1, 2}
+
+
+def test_without_their_stacks_quiet_workers_are_a_stall():
+    # GIVEN the same quiet workers, not known as task executors: nobody looks at their stacks
+    tracker = ProgressTracker(floor=3)
+    assert len(_quiet_ticks(tracker, {r: ray_worker(r) for r in range(3)}, 1, 30,
+                            executors=set())) == 1
+
+
+def test_a_rank_stuck_in_its_task_is_a_stall_while_the_others_are_between_tasks():
+    # GIVEN verl's two groups: the actor ranks in their task (one waits in all_reduce in its
+    # training thread, one blocked in its own code), the rollout ranks between tasks
+    tracker = ProgressTracker(floor=3)
+    stuck = (Frame("load_shard", "/home/me/train.py", 36),) + IN_ALL_REDUCE[1:]
+    ranks = {0: ray_worker(0), 1: ray_worker(1), 2: ray_worker(2, IN_ALL_REDUCE),
+             3: ray_worker(3, stuck)}
+    [stall] = _quiet_ticks(tracker, ranks, 1, 30, executors={0, 1, 2, 3})
+    # THEN the stall is declared, for all four, with the ranks in their task not between tasks
+    assert stall.ranks == (0, 1, 2, 3)
+    assert tracker.between_tasks(stall.detected_at) == {0, 1}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stalldoc.detect.stack_kind import WORKING, StackKind, classify
-from stalldoc.model import RankProcess, RankStacks
+from stalldoc.model import Frame, RankProcess, RankStacks, ThreadStack
 from stalldoc.probes.pyspy import StackProbe
 
 PROGRAMS = {
@@ -123,3 +123,46 @@ def test_background_threads_count_only_while_the_main_thread_waits_on_them(tmp_p
     assert kind.frame is not None and kind.frame.function == function
     deciding = next(t for t in stacks.threads if t.thread_id == kind.thread)
     assert (deciding is stacks.main) == (expected != WORKING)
+
+
+RAY_LOOP = (Frame("Worker.main_loop", "/v/lib/python3.11/site-packages/ray/_private/worker.py",
+                  1069),
+            Frame("<module>", "/v/lib/python3.11/site-packages/ray/_private/workers/"
+                              "default_worker.py", 323))
+AGENT_BEAT = (Frame("Agent._beat", "/run/bootstrap/stalldoc/agent/runtime.py", 108),)
+
+
+def _ray(*others: ThreadStack) -> RankStacks:
+    return RankStacks(0, 4242, 0.0, "py-spy",
+                      (ThreadStack(4242, "MainThread", False, False, RAY_LOOP), *others))
+
+
+def test_a_ray_worker_with_nothing_to_do_is_between_tasks():
+    from stalldoc.detect.stack_kind import BETWEEN_TASKS
+    stacks = _ray(ThreadStack(4243, "Thread-1", False, False, AGENT_BEAT))
+    kind = classify(stacks)
+    assert kind.kind == BETWEEN_TASKS and kind.frame.function == "Worker.main_loop"
+    assert stacks.main.thread_id == 4242   # the agent's heartbeat is not the job's code
+
+
+def test_ray_trains_training_thread_is_the_ranks_thread():
+    # GIVEN Ray Train's layout: the loop in TrainingThread, stuck in the job's own function
+    import threading   # the frames as py-spy gives them on this interpreter
+    stuck = (Frame("Condition.wait", threading.__file__, 327),
+             Frame("Event.wait", threading.__file__, 629),
+             Frame("load_shard", "/home/me/train.py", 36),
+             Frame("train_loop_per_worker", "/home/me/train.py", 52),
+             Frame("Thread.run", "/usr/lib/python3.11/threading.py", 982))
+    stacks = _ray(ThreadStack(4250, "TrainingThread", False, False, stuck),
+                  ThreadStack(4243, "Thread-1", False, False, AGENT_BEAT))
+    # THEN that thread is the rank's: it waits on a lock in load_shard, not in Ray's loop
+    assert stacks.main.name == "TrainingThread"
+    kind = classify(stacks)
+    assert kind.kind == "waiting: lock" and kind.frame.function == "load_shard"
+
+
+def test_a_threaded_actor_working_on_a_pool_thread_is_working():
+    busy = (Frame("tokenize", "/home/me/reward.py", 20),
+            Frame("_worker", "/usr/lib/python3.11/concurrent/futures/thread.py", 83))
+    kind = classify(_ray(ThreadStack(4260, "ThreadPoolExecutor-0_0", True, True, busy)))
+    assert kind.kind == "working" and kind.frame.function == "tokenize"
