@@ -1,6 +1,8 @@
 """The stack's kind, read from real py-spy dumps of real processes waiting or working."""
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -53,14 +55,14 @@ PROGRAMS = {
 
 def classified(script: Path) -> tuple[StackKind, RankStacks]:
     """Run ``script``, let it settle 1 s, and classify its real stacks (py-spy, non-blocking)."""
-    proc = subprocess.Popen([sys.executable, str(script)])
+    proc = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
     try:
         time.sleep(1.0)
         stacks = StackProbe(None).capture(RankProcess(0, proc.pid, 0, ()), stopped=False,
                                           nonblocking=True)
         return classify(stacks), stacks
-    finally:
-        proc.kill()
+    finally:   # the whole session: a pool's forked worker would outlive its parent, computing
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
 
