@@ -91,7 +91,7 @@ class RankFinder:
 
     def __init__(self) -> None:
         self._launches: dict[tuple[int, int, tuple[int, ...]], Launch] = {}
-        self._worlds = Worlds()
+        self._numbers = Numbers()
 
     def find(self, table: ProcessTable, pids: Sequence[int], agent_pids: Iterable[int] = (),
              single: bool = True, root: int | Collection[int] | None = None,
@@ -110,14 +110,14 @@ class RankFinder:
         the job is a single process: the deepest Python process that is neither a fork of its
         parent nor a helper is rank 0. ``pids`` are the job's processes, its command first; one
         whose RANK or LOCAL_RANK is not a rank number is counted in ``skipped``. When ranks of
-        several worlds are found, each world's ranks are numbered after the earlier worlds'.
+        several worlds are found, their ranks are numbered apart (``Numbers``).
         """
         pids = [pid for pid in pids if pid in table]
         roots = None if root is None else frozenset([root] if isinstance(root, int) else root)
         launches = {pid: self._launch(table.procs[pid]) for pid in pids}
         self._forget({table.procs[pid].identity for pid in pids})
         claimed = _claims(pids, launches, claims or {})
-        ranks = self._worlds.number(_ranks(pids, claimed, launches, table, roots), claimed)
+        ranks = self._numbers.number(_ranks(pids, claimed, launches, table, roots), table)
         skipped = sum(launch.bad for launch in launches.values())
         if ranks or not single:
             return Found(tuple(sorted(ranks, key=lambda r: (r.rank, r.pid))), skipped)
@@ -217,42 +217,44 @@ def _ancestors(pids: Sequence[int], below: Iterable[int], table: ProcessTable) -
     return out
 
 
-class Worlds:
-    """Numbers the ranks of a job that holds several torch.distributed worlds (verl's worker
-    groups, a trainer beside an inference engine): each world's ranks come after those of the
-    worlds seen before it, so every (world, rank) has its own number, and a rank keeps its
-    number for the whole run. With one world the numbers are the ranks themselves."""
+class Numbers:
+    """Gives each rank process its number in the job, for good.
+
+    A job of one torch.distributed world numbers its ranks as they are. A job may hold several
+    (verl's actor and rollout groups, a trainer beside an inference engine of its own), each
+    with ranks 0..N-1: a process keeps the number it was first given; a new one takes its rank
+    when no live process of another slot holds that number, else the lowest free number. A
+    process claiming the slot (world, rank) a live numbered process already holds is no second
+    rank. A number is free again once its process is gone (an elastic restart's new process of
+    the same rank takes it back)."""
 
     def __init__(self) -> None:
-        self.offsets: dict[str, int] = {}
-        self._next = 0
+        self._numbers: dict[tuple[int, int, tuple[int, ...]], int] = {}   # process -> number
+        self.several = False   # several worlds were seen at once: ranks say their world's rank
 
-    def number(self, ranks: list[RankProcess],
-               claims: Mapping[int, RankClaim]) -> list[RankProcess]:
-        grouped = [r for r in ranks if r.world and r.source == "process group"]
-        for rank in sorted(grouped, key=lambda r: r.pid):
-            if rank.world not in self.offsets:
-                self.offsets[rank.world] = self._next
-                self._next += _size(claims.values(), rank.world)
-        if len(self.offsets) < 2:
-            return _unique(ranks)
-        return _unique([dataclasses.replace(r, rank=self.offsets[r.world] + r.rank,
-                                            world_rank=r.rank)
-                        if r.world in self.offsets else r for r in ranks])
+    def number(self, ranks: list[RankProcess], table: ProcessTable) -> list[RankProcess]:
+        ident = {r.pid: table.procs[r.pid].identity for r in ranks}
+        self._numbers = {i: n for i, n in self._numbers.items() if i in ident.values()}
+        holders = {n: i for i, n in self._numbers.items()}
+        slots = {(r.world, r.rank): ident[r.pid] for r in ranks if ident[r.pid] in self._numbers}
+        out = []
+        for rank in sorted(ranks, key=lambda r: (ident[r.pid] not in self._numbers, r.pid)):
+            me = ident[rank.pid]
+            if me not in self._numbers:
+                if slots.get((rank.world, rank.rank), me) != me:
+                    continue    # the slot's live process was numbered first
+                number = rank.rank if rank.rank not in holders else _free(holders)
+                self._numbers[me] = number
+                holders[number], slots[(rank.world, rank.rank)] = me, me
+            out.append(rank)
+        worlds = {r.world for r in out if r.source == "process group" and r.world}
+        self.several = self.several or len(worlds) > 1   # for good: ranks end one by one
+        return [dataclasses.replace(r, rank=self._numbers[ident[r.pid]], world_rank=r.rank)
+                if self.several or self._numbers[ident[r.pid]] != r.rank else r for r in out]
 
 
-def _size(claims: Iterable[RankClaim], world: str) -> int:
-    """How many ranks ``world`` has: its size as claimed, else its highest rank seen + 1."""
-    mine = [c for c in claims if c.world == world and c.source == "process group"]
-    return max([c.world_size or 0 for c in mine] + [c.rank + 1 for c in mine] + [1])
-
-
-def _unique(ranks: list[RankProcess]) -> list[RankProcess]:
-    """One process per rank number: the strongest claim, then the oldest (lowest) pid."""
-    best: dict[int, RankProcess] = {}
-    for rank in sorted(ranks, key=lambda r: (-CLAIM_STRENGTH.get(r.source, 1), r.pid)):
-        best.setdefault(rank.rank, rank)
-    return list(best.values())
+def _free(holders: Mapping[int, object]) -> int:
+    return next(n for n in range(len(holders) + 1) if n not in holders)
 
 
 def _is_python(info: ProcInfo, agent_pids: set[int]) -> bool:

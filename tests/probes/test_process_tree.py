@@ -307,13 +307,45 @@ def test_several_worlds_are_numbered_apart_and_keep_their_numbers(tmp_path):
         first = {"actor0": actor(0), "actor1": actor(1)}
         assert _ranks_of(root, pids, first, finder) == [(0, "actor0", "process group", None),
                                                         (1, "actor1", "process group", None)]
-        # THEN the rollout world's ranks come after the actors', each with its rank there
+        # THEN the rollout world's ranks take the numbers after the actors', each with its rank
         both = {**first, "rollout0": rollout(0), "rollout1": rollout(1)}
         assert _ranks_of(root, pids, both, finder) == [
             (0, "actor0", "process group", 0), (1, "actor1", "process group", 1),
             (2, "rollout0", "process group", 0), (3, "rollout1", "process group", 1)]
         # and a fresh finder that sees the rollout world first numbers it first: by first sight
         assert [r[1] for r in _ranks_of(root, pids, {"rollout1": rollout(1)})] == ["rollout1"]
+    finally:
+        _kill(root)
+
+
+def test_a_world_whose_ranks_claim_late_keeps_the_numbers_its_processes_had(tmp_path):
+    from stalldoc.model import RankClaim
+    # GIVEN verl's layout under load: the rollout workers (RANK 0, 1 in their environment from
+    # the start) are numbered first; the actor world joins its group before they join theirs
+    spec = ("driver", [], {}, [_leaf(n) for n in ("rollout0", "rollout1", "rollout2",
+                                                  "actor0", "actor1")])
+    root, pids = _tree_of(tmp_path, spec)
+    try:
+        finder = RankFinder()
+        env = {f"rollout{r}": RankClaim("RANK", r, r, 3) for r in range(3)}
+        assert [r[:2] for r in _ranks_of(root, pids, env, finder)] == [
+            (0, "rollout0"), (1, "rollout1"), (2, "rollout2")]
+        actor = {f"actor{r}": RankClaim("process group", r, None, 2, "10.0.0.1:30001")
+                 for r in range(2)}
+        # WHEN the actors claim ranks 0, 1 of their world: numbers no live process holds
+        ranks = _ranks_of(root, pids, {**env, **actor}, finder)
+        assert [r[:2] for r in ranks] == [(0, "rollout0"), (1, "rollout1"), (2, "rollout2"),
+                                          (3, "actor0"), (4, "actor1")]
+        # THEN once the rollout workers join their own world, every process keeps its number
+        rollout = {f"rollout{r}": RankClaim("process group", r, r, 3, "10.0.0.1:30002")
+                   for r in range(3)}
+        ranks = _ranks_of(root, pids, {**rollout, **actor}, finder)
+        assert [r[:2] for r in ranks] == [(0, "rollout0"), (1, "rollout1"), (2, "rollout2"),
+                                          (3, "actor0"), (4, "actor1")]
+        assert [r[3] for r in ranks] == [0, 1, 2, 0, 1]
+        # and when the actors have ended, the rollout ranks still say their world's rank
+        rest = _ranks_of(root, pids, rollout, finder)
+        assert [(r[0], r[3]) for r in rest] == [(0, 0), (1, 1), (2, 2)]
     finally:
         _kill(root)
 
@@ -332,8 +364,9 @@ def test_a_rank_child_that_inherited_its_rank_is_its_worker_through_a_shell(tmp_
         # THEN the reward server (RANK 1 inherited, below a shell) is the rank's worker, and
         # the engine, rank 0 of a world of its own, is a rank of that world
         ranks = _ranks_of(root, pids, claims)
-        assert [r[1] for r in ranks] == ["rank1", "engine"]
+        assert sorted(r[1] for r in ranks) == ["engine", "rank1"]
         assert {r[1]: r[3] for r in ranks} == {"rank1": 1, "engine": 0}
+        assert len({r[0] for r in ranks}) == 2
     finally:
         _kill(root)
 
