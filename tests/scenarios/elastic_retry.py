@@ -1,6 +1,9 @@
 """A job run by ``torchrun --max-restarts N``: on the first attempt (TORCHELASTIC_RESTART_COUNT
-0) rank FAIL_RANK raises at step FAIL_STEP, torchrun's agent stops the other ranks and starts
-every rank again; the second attempt trains to its end."""
+0) rank FAIL_RANK raises at step FAIL_STEP (a negative step: while loading its checkpoint shard,
+before it joins the process group), torchrun's agent stops the other ranks and starts every rank
+again; the second attempt trains to its end. (A failure after the ranks joined makes the second
+attempt's gloo rendezvous fail or hang about half the time with torch 2.13 alone, stalldoc or
+not: it connects to the first attempt's addresses.)"""
 import os
 import time
 
@@ -13,9 +16,18 @@ FAIL_STEP = int(os.environ.get("FAIL_STEP", "2"))
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.4"))
 
 
+def load_checkpoint_shard(rank, attempt):
+    """Each rank reads its shard (LOAD_SECONDS); FAIL_RANK's read fails on the first attempt,
+    before any rank joined the group (torchrun stops the others while they still read)."""
+    if attempt == 0 and rank == FAIL_RANK and FAIL_STEP < 0:
+        raise OSError(f"Stale file handle: /nfs/ckpt/shard-{rank}.pt (rank {rank})")
+    time.sleep(float(os.environ.get("LOAD_SECONDS", "0")) if attempt == 0 else 0)
+
+
 def main():
+    rank, attempt = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    load_checkpoint_shard(rank, attempt)
     dist.init_process_group("gloo")
-    rank, attempt = dist.get_rank(), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     model = torch.nn.Linear(8, 8)
     for step in range(STEPS):
         if attempt == 0 and rank == FAIL_RANK and step == FAIL_STEP:
