@@ -70,6 +70,7 @@ class Watcher:
         self.ranks: dict[int, RankProcess] = {}
         self.exits: dict[int, RankExit] = {}
         self.pending_exits: list[RankExit] = []
+        self.held_exits: list[RankExit] = []   # Ray workers': judged when the job has ended
         self.logs = LogFeed()
         self.sleep_log = SleepLog()   # vLLM engines' sleep state from their log lines
         link.on_line = self.logs.put
@@ -347,17 +348,35 @@ class Watcher:
                             and now - self.pending_exits[0].t >= EXIT_SETTLE_SECONDS)
         new = self.pending_exits if settled else []
         self.pending_exits = [] if settled else self.pending_exits
+        new = self._hold_executor_exits(new, final, job_code)
         for exit in new:
             self._record_exit(self._with_known_status(exit))
         if final and job_code == 0:
             for exit in [e for e in self.exits.values() if e.exit_code is None]:
                 self._record_exit(dataclasses.replace(exit, exit_code=0, source="launcher"))
-        judged = [e for e in self.exits.values() if e.exit_code != 0]
+        judged = [e for e in self.exits.values()
+                  if e.exit_code != 0 and e.source != DRIVER_SHUTDOWN]
         if self.ending or not (new or final) or not judged:
             return
         if not final and all(e.exit_code is None for e in judged):
             return   # wait for the launcher's word
         self._report_exits(run_rules(self._window(time.time(), {}, None), "exit"))
+
+    def _hold_executor_exits(self, new: list[RankExit], final: bool, job_code: int | None
+                             ) -> list[RankExit]:
+        """Exits to record now. A Ray worker's exit waits for the job's end: Ray ends its workers
+        when the driver shuts down, with status 1 as often as 0. Once the job has exited 0, a
+        non-zero status seen from them is recorded as the driver's shutdown
+        (``DRIVER_SHUTDOWN``), not judged as a failure; with any other end, as they are."""
+        executors = {r.rank for r in self.ranks.values() if task_executor(r.cmdline)}
+        self.held_exits += [e for e in new if e.rank in executors]
+        new = [e for e in new if e.rank not in executors]
+        if not final:
+            return new
+        held = [self._with_known_status(e) for e in self.held_exits]
+        self.held_exits = []
+        return new + [dataclasses.replace(e, source=DRIVER_SHUTDOWN)
+                      if job_code == 0 and e.exit_code not in (0, None) else e for e in held]
 
     def _report_exits(self, findings: list[Finding]) -> None:
         """Exit findings: each (rule, ranks) once; when later deaths add to one already made
@@ -432,7 +451,7 @@ class Watcher:
         if self.flight is None:
             return
         worlds = {r.world for r in self.ranks.values() if r.world_rank is not None}
-        if worlds:   # each world's rank 0 would write rank_0: whose would be unknown
+        if len(worlds) > 1:   # each world's rank 0 would write rank_0: whose would be unknown
             self.say(f"flight recorder dumps not requested: the job holds {len(worlds)} "
                      "torch.distributed worlds, whose dumps torch names alike (rank_0...); "
                      "collectives are aligned from the agents' rings, world by world")
@@ -474,6 +493,7 @@ class Watcher:
             agents = self.agents_probe.sample(list(self.ranks.values()))
         host, gpus, node, cuda = self.history.frozen()
         ended = {**self.exits, **{e.rank: e for e in self.pending_exits}}   # unsettled too
+        ended = {r: e for r, e in ended.items() if e.source != DRIVER_SHUTDOWN}
         return Window(now, tuple(self.ranks.values()), agents, host, stacks or {},
                       tuple(ended.values()), episode, self.tracker.last_progress(),
                       tuple(self.logs.tail), gpus, node, tuple(self.logs.unread), {}, cuda,
@@ -608,6 +628,9 @@ class Watcher:
         """A message for stalldoc's stderr (and sidecar.log once the relay is gone), redacted:
         some quote the job (findings, an unreadable config file, an internal error)."""
         self.link.send(say=redact_text(message))
+
+
+DRIVER_SHUTDOWN = "driver shutdown"   # a Ray worker's exit status while its job ended with 0
 
 
 def _known_as(rank: RankProcess) -> str:

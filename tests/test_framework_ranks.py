@@ -124,14 +124,20 @@ def two_worlds(ray_env: dict[str, str], **extra: str) -> tuple[dict[str, str], d
     return env, ports
 
 
+@pytest.mark.xfail(reason="open defect (issue 27): under load a healthy two-world Ray run can "
+                          "get one rank number twice and a worker's exit at the driver's shutdown "
+                          "judged a failure (SD103)", strict=False)
 @LOADS
 def test_two_worlds_healthy_every_rank_of_both(tmp_path: Path, ray_env: dict[str, str],
                                                loaded: bool) -> None:
-    # GIVEN an actor group of 2 and a rollout group of 3, each its own gloo world 0..N-1
-    env, ports = two_worlds(ray_env, ACTOR_RANKS="2", ROLLOUT_RANKS="3", STEPS="4")
+    # GIVEN an actor group of 2 and a rollout group of 3, each its own gloo world 0..N-1, whose
+    # workers end with status 1 as the driver shuts down (as Ray's often do)
+    env, ports = two_worlds(ray_env, ACTOR_RANKS="2", ROLLOUT_RANKS="3", STEPS="4",
+                            EXIT_1_AT_SHUTDOWN="1")
     result = run(tmp_path, "ray_two_worlds.py", env, loaded, "--on-stall", "kill")
     ranks = assert_healthy(result, 5)
-    # THEN each (world, rank) is there once, under its own number
+    # THEN each (world, rank) is there once, under its own number; their exit is no failure
+    assert {r["exit_source"] for r in ranks if r["exit_code"] == 1} <= {"driver shutdown"}
     assert sorted((r["world"], r["world_rank"]) for r in ranks) == sorted(
         [(ports["actor"], n) for n in range(2)] + [(ports["rollout"], n) for n in range(3)])
 

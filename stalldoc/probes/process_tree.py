@@ -229,12 +229,15 @@ class Numbers:
     the same rank takes it back)."""
 
     def __init__(self) -> None:
-        self._numbers: dict[tuple[int, int, tuple[int, ...]], int] = {}   # process -> number
+        self._numbers: dict[tuple[int, int], int] = {}   # (pid, start) -> number
         self.several = False   # several worlds were seen at once: ranks say their world's rank
 
     def number(self, ranks: list[RankProcess], table: ProcessTable) -> list[RankProcess]:
-        ident = {r.pid: table.procs[r.pid].identity for r in ranks}
-        self._numbers = {i: n for i, n in self._numbers.items() if i in ident.values()}
+        # the process, whatever it runs: Ray's workers exec and retitle themselves as they go
+        ident = {r.pid: _process(table.procs[r.pid]) for r in ranks}
+        alive = {_process(info) for info in table.procs.values() if not info.dead}
+        # a process keeps its number while it lives, also through a tick it is no rank in
+        self._numbers = {i: n for i, n in self._numbers.items() if i in alive}
         holders = {n: i for i, n in self._numbers.items()}
         slots = {(r.world, r.rank): ident[r.pid] for r in ranks if ident[r.pid] in self._numbers}
         out = []
@@ -251,6 +254,10 @@ class Numbers:
         self.several = self.several or len(worlds) > 1   # for good: ranks end one by one
         return [dataclasses.replace(r, rank=self._numbers[ident[r.pid]], world_rank=r.rank)
                 if self.several or self._numbers[ident[r.pid]] != r.rank else r for r in out]
+
+
+def _process(info: ProcInfo) -> tuple[int, int]:
+    return info.pid, info.start_ticks
 
 
 def _free(holders: Mapping[int, object]) -> int:
