@@ -88,6 +88,7 @@ def test_healthy_long_phase_is_never_a_stall(run_watch, tmp_path, kind, loaded):
     # (ranks doing the same phase finish at different times, most of all on a loaded machine)
     assert all(code == "SD108" and resolved for code, _, _, resolved in findings), findings
     if kind in ONE_RANK:   # the others wait for rank 0: said once
+        assert len(findings) == 1, findings
         [(_, ranks, summary, _)] = findings
         assert ranks == [0] and "reading / writing" in summary, findings
 

@@ -1,5 +1,6 @@
 """The job ``stalldoc attach`` is pointed at: from each pid given up to the job's top (its
-launcher), the union of their trees, and the ranks in it (RANK in their environment).
+launcher), the union of their trees, and the ranks in it (RANK in their environment, or a
+launcher's rank variable in a Python process's: SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK...).
 
 From a pid, the climb goes up through its parents while they are part of the job: it stops below
 init, a shell or terminal (bash, tmux, sshd, ...), a process of another user, and stalldoc's own
@@ -72,7 +73,7 @@ def find_target(pids: Sequence[int], me: int | None = None) -> Target:
     tree = job_tree(roots, table, me)
     found = RankFinder().find(table, tree.pids(table, me), (), single=False, root=tree.roots)
     if not found.ranks:
-        raise NotAttachable(no_ranks(roots, table))
+        raise NotAttachable(no_ranks(roots, table, tree.pids(table, me)))
     launch = read_launch(roots[0])
     info = table.procs[roots[0]]
     return Target(tuple(dict.fromkeys(pids)), tuple(roots), found.ranks,
@@ -158,10 +159,21 @@ def outermost(roots: list[int], table: ProcessTable) -> list[int]:
     return [root for root in roots if root not in inside]
 
 
-def no_ranks(roots: Sequence[int], table: ProcessTable) -> str:
+def no_ranks(roots: Sequence[int], table: ProcessTable, pids: Sequence[int]) -> str:
+    """Why no rank was found: a job that is not distributed, or one whose ranks learn which
+    they are only inside the process (mp.spawn, Lightning, Ray), which attach cannot see."""
     names = ", ".join(f"{pid} ({table.procs[pid].name})" for pid in roots if pid in table)
-    return (f"no rank found under pid {names}: no process in its tree has RANK in its "
-            f"environment (a job that is not distributed, or not started yet); {LAUNCHER_HINT}")
+    python = [p for p in pids if p in table and table.procs[p].name.startswith("python")]
+    if len(python) > 1:
+        return (f"no rank found under pid {names}: {len(python)} Python processes, none with "
+                f"RANK or a launcher's rank variable (SLURM_PROCID, OMPI_COMM_WORLD_RANK, "
+                f"PMI_RANK) in its environment; mp.spawn, Lightning and Ray hand each rank its "
+                f"number inside the process, which attach cannot read, and it does not guess; "
+                f"start the job under `stalldoc watch -- ...` (its agent learns each rank when "
+                f"it joins the process group)")
+    return (f"no rank found under pid {names}: no process in its tree has RANK or a launcher's "
+            f"rank variable in its environment (a job that is not distributed, or not started "
+            f"yet); {LAUNCHER_HINT}")
 
 
 def local_world_size(pid: int) -> int | None:

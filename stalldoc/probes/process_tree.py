@@ -8,6 +8,8 @@ from typing import Callable, Collection, Iterable, Mapping, Sequence, TypeVar
 
 import psutil
 
+from stalldoc.agent import identity
+from stalldoc.agent.statefile import CLAIM_SOURCES
 from stalldoc.model import CLAIM_STRENGTH, RankClaim, RankProcess
 from stalldoc.probes.proc_table import ProcessTable, ProcInfo
 
@@ -18,6 +20,7 @@ _RAY_MARKERS = ("ray/_private/", "ray/dashboard/", "ray/autoscaler/", "/raylet",
 # Launchers start the ranks; before their children exist they must not pass for a single rank.
 _LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "torchrun", "deepspeed",
               "accelerate", "swift/cli/main", "bin/swift")
+_RAY_NODE = ("/raylet", "gcs_server")   # a Ray node's own processes: a driver started them
 T = TypeVar("T")
 
 
@@ -39,6 +42,9 @@ class Launch:
     bad: int                   # RANK / LOCAL_RANK values that are not a rank number
     environment: bool          # its environment was readable and not empty
     cmdline: tuple[str, ...]
+    # a Python process's launcher variable (SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...): its claim
+    # where no agent in it makes one (``stalldoc attach``, an interpreter started with -I)
+    launcher_claim: RankClaim | None = None
 
 
 NOTHING = Launch(None, None, 0, False, ())   # a zombie's, or an ended process's
@@ -70,11 +76,23 @@ def read_launch(pid: int) -> Launch | None:
         proc = psutil.Process(pid)
         environ = _or_empty(proc.environ, {})
         cmdline = tuple(_or_empty(proc.cmdline, []))
+        python = os.path.basename(proc.name()).startswith("python")
     except psutil.NoSuchProcess:
         return None
     rank, bad_rank = rank_number(environ.get("RANK"))
     local_rank, bad_local = rank_number(environ.get("LOCAL_RANK"))
-    return Launch(rank, local_rank, bad_rank + bad_local, bool(environ), cmdline)
+    return Launch(rank, local_rank, bad_rank + bad_local, bool(environ), cmdline,
+                  launcher_claim(environ) if python else None)
+
+
+def launcher_claim(environ: Mapping[str, str]) -> RankClaim | None:
+    """The claim a launcher's variables make (Slurm, Open MPI, PMIx, PMI, MVAPICH) when RANK is
+    absent: the one the agent makes at start (``agent/identity.py``)."""
+    source, rank, local, size, _ = identity.from_environment(environ)
+    name = CLAIM_SOURCES[source]
+    if rank < 0 or name == "RANK":
+        return None
+    return RankClaim(name, rank, local if local >= 0 else None, size if size > 0 else None)
 
 
 def _or_empty(read: Callable[[], T], empty: T) -> T:
@@ -108,7 +126,7 @@ class RankFinder:
         than its ``root`` (orphaned by its dead rank) is not a rank either; ``root`` may be
         several pids (the tops of a job ``stalldoc attach`` was given). With no claim anywhere,
         the job is a single process: the deepest Python process that is neither a fork of its
-        parent nor a helper is rank 0. ``pids`` are the job's processes, its command first; one
+        parent nor a helper nor a Ray driver is rank 0. ``pids`` are the job's processes, its command first; one
         whose RANK or LOCAL_RANK is not a rank number is counted in ``skipped``. When ranks of
         several worlds are found, their ranks are numbered apart (``Numbers``).
         """
@@ -144,13 +162,15 @@ class RankFinder:
 
 def _claims(pids: Sequence[int], launches: Mapping[int, Launch],
             agents: Mapping[int, RankClaim]) -> dict[int, RankClaim]:
-    """Each process's strongest claim: its agent's, or RANK in its environment."""
+    """Each process's strongest claim: its agent's, or RANK in its environment, or a Python
+    process's launcher variable."""
     out = {}
     for pid in pids:
         launch, agent = launches[pid], agents.get(pid)
-        env = (None if launch.rank is None else
+        env = (launch.launcher_claim if launch.rank is None else
                RankClaim("RANK", launch.rank, launch.local_rank))
-        best = agent if env is None or (agent is not None and agent.strength >= 2) else env
+        best = agent if env is None or (agent is not None and agent.strength >= env.strength) \
+            else env
         if best is not None:
             out[pid] = best
     return out
@@ -158,11 +178,12 @@ def _claims(pids: Sequence[int], launches: Mapping[int, Launch],
 
 def _ranks(pids: Sequence[int], claimed: Mapping[int, RankClaim], launches: Mapping[int, Launch],
            table: ProcessTable, roots: frozenset[int] | None) -> list[RankProcess]:
-    above_strong = _ancestors(pids, [p for p, c in claimed.items() if c.strength >= 2], table)
+    starts = _ancestors(pids, [p for p, c in claimed.items() if c.strength >= 2], table)
+    starts |= _ray_drivers(table, pids, launches)
     ranks = []
     for pid, claim in claimed.items():
         launch = launches[pid]
-        if claim.strength < 2 and (pid in above_strong or _helper(launch.cmdline)):
+        if claim.strength < 2 and (pid in starts or _helper(launch.cmdline)):
             continue   # a launcher (or Ray's) that only inherited a launcher's variable
         above = launches.get(table.ppid(pid))
         if above is not None and not above.environment:
@@ -277,16 +298,26 @@ def _depth(pid: int, table: ProcessTable, launches: dict[int, Launch]) -> int:
 
 def _single_process(table: ProcessTable, pids: list[int], launches: dict[int, Launch],
                     agent_pids: set[int]) -> int | None:
+    drivers = _ray_drivers(table, pids, launches)
     candidates = []
     for pid in pids:
         cmd = launches[pid].cmdline
         parent = launches.get(table.ppid(pid))
         forked = parent is not None and parent.cmdline == cmd
-        if cmd and _is_python(table.procs[pid], agent_pids) and not forked and not _helper(cmd):
+        if cmd and _is_python(table.procs[pid], agent_pids) and not forked and not _helper(cmd) \
+                and pid not in drivers:
             candidates.append(pid)
     if not candidates:  # a job of no Python process: the command itself, unless a launcher
         root = pids[0] if pids else None
-        launcher = root is not None and any(m in " ".join(launches[root].cmdline)
-                                            for m in _LAUNCHERS)
-        return None if launcher else root
+        if root is None or is_launcher(launches[root].cmdline) or root in drivers:
+            return None
+        return root
     return max(candidates, key=lambda pid: (_depth(pid, table, launches), -pid))
+
+
+def _ray_drivers(table: ProcessTable, pids: Sequence[int], launches: Mapping[int, Launch]
+                 ) -> set[int]:
+    """The job's processes above a Ray node's own (raylet, GCS): the driver that started a Ray
+    instance hands its work to Ray's workers and waits; it is their launcher, not a rank."""
+    nodes = [p for p in pids if any(m in " ".join(launches[p].cmdline) for m in _RAY_NODE)]
+    return _ancestors(pids, nodes, table)

@@ -228,12 +228,12 @@ def _tree_of(tmp_path, spec) -> tuple[subprocess.Popen, dict[str, int]]:
     return root, pids
 
 
-def _ranks_of(root, pids, claims, finder=None):
+def _ranks_of(root, pids, claims, finder=None, single=False):
     """What the finder makes of the tree, given what its processes' agents claim (by name)."""
     from stalldoc.launch.job import JobTree
     table = scan()
     found = (finder or RankFinder()).find(
-        table, JobTree(root.pid, os.getpid()).pids(table), (), single=False, root=root.pid,
+        table, JobTree(root.pid, os.getpid()).pids(table), (), single=single, root=root.pid,
         claims={pids[name]: claim for name, claim in claims.items()})
     by_pid = {pid: name for name, pid in pids.items()}
     return [(r.rank, by_pid[r.pid], r.source, r.world_rank) for r in found.ranks]
@@ -285,9 +285,34 @@ def test_rays_processes_are_ranks_only_once_they_join_a_group(tmp_path):
         claims["trainer1"] = RankClaim("process group", 1, 1, 2, "127.0.0.1:40001")
         assert _ranks_of(root, pids, claims) == [(0, "trainer0", "process group", None),
                                                  (1, "trainer1", "process group", None)]
-        # before any joined: the driver (the job's command) stands alone, no Ray process
+        # before any joined: no rank at all; the driver started a Ray node and hands its work
+        # to Ray's workers (it waits in ray.get, which is no stall of a rank), no Ray process
         claims["trainer0"] = claims["trainer1"] = inherited
-        assert _ranks_of(root, pids, claims) == [(0, "driver", "SLURM_PROCID", None)]
+        assert _ranks_of(root, pids, claims, single=True) == []
+        assert _ranks_of(root, pids, {}, single=True) == []
+    finally:
+        _kill(root)
+
+
+def test_a_driver_that_started_a_ray_node_is_no_guessed_rank(tmp_path):
+    # GIVEN `python train.py` (Ray Train, verl): no claim anywhere yet
+    (tmp_path / "before").mkdir(), (tmp_path / "after").mkdir()
+    alone, alone_pids = _tree_of(tmp_path / "before", ("driver", [], {}, []))
+    try:
+        # THEN before ray.init the script itself stands for rank 0
+        assert _ranks_of(alone, alone_pids, {}, single=True) == [(0, "driver", "", None)]
+    finally:
+        _kill(alone)
+    # WHEN ray.init() started a local node (GCS, raylet and its pooled workers) below it
+    spec = ("driver", [], {}, [
+        _leaf("gcs", ["/site-packages/ray/core/src/ray/gcs/gcs_server", "--node-ip=1.2.3.4"]),
+        ("raylet", ["/site-packages/ray/core/src/ray/raylet/raylet"], {}, [
+            _leaf("pooled", ["ray/_private/workers/default_worker.py"])])])
+    root, pids = _tree_of(tmp_path / "after", spec)
+    try:
+        # THEN it is their launcher: no rank until a worker claims one (its wait in ray.get
+        # would otherwise be judged as a stuck rank 0)
+        assert _ranks_of(root, pids, {}, single=True) == []
     finally:
         _kill(root)
 
