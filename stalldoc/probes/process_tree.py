@@ -185,6 +185,8 @@ def _ranks(pids: Sequence[int], claimed: Mapping[int, RankClaim], launches: Mapp
         launch = launches[pid]
         if claim.strength < 2 and (pid in starts or _helper(launch.cmdline)):
             continue   # a launcher (or Ray's) that only inherited a launcher's variable
+        if claim.strength < 3 and task_executor(launch.cmdline):
+            continue   # a Ray worker given a rank's env_vars: Ray may start spares and end them
         above = launches.get(table.ppid(pid))
         if above is not None and not above.environment:
             continue   # its parent is dying (a zombie): a worker about to be orphaned

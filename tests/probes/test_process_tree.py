@@ -317,6 +317,28 @@ def test_a_driver_that_started_a_ray_node_is_no_guessed_rank(tmp_path):
         _kill(root)
 
 
+def test_a_ray_worker_with_a_ranks_env_vars_is_a_rank_once_it_joins_its_group(tmp_path):
+    from stalldoc.model import RankClaim
+    # GIVEN verl's RayWorkerGroup: each actor's rank in its runtime_env env_vars (RANK at exec),
+    # and a spare worker Ray started with the same env_vars (it ends it unused under load)
+    worker = lambda name, rank: _leaf(name, ["ray/_private/workers/default_worker.py"],
+                                      {"RANK": rank, "WORLD_SIZE": "2"})
+    spec = ("driver", [], {}, [
+        ("raylet", ["/site-packages/ray/core/src/ray/raylet/raylet"], {}, [
+            worker("actor0", "0"), worker("actor1", "1"), worker("spare1", "1")])])
+    root, pids = _tree_of(tmp_path, spec)
+    try:
+        # THEN none is a rank by RANK alone: not the spare, not an actor before it joined
+        assert _ranks_of(root, pids, {}, single=True) == []
+        # and the actors are, once they joined their group
+        group = lambda r: RankClaim("process group", r, r, 2, "127.0.0.1:30001")
+        claims = {"actor0": group(0), "actor1": group(1), "spare1": RankClaim("RANK", 1)}
+        assert _ranks_of(root, pids, claims) == [(0, "actor0", "process group", None),
+                                                 (1, "actor1", "process group", None)]
+    finally:
+        _kill(root)
+
+
 def test_several_worlds_are_numbered_apart_and_keep_their_numbers(tmp_path):
     from stalldoc.model import RankClaim
     # GIVEN verl's pattern: an actor group and a rollout group, each its own world 0..1,
