@@ -311,12 +311,15 @@ class Watcher:
     def _drop_guesses(self, found: tuple[RankProcess, ...]) -> None:
         """Forget a process under a number it no longer has: taken for the single rank 0 before
         processes claimed ranks (mp.spawn's parent, a Ray driver) and claiming none itself, or
-        renumbered (its world turned out one of several). Its records go with it."""
+        no longer taken for it while it lives on (it started a Ray node: a driver, whose workers
+        have not joined a group yet), or renumbered (its world turned out one of several). Its
+        records go with it. A guess that ended stays: its exit is rank 0's."""
         now_as = {r.pid: r.rank for r in found}
         claimed = any(r.from_env for r in found)
         for key, known in list(self.ranks.items()):
             number = now_as.get(known.pid, key if known.from_env else None)
-            if number == key or (number is None and not claimed):
+            unguessed = not found and self._in_job(known.pid)   # lives on, no longer rank 0
+            if number == key or (number is None and not claimed and not unguessed):
                 continue
             del self.ranks[key]
             self.exits.pop(key, None)
@@ -326,6 +329,12 @@ class Watcher:
             self.say(f"pid {known.pid} is not rank {key}: " + (
                 f"it is rank {number}" if number is not None else
                 "it claims no rank, the ranks are other processes"))
+
+    def _in_job(self, pid: int) -> bool:
+        """The process lives on in the job (this tick's process table says so)."""
+        found = self.found
+        info = found.table.get(pid) if found is not None and found.table is not None else None
+        return found is not None and pid in found.pids and info is not None and not info.dead
 
     def _drain_logs(self) -> None:
         drained = self.logs.drain()

@@ -5,17 +5,21 @@ one process each, none a launcher or one of Ray's processes. Hung: the right ran
 frame within stall timeout + 5 s. Each idle and under a CPU burner."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from load import cpu_burner
-from support import SCENARIOS, STALL_TIMEOUT, Result, free_port, watch
+from support import SCENARIOS, STALL_TIMEOUT, Result, free_port, start_watch, watch
 from test_launcher_ranks import job_pid
 
 pytestmark = pytest.mark.timeout(420)
@@ -103,6 +107,23 @@ def test_ray_train_healthy_ranks_are_the_train_workers(tmp_path: Path, ray_env: 
     assert f"pid {job_pid(result)} is not rank 0" in result.stderr
 
 
+def test_a_ray_driver_waiting_on_its_tasks_is_no_stalled_rank(tmp_path: Path,
+                                                              ray_env: dict[str, str]) -> None:
+    # GIVEN `python prepare.py`: ray.init(), then the driver waits in ray.get while Ray tasks
+    # pull checkpoint shards for 12 s (no CPU, no process group: nothing is a rank yet),
+    # watched with a 3 s stall timeout and the kill action armed
+    result = run(tmp_path, "ray_prepare.py", {**ray_env, "FETCH_SECONDS": "12"}, False,
+                 "--on-stall", "kill")
+    # THEN the run ends as it would have, no stall: the driver handed its work to Ray and is
+    # taken for rank 0 only until it started its Ray node
+    assert result.code == 0, result.stderr[-3000:]
+    assert "fetched 2 shards" in result.stdout
+    report = result.report()
+    assert report["stalls"] == [] and report["ranks"] == [], result.stderr[-3000:]
+    if f"rank 0: pid {job_pid(result)}" in result.stderr:   # seen before ray.init (usually)
+        assert f"pid {job_pid(result)} is not rank 0" in result.stderr
+
+
 @LOADS
 def test_ray_train_hung_worker_is_named_in_its_training_thread(
         tmp_path: Path, ray_env: dict[str, str], loaded: bool) -> None:
@@ -156,3 +177,82 @@ def test_two_worlds_hung_rank_is_named_with_its_world(tmp_path: Path, ray_env: d
     finding = assert_culprit(result, number.get((ports[group], stuck), -1), "score_rollouts")
     [sd101] = [f for f in finding["findings"] if f["code"] == "SD101"]
     assert f"@{ports[group]}" in sd101["summary"]
+
+
+# ----- A Ray cluster started apart (`ray start` on each node) --------------------------------
+@contextlib.contextmanager
+def watched_ray_node(tmp_path: Path, ray_env: dict[str, str], *options: str
+                     ) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`stalldoc watch OPTIONS -- ray start --head --block`: the form README gives for a Ray
+    cluster started apart (one per node, a run directory each). Yields the watcher and the
+    cluster's address once the node is up; the watcher is ended with SIGINT (Ctrl-C) at the
+    end if it still runs."""
+    port = free_port()
+    ray = str(Path(sys.executable).parent / "ray")
+    log = tmp_path / "node.log"
+    with open(log, "w") as sink:
+        node = start_watch(tmp_path / "run", [
+            ray, "start", "--head", "--block", "--port", str(port), "--num-cpus", "4",
+            "--include-dashboard", "false"], *options,
+            env=ray_env, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 120
+        while "block forever" not in log.read_text():
+            assert node.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        yield node, f"127.0.0.1:{port}"
+    finally:
+        if node.poll() is None:
+            node.send_signal(signal.SIGINT)
+            try:
+                node.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                node.kill()
+                node.wait()
+
+
+def node_result(node: subprocess.Popen[str], tmp_path: Path) -> Result:
+    return Result(node.returncode, (tmp_path / "node.log").read_text(), tmp_path / "run")
+
+
+def test_ray_cluster_started_apart_hung_rank_is_named(tmp_path: Path,
+                                                      ray_env: dict[str, str]) -> None:
+    # GIVEN `ray start --head --block` watched with the kill action armed, and verl's two
+    # worker groups submitted by a driver started apart (RAY_ADDRESS), actor rank 1 stuck
+    with watched_ray_node(tmp_path, ray_env, "--on-stall", "kill") as (node, address):
+        env, ports = two_worlds({**ray_env, "RAY_ADDRESS": address}, STEPS="40",
+                                STUCK_GROUP="actor", STUCK_RANK="1", STUCK_FUNC="score_rollouts")
+        driver = subprocess.Popen([sys.executable, str(SCENARIOS / "ray_two_worlds.py")],
+                                  env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+        try:
+            node.wait(timeout=300)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    # THEN the node's watcher names that world's rank with its frame and ends the node
+    result = node_result(node, tmp_path)
+    report = result.report()
+    number = {(r["world"], r["world_rank"]): r["rank"] for r in report["ranks"]}
+    assert_culprit(result, number.get((ports["actor"], 1), -1), "score_rollouts")
+
+
+def test_ray_cluster_started_apart_healthy_job_has_its_ranks(tmp_path: Path,
+                                                             ray_env: dict[str, str]) -> None:
+    # GIVEN the watched node and a healthy two-group job submitted to it, which ends
+    with watched_ray_node(tmp_path, ray_env, "--on-stall", "kill") as (node, address):
+        env, ports = two_worlds({**ray_env, "RAY_ADDRESS": address}, STEPS="4")
+        driver = subprocess.run([sys.executable, str(SCENARIOS / "ray_two_worlds.py")],
+                                env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+                                capture_output=True, text=True, timeout=300)
+        assert driver.returncode == 0, driver.stderr[-3000:]
+        time.sleep(3 * float(STALL_TIMEOUT))   # the node idles on, its workers between jobs
+        assert node.poll() is None, "the watcher ended a healthy node"
+    # THEN (node ended with Ctrl-C) no stall, and both worlds' ranks were found, each once
+    result = node_result(node, tmp_path)
+    report = result.report()
+    assert report["stalls"] == [], result.stderr[-3000:]
+    assert sorted((r["world"], r["world_rank"]) for r in report["ranks"]) == sorted(
+        [(ports["actor"], n) for n in range(2)] + [(ports["rollout"], n) for n in range(2)])

@@ -16,7 +16,8 @@ from stalldoc.probes.proc_table import ProcessTable, ProcInfo
 _MP_MARKERS = ("multiprocessing", "resource_tracker", "forkserver")
 # Ray's own processes (raylet, GCS, dashboard and its agents, monitors, idle pooled workers)
 _RAY_MARKERS = ("ray/_private/", "ray/dashboard/", "ray/autoscaler/", "/raylet", "gcs_server",
-                "ray::", "ray/util/client/server", "ray/_private/runtime_env/agent")
+                "ray::", "ray/util/client/server", "ray.util.client.server",
+                "ray/_private/runtime_env/agent")
 # Launchers start the ranks; before their children exist they must not pass for a single rank.
 _LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "torchrun", "deepspeed",
               "accelerate", "swift/cli/main", "bin/swift")
@@ -110,6 +111,7 @@ class RankFinder:
     def __init__(self) -> None:
         self._launches: dict[tuple[int, int, tuple[int, ...]], Launch] = {}
         self._numbers = Numbers()
+        self._drivers: set[tuple[int, int]] = set()   # (pid, start) of Ray drivers seen
 
     def find(self, table: ProcessTable, pids: Sequence[int], agent_pids: Iterable[int] = (),
              single: bool = True, root: int | Collection[int] | None = None,
@@ -122,11 +124,16 @@ class RankFinder:
         least as strongly is that rank's worker (dataloader, dataset.map pool). A process that
         claims only by a launcher's variable is a launcher when it is one by its command line or
         when a process below it claims by RANK or its process group (mp.spawn's parent in a
-        Slurm step); Ray's own processes never are ranks. A process outside the job's tree other
+        Slurm step) or when it started a Ray node (a Ray driver: Ray's workers are the ranks).
+        Ray's own processes never are ranks, and a Ray worker is one only once it joined a
+        process group (verl hands ranks over as RANK in ``env_vars``; Ray starts spare workers
+        with them now and then, and ends them). A process outside the job's tree other
         than its ``root`` (orphaned by its dead rank) is not a rank either; ``root`` may be
         several pids (the tops of a job ``stalldoc attach`` was given). With no claim anywhere,
         the job is a single process: the deepest Python process that is neither a fork of its
-        parent nor a helper nor a Ray driver is rank 0. ``pids`` are the job's processes, its command first; one
+        parent nor a helper is rank 0, unless a process of the job started a Ray node (now or
+        before): then its Python processes are Ray's, its workers or their driver, and no
+        process is guessed. ``pids`` are the job's processes, its command first; one
         whose RANK or LOCAL_RANK is not a rank number is counted in ``skipped``. When ranks of
         several worlds are found, their ranks are numbered apart (``Numbers``).
         """
@@ -135,14 +142,25 @@ class RankFinder:
         launches = {pid: self._launch(table.procs[pid]) for pid in pids}
         self._forget({table.procs[pid].identity for pid in pids})
         claimed = _claims(pids, launches, claims or {})
-        ranks = self._numbers.number(_ranks(pids, claimed, launches, table, roots), table)
+        drivers = self._ray_drivers(table, pids, launches)
+        ranks = self._numbers.number(_ranks(pids, claimed, launches, table, roots, drivers),
+                                     table)
         skipped = sum(launch.bad for launch in launches.values())
         if ranks or not single:
             return Found(tuple(sorted(ranks, key=lambda r: (r.rank, r.pid))), skipped)
-        chosen = _single_process(table, pids, launches, set(agent_pids))
+        chosen = _single_process(table, pids, launches, set(agent_pids), drivers)
         return Found(() if chosen is None else
                      (RankProcess(0, chosen, None, launches[chosen].cmdline, False, ""),),
                      skipped)
+
+    def _ray_drivers(self, table: ProcessTable, pids: Sequence[int],
+                     launches: Mapping[int, Launch]) -> set[int]:
+        """The job's processes that started a Ray node, now or before (a driver after
+        ``ray.shutdown()`` is still no rank)."""
+        alive = {_process(table.procs[pid]) for pid in pids}
+        now = {_process(table.procs[pid]) for pid in _ray_drivers(table, pids, launches)}
+        self._drivers = (self._drivers & alive) | now
+        return {pid for pid in pids if _process(table.procs[pid]) in self._drivers}
 
     def _launch(self, info: ProcInfo) -> Launch:
         if info.dead:
@@ -177,9 +195,10 @@ def _claims(pids: Sequence[int], launches: Mapping[int, Launch],
 
 
 def _ranks(pids: Sequence[int], claimed: Mapping[int, RankClaim], launches: Mapping[int, Launch],
-           table: ProcessTable, roots: frozenset[int] | None) -> list[RankProcess]:
+           table: ProcessTable, roots: frozenset[int] | None, drivers: set[int]
+           ) -> list[RankProcess]:
     starts = _ancestors(pids, [p for p, c in claimed.items() if c.strength >= 2], table)
-    starts |= _ray_drivers(table, pids, launches)
+    starts |= drivers
     ranks = []
     for pid, claim in claimed.items():
         launch = launches[pid]
@@ -299,21 +318,19 @@ def _depth(pid: int, table: ProcessTable, launches: dict[int, Launch]) -> int:
 
 
 def _single_process(table: ProcessTable, pids: list[int], launches: dict[int, Launch],
-                    agent_pids: set[int]) -> int | None:
-    drivers = _ray_drivers(table, pids, launches)
+                    agent_pids: set[int], drivers: set[int]) -> int | None:
+    if drivers:   # a Ray node's job: its Python processes are Ray's or its workers, no guess
+        return None
     candidates = []
     for pid in pids:
         cmd = launches[pid].cmdline
         parent = launches.get(table.ppid(pid))
         forked = parent is not None and parent.cmdline == cmd
-        if cmd and _is_python(table.procs[pid], agent_pids) and not forked and not _helper(cmd) \
-                and pid not in drivers:
+        if cmd and _is_python(table.procs[pid], agent_pids) and not forked and not _helper(cmd):
             candidates.append(pid)
     if not candidates:  # a job of no Python process: the command itself, unless a launcher
         root = pids[0] if pids else None
-        if root is None or is_launcher(launches[root].cmdline) or root in drivers:
-            return None
-        return root
+        return None if root is None or is_launcher(launches[root].cmdline) else root
     return max(candidates, key=lambda pid: (_depth(pid, table, launches), -pid))
 
 

@@ -312,7 +312,14 @@ def test_a_driver_that_started_a_ray_node_is_no_guessed_rank(tmp_path):
     try:
         # THEN it is their launcher: no rank until a worker claims one (its wait in ray.get
         # would otherwise be judged as a stuck rank 0)
-        assert _ranks_of(root, pids, {}, single=True) == []
+        finder = RankFinder()
+        assert _ranks_of(root, pids, {}, finder, single=True) == []
+        # and stays none after ray.shutdown() ended its node
+        for name in ("pooled", "raylet", "gcs"):
+            psutil.Process(pids[name]).kill()
+        _wait_gone(pids["gcs"], pids["raylet"])
+        assert _ranks_of(root, pids, {}, finder, single=True) == []
+        assert _ranks_of(root, pids, {}, single=True) == [(0, "driver", "", None)]   # (new eyes)
     finally:
         _kill(root)
 
@@ -416,6 +423,14 @@ def test_a_rank_child_that_inherited_its_rank_is_its_worker_through_a_shell(tmp_
         assert len({r[0] for r in ranks}) == 2
     finally:
         _kill(root)
+
+
+def _wait_gone(*pids: int) -> None:
+    """Until ``pids`` are gone from the process table (their parent reaped them)."""
+    deadline = time.time() + 10
+    while any(pid in scan() and not scan().procs[pid].dead for pid in pids) \
+            and time.time() < deadline:
+        time.sleep(0.05)
 
 
 def _kill(root: subprocess.Popen) -> None:

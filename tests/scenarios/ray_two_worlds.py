@@ -8,7 +8,8 @@ process's environment from its start, and the worker calls
 own MASTER_PORT (ACTOR_PORT / ROLLOUT_PORT when given, else a free one), so the job holds two
 gloo worlds whose ranks both run 0..N-1.
 
-Started as ``python ray_two_worlds.py``: ``ray.init()`` starts a local cluster. For each of
+Started as ``python ray_two_worlds.py``: ``ray.init()`` starts a local cluster, or joins the one
+at RAY_ADDRESS (started apart with ``ray start``). For each of
 STEPS steps (default 4) the driver, like verl's trainer, first has the rollout group generate
 (each rank an all_gather of its samples), then the actor group update (a backward and an
 all_reduce of the gradients). Each rank prints ``<group> rank R step S``. With STUCK_GROUP
@@ -119,7 +120,10 @@ def make_group(prefix: str, world_size: int, stuck: dict) -> list:
 
 
 def main() -> None:
-    ray.init(num_cpus=ACTOR_RANKS + ROLLOUT_RANKS, include_dashboard=False)
+    if os.environ.get("RAY_ADDRESS"):   # a cluster started apart (`ray start`): join it
+        ray.init()
+    else:
+        ray.init(num_cpus=ACTOR_RANKS + ROLLOUT_RANKS, include_dashboard=False)
     stuck = {"group": STUCK_GROUP, "rank": STUCK_RANK, "step": STUCK_STEP, "func": STUCK_FUNC}
     try:
         rollout = make_group("rollout", ROLLOUT_RANKS, stuck)
