@@ -22,7 +22,10 @@ import subprocess
 import sys
 from typing import Iterator, List
 
-_BURN = "while True:\n    pass\n"
+# spins until its parent is gone: a test run that is killed (no ``finally``) leaves no burner
+# behind to load every later run on the machine
+_BURN = ("import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n"
+         "    for _ in range(200000):\n        pass\n")
 
 # Both peers pace themselves against the clock (bytes so far / rate), so short stalls on the
 # job's side are caught up and the average rate holds. argv: path, rate, chunk[, total].
