@@ -43,8 +43,8 @@ class Launch:
     bad: int                   # RANK / LOCAL_RANK values that are not a rank number
     environment: bool          # its environment was readable and not empty
     cmdline: tuple[str, ...]
-    # a Python process's launcher variable (SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...): its claim
-    # where no agent in it makes one (``stalldoc attach``, an interpreter started with -I)
+    # its launcher's rank variable (SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...): a Python
+    # process's claim where no agent in it makes one (``stalldoc attach``, ``python -I``)
     launcher_claim: RankClaim | None = None
 
 
@@ -77,13 +77,12 @@ def read_launch(pid: int) -> Launch | None:
         proc = psutil.Process(pid)
         environ = _or_empty(proc.environ, {})
         cmdline = tuple(_or_empty(proc.cmdline, []))
-        python = os.path.basename(proc.name()).startswith("python")
     except psutil.NoSuchProcess:
         return None
     rank, bad_rank = rank_number(environ.get("RANK"))
     local_rank, bad_local = rank_number(environ.get("LOCAL_RANK"))
     return Launch(rank, local_rank, bad_rank + bad_local, bool(environ), cmdline,
-                  launcher_claim(environ) if python else None)
+                  launcher_claim(environ))
 
 
 def launcher_claim(environ: Mapping[str, str]) -> RankClaim | None:
@@ -141,14 +140,16 @@ class RankFinder:
         roots = None if root is None else frozenset([root] if isinstance(root, int) else root)
         launches = {pid: self._launch(table.procs[pid]) for pid in pids}
         self._forget({table.procs[pid].identity for pid in pids})
-        claimed = _claims(pids, launches, claims or {})
+        with_agent = set(agent_pids)
+        python = {pid for pid in pids if _is_python(table.procs[pid], with_agent)}
+        claimed = _claims(pids, launches, claims or {}, python)
         drivers = self._ray_drivers(table, pids, launches)
         ranks = self._numbers.number(_ranks(pids, claimed, launches, table, roots, drivers),
                                      table)
         skipped = sum(launch.bad for launch in launches.values())
         if ranks or not single:
             return Found(tuple(sorted(ranks, key=lambda r: (r.rank, r.pid))), skipped)
-        chosen = _single_process(table, pids, launches, set(agent_pids), drivers)
+        chosen = _single_process(table, pids, launches, with_agent, drivers)
         return Found(() if chosen is None else
                      (RankProcess(0, chosen, None, launches[chosen].cmdline, False, ""),),
                      skipped)
@@ -179,13 +180,14 @@ class RankFinder:
 
 
 def _claims(pids: Sequence[int], launches: Mapping[int, Launch],
-            agents: Mapping[int, RankClaim]) -> dict[int, RankClaim]:
-    """Each process's strongest claim: its agent's, or RANK in its environment, or a Python
-    process's launcher variable."""
+            agents: Mapping[int, RankClaim], python: set[int]) -> dict[int, RankClaim]:
+    """Each process's strongest claim: its agent's, or RANK in its environment, or (``python``
+    processes only: a shell inherits its task's variables) a launcher's variable."""
     out = {}
     for pid in pids:
         launch, agent = launches[pid], agents.get(pid)
-        env = (launch.launcher_claim if launch.rank is None else
+        inherited = launch.launcher_claim if pid in python else None
+        env = (inherited if launch.rank is None else
                RankClaim("RANK", launch.rank, launch.local_rank))
         best = agent if env is None or (agent is not None and agent.strength >= env.strength) \
             else env
