@@ -36,7 +36,9 @@ class RankProcess:
     world_rank: int | None = None   # its rank in that world when ``rank`` numbers several
 
 
-CLAIM_STRENGTH = {"process group": 3, "RANK": 2}   # any other source (a launcher's variable): 1
+# any other source (a launcher's variable): 1; "Lightning": the rank Lightning's own launcher
+# hands a process it starts (its place in the tree, as exact as RANK)
+CLAIM_STRENGTH = {"process group": 3, "RANK": 2, "Lightning": 2}
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,8 @@ class RankClaim:
 
     @property
     def strength(self) -> int:
-        """3 from the process group, 2 from RANK, 1 from a launcher's variable."""
+        """3 from the process group, 2 from RANK or Lightning's tree, 1 from a launcher's
+        variable."""
         return CLAIM_STRENGTH.get(self.source, 1)
 
 

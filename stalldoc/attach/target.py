@@ -1,6 +1,7 @@
 """The job ``stalldoc attach`` is pointed at: from each pid given up to the job's top (its
-launcher), the union of their trees, and the ranks in it (RANK in their environment, or a
-launcher's rank variable in a Python process's: SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK...).
+launcher), the union of their trees, and the ranks in it (RANK in their environment, a
+launcher's rank variable in a Python process's: SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK...,
+or their place in Lightning's own launcher's tree: LOCAL_RANK, NODE_RANK, WORLD_SIZE).
 
 From a pid, the climb goes up through its parents while they are part of the job: it stops below
 init, a shell or terminal (bash, tmux, sshd, ...), a process of another user, and stalldoc's own
@@ -161,13 +162,13 @@ def outermost(roots: list[int], table: ProcessTable) -> list[int]:
 
 def no_ranks(roots: Sequence[int], table: ProcessTable, pids: Sequence[int]) -> str:
     """Why no rank was found: a job that is not distributed, or one whose ranks learn which
-    they are only inside the process (mp.spawn, Lightning, Ray), which attach cannot see."""
+    they are only inside the process (mp.spawn, Ray), which attach cannot see."""
     names = ", ".join(f"{pid} ({table.procs[pid].name})" for pid in roots if pid in table)
     python = [p for p in pids if p in table and table.procs[p].name.startswith("python")]
     if len(python) > 1:
         return (f"no rank found under pid {names}: {len(python)} Python processes, none with "
                 f"RANK or a launcher's rank variable (SLURM_PROCID, OMPI_COMM_WORLD_RANK, "
-                f"PMI_RANK) in its environment; mp.spawn, Lightning and Ray hand each rank its "
+                f"PMI_RANK) in its environment; mp.spawn and Ray hand each rank its "
                 f"number inside the process, which attach cannot read, and it does not guess; "
                 f"start the job under `stalldoc watch -- ...` (its agent learns each rank when "
                 f"it joins the process group)")

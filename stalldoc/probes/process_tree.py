@@ -46,6 +46,9 @@ class Launch:
     # its launcher's rank variable (SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...): a Python
     # process's claim where no agent in it makes one (``stalldoc attach``, ``python -I``)
     launcher_claim: RankClaim | None = None
+    # (LOCAL_RANK, NODE_RANK, WORLD_SIZE) as Lightning's launcher hands them to the processes it
+    # starts (no RANK); the global rank needs its parent's tree too (``_lightning_claims``)
+    lightning: tuple[int, int, int] | None = None
 
 
 NOTHING = Launch(None, None, 0, False, ())   # a zombie's, or an ended process's
@@ -82,7 +85,19 @@ def read_launch(pid: int) -> Launch | None:
     rank, bad_rank = rank_number(environ.get("RANK"))
     local_rank, bad_local = rank_number(environ.get("LOCAL_RANK"))
     return Launch(rank, local_rank, bad_rank + bad_local, bool(environ), cmdline,
-                  launcher_claim(environ))
+                  launcher_claim(environ), lightning_vars(environ))
+
+
+def lightning_vars(environ: Mapping[str, str]) -> tuple[int, int, int] | None:
+    """(LOCAL_RANK, NODE_RANK, WORLD_SIZE) of a process Lightning's launcher started: all three
+    and MASTER_PORT set, RANK not (its launcher sets no RANK); None otherwise."""
+    if "RANK" in environ or "MASTER_PORT" not in environ:
+        return None
+    values = [rank_number(environ.get(name))[0] for name in ("LOCAL_RANK", "NODE_RANK",
+                                                             "WORLD_SIZE")]
+    if any(v is None for v in values) or values[0] < 1 or values[2] < 2:
+        return None
+    return values[0], values[1], values[2]
 
 
 def launcher_claim(environ: Mapping[str, str]) -> RankClaim | None:
@@ -142,7 +157,8 @@ class RankFinder:
         self._forget({table.procs[pid].identity for pid in pids})
         with_agent = set(agent_pids)
         python = {pid for pid in pids if _is_python(table.procs[pid], with_agent)}
-        claimed = _claims(pids, launches, claims or {}, python)
+        claimed = _claims(pids, launches, claims or {}, python,
+                          _lightning_claims(pids, launches, table))
         drivers = self._ray_drivers(table, pids, launches)
         ranks = self._numbers.number(_ranks(pids, claimed, launches, table, roots, drivers),
                                      table)
@@ -180,19 +196,51 @@ class RankFinder:
 
 
 def _claims(pids: Sequence[int], launches: Mapping[int, Launch],
-            agents: Mapping[int, RankClaim], python: set[int]) -> dict[int, RankClaim]:
-    """Each process's strongest claim: its agent's, or RANK in its environment, or (``python``
-    processes only: a shell inherits its task's variables) a launcher's variable."""
+            agents: Mapping[int, RankClaim], python: set[int],
+            lightning: Mapping[int, RankClaim]) -> dict[int, RankClaim]:
+    """Each process's strongest claim: its agent's, or RANK in its environment, or its place in
+    a Lightning launcher's tree, or (``python`` processes only: a shell inherits its task's
+    variables) a launcher's variable."""
     out = {}
     for pid in pids:
         launch, agent = launches[pid], agents.get(pid)
-        inherited = launch.launcher_claim if pid in python else None
+        inherited = lightning.get(pid) or (launch.launcher_claim if pid in python else None)
         env = (inherited if launch.rank is None else
                RankClaim("RANK", launch.rank, launch.local_rank))
         best = agent if env is None or (agent is not None and agent.strength >= env.strength) \
             else env
         if best is not None:
             out[pid] = best
+    return out
+
+
+def _lightning_claims(pids: Sequence[int], launches: Mapping[int, Launch],
+                      table: ProcessTable) -> dict[int, RankClaim]:
+    """The ranks of Lightning's own launcher (``Trainer(strategy="ddp")`` started as ``python
+    train.py``): the process the user started is local rank 0 and starts local ranks 1..n-1 as
+    copies of its own command line with LOCAL_RANK, NODE_RANK and WORLD_SIZE (no RANK); each
+    one's global rank is NODE_RANK * n + LOCAL_RANK, as Lightning computes it. Only a complete
+    tree claims: local ranks exactly 1..n-1 with one NODE_RANK and WORLD_SIZE that n divides
+    (not all started yet, or another layout: no claim, no guess)."""
+    trees: dict[int, list[int]] = {}
+    for pid in pids:
+        launch, parent = launches[pid], table.ppid(pid)
+        above = launches.get(parent)
+        if (launch.lightning is not None and above is not None and above.rank is None
+                and above.lightning is None and above.cmdline == launch.cmdline):
+            trees.setdefault(parent, []).append(pid)
+    out: dict[int, RankClaim] = {}
+    for parent, children in trees.items():
+        seen = {launches[c].lightning for c in children}
+        n = len(children) + 1
+        node, world = launches[children[0]].lightning[1:]
+        if (sorted(s[0] for s in seen) != list(range(1, n)) or {s[1:] for s in seen} != {
+                (node, world)} or world % n or node >= world // n):
+            continue
+        out[parent] = RankClaim("Lightning", node * n, 0, world)
+        for child in children:
+            local = launches[child].lightning[0]
+            out[child] = RankClaim("Lightning", node * n + local, local, world)
     return out
 
 

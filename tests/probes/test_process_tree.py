@@ -440,3 +440,63 @@ def _kill(root: subprocess.Popen) -> None:
         except psutil.NoSuchProcess:
             pass
     root.wait()
+
+
+# Lightning's own launcher, without Lightning: the command re-runs itself once per extra local
+# rank with LOCAL_RANK, NODE_RANK, WORLD_SIZE and MASTER_PORT (no RANK); local rank 1 forks a
+# dataloader-like worker. argv: local ranks to start (e.g. "1,2").
+LIGHTNING_LIKE = """\
+import os, subprocess, sys, time
+if "LOCAL_RANK" not in os.environ:
+    for local in [int(x) for x in sys.argv[1].split(",") if x]:
+        subprocess.Popen([sys.executable, *sys.argv], env={**os.environ, "LOCAL_RANK": str(local),
+                         "NODE_RANK": os.environ["NODE"], "WORLD_SIZE": os.environ["WORLD"],
+                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511"})
+elif os.environ["LOCAL_RANK"] == "1" and os.fork() == 0:
+    time.sleep(60)
+time.sleep(60)
+"""
+
+
+def _lightning_like(tmp_path, locals_: str, node: int, world: int):
+    script = tmp_path / "train.py"
+    script.write_text(LIGHTNING_LIKE)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    root = subprocess.Popen([sys.executable, str(script), locals_],
+                            env={**env, "NODE": str(node), "WORLD": str(world)})
+    # its children, and the worker local rank 1 forks
+    expected = len(locals_.split(",")) + (1 if "1" in locals_.split(",") else 0)
+    return root, _tree(root, expected)
+
+
+def test_lightnings_launcher_tree_claims_global_ranks_node_rank_times_n_plus_local(tmp_path):
+    # GIVEN node 1 of a job of 6 (3 per node): the command, its local ranks 1 and 2, and a
+    # worker forked by local rank 1 (it inherited LOCAL_RANK=1)
+    root, procs = _lightning_like(tmp_path, "1,2", node=1, world=6)
+    try:
+        by_pid = {r.pid: (r.rank, r.local_rank, r.source) for r in find_ranks(procs)}
+        children = {p.pid: int(p.environ()["LOCAL_RANK"]) for p in procs[1:]
+                    if p.ppid() == root.pid}
+        # THEN the command is global rank 3 (1 * 3 + 0), its children 4 and 5; the worker none
+        assert by_pid == {root.pid: (3, 0, "Lightning"),
+                          **{pid: (3 + local, local, "Lightning")
+                             for pid, local in children.items()}}
+    finally:
+        _kill(root)
+
+
+def test_an_incomplete_or_foreign_lightning_tree_claims_nothing(tmp_path):
+    # GIVEN local rank 2 started but not local rank 1 (the launcher is still starting them):
+    # no guess of which global rank anyone is, the single-process guess stands (rank 0)
+    root, procs = _lightning_like(tmp_path, "2", node=0, world=3)
+    try:
+        assert [(r.rank, r.pid, r.from_env) for r in find_ranks(procs)] == [(0, root.pid, False)]
+        assert find_ranks(procs, single=False) == []
+    finally:
+        _kill(root)
+    # AND a tree whose WORLD_SIZE its size does not divide is another layout: no claim
+    root, procs = _lightning_like(tmp_path, "1", node=0, world=3)
+    try:
+        assert find_ranks(procs, single=False) == []
+    finally:
+        _kill(root)

@@ -8,7 +8,11 @@ DEVICES ranks (default 2) train a Linear model on a random TensorDataset for STE
 6). Each rank prints ``rank R step S`` as it enters a step. With STUCK_RANK set to a global rank
 (unset or -1: a healthy run), that rank blocks for good at step STUCK_STEP (default 2) inside
 ``training_step``, in a function named STUCK_FUNC (default ``load_shard``); the other ranks go on
-to ``backward()`` and wait in DDP's gradient all-reduce."""
+to ``backward()`` and wait in DDP's gradient all-reduce.
+
+NUM_NODES (default 1) > 1 makes it one node of a multi-node job (``Trainer(num_nodes=...)``):
+start it once per node with NODE_RANK, MASTER_ADDR and MASTER_PORT set, as Lightning's docs
+say for a cluster without a scheduler; node k's ranks are k * DEVICES + 0..DEVICES-1."""
 import os
 import threading
 import types
@@ -20,6 +24,7 @@ import lightning as L
 
 DEVICES = int(os.environ.get("DEVICES", "2"))
 STEPS = int(os.environ.get("STEPS", "6"))
+NUM_NODES = int(os.environ.get("NUM_NODES", "1"))
 STUCK_RANK = int(os.environ.get("STUCK_RANK", "-1"))
 STUCK_STEP = int(os.environ.get("STUCK_STEP", "2"))
 STUCK_FUNC = os.environ.get("STUCK_FUNC", "load_shard")
@@ -57,7 +62,8 @@ def main() -> None:
     L.seed_everything(0)
     dataset = TensorDataset(torch.randn(256, 32), torch.randint(0, 2, (256,)))
     loader = DataLoader(dataset, batch_size=8)
-    trainer = L.Trainer(accelerator="cpu", devices=DEVICES, strategy="ddp", max_steps=STEPS,
+    trainer = L.Trainer(accelerator="cpu", devices=DEVICES, strategy="ddp", num_nodes=NUM_NODES,
+                        max_steps=STEPS,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False)
     trainer.fit(TinyModel(), loader)
