@@ -76,6 +76,10 @@ class HostSample:
     children_cpu_percent: float | None = None   # those descendants' CPU since the previous tick
     io_bps: float | None = None        # bytes read + written per second (rchar + wchar, the
                                        # rank and its descendants) since the previous tick
+    cpu_wait_percent: float | None = None   # its threads runnable but waiting for a CPU (the
+                                       # run-queue delay) since the previous tick; 100 = one
+                                       # thread the whole time. None: the kernel keeps no count
+    children_cpu_wait_percent: float | None = None   # its descendants' (their main threads')
 
 
 @dataclass(frozen=True)
@@ -241,14 +245,19 @@ class RankWork:
     frame: str = ""                  # the user frame of the last classified stack
     since_progress: float = 0.0      # seconds since markers / collectives / lines last moved
     busy_unchanged: float = 0.0      # seconds busy in one working stack with nothing else moving
+    cpu_wait_percent: float | None = None   # runnable, waiting for a CPU (% of one core)
 
     @property
     def working(self) -> bool:
         return self.verdict == "work"
 
     def describe(self) -> str:
-        """'cpu 98%, io 4.0 MB/s, 2 children at 190%, gpu 0%, stack working' for evidence."""
-        parts = [f"cpu {_pct(self.cpu_percent)}", f"io {_rate(self.io_bps)}"]
+        """'cpu 98%, io 4.0 MB/s, 2 children at 190%, gpu 0%, stack working' for evidence; a rank
+        that waited for a CPU says so: 'cpu 4% (waiting for a CPU 61%)'."""
+        cpu = f"cpu {_pct(self.cpu_percent)}"
+        if (self.cpu_wait_percent or 0.0) >= 1.0:
+            cpu += f" (waiting for a CPU {_pct(self.cpu_wait_percent)})"
+        parts = [cpu, f"io {_rate(self.io_bps)}"]
         if self.children:
             parts.append(f"{self.children} children at {_pct(self.children_cpu_percent)}")
         if self.gpu_util is not None:

@@ -2,6 +2,8 @@
 
 - ``cpu_burner(n)``: ``n`` separate Python processes spinning on a core each, for the duration of
   a ``with`` block (a loaded node).
+- ``starved(root)``: the process ``root`` and its descendants moved onto one CPU that many
+  spinning processes share (an oversubscribed node: the job runs, at a few % of a core).
 - ``slow_reader(path, rate)``: a FIFO at ``path`` whose other end a separate process drains at
   about ``rate`` bytes/s (a slow network file system that a job writes a checkpoint to).
 - ``slow_writer(path, total, rate)``: a FIFO at ``path`` that a separate process fills with
@@ -20,12 +22,15 @@ import os
 import socket
 import subprocess
 import sys
-from typing import Iterator, List
+from typing import Dict, Iterator, List, Set
 
 # spins until its parent is gone: a test run that is killed (no ``finally``) leaves no burner
 # behind to load every later run on the machine
 _BURN = ("import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n"
          "    for _ in range(200000):\n        pass\n")
+
+# the same, on one CPU (argv[1])
+_BURN_ON = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\n" + _BURN
 
 # Both peers pace themselves against the clock (bytes so far / rate), so short stalls on the
 # job's side are caught up and the average rate holds. argv: path, rate, chunk[, total].
@@ -102,6 +107,56 @@ def cpu_burner(processes: int = 2) -> Iterator[List[subprocess.Popen]]:
     finally:
         for proc in procs:
             _stop(proc)
+
+
+def _tree(root: int) -> List[int]:
+    """``root`` and its live descendants, from /proc."""
+    parents: Dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
+                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(child for child, parent in parents.items() if parent == pid)
+    return tree
+
+
+def _pin_tree(root: int, cpus: Set[int]) -> Dict[int, Set[int]]:
+    """Every thread of ``root`` and of its live descendants onto ``cpus`` (threads and processes
+    they start later inherit it); each thread's affinity before, to put back."""
+    before: Dict[int, Set[int]] = {}
+    for pid in _tree(root):
+        with contextlib.suppress(OSError):
+            for tid in map(int, os.listdir(f"/proc/{pid}/task")):
+                with contextlib.suppress(OSError):
+                    before[tid] = os.sched_getaffinity(tid)
+                    os.sched_setaffinity(tid, cpus)
+    return before
+
+
+@contextlib.contextmanager
+def starved(root: int, spinners: int = 16, cpu: int = 0) -> Iterator[None]:
+    """The job below ``root`` squeezed onto CPU ``cpu``, which ``spinners`` processes spin on,
+    each in a session of its own: the scheduler shares a CPU between sessions (autogroup) or
+    threads, so every rank of a job of a few ranks gets a few % of a core, runnable nearly all
+    the time and waiting for the CPU. Affinities are put back when the block ends."""
+    procs: List[subprocess.Popen] = []
+    before: Dict[int, Set[int]] = {}
+    try:
+        for _ in range(spinners):
+            procs.append(_spawn(_BURN_ON, cpu))
+        before = _pin_tree(root, {cpu})
+        yield
+    finally:
+        for proc in procs:
+            _stop(proc)
+        for tid, cpus in before.items():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, cpus)
 
 
 @contextlib.contextmanager

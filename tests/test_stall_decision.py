@@ -22,8 +22,8 @@ from typing import Iterator
 
 import pytest
 
-from load import cpu_burner, silent_server, slow_reader, slow_writer
-from support import STALL_TIMEOUT, Result, torchrun
+from load import cpu_burner, silent_server, slow_reader, slow_writer, starved
+from support import STALL_TIMEOUT, Result, start_watch, torchrun, wait_for_line
 
 pytestmark = pytest.mark.timeout(240) if hasattr(pytest.mark, "timeout") else []
 
@@ -243,3 +243,73 @@ def test_the_same_thread_without_its_phase_does_not_hide_the_wait(run_watch):
     [stall] = result.report()["stalls"]
     assert all(w["stack_kind"] == "waiting: socket" for w in stall["work"].values()), stall
     assert all(w["frame"].startswith("wait_for_rollout (") for w in stall["work"].values())
+
+
+# ----- an oversubscribed node: runnable ranks that wait for a CPU ------------------------------
+def job_root(relay: int) -> int:
+    """The job the relay started (its child that is not the sidecar)."""
+    import psutil
+    [job] = [c for c in psutil.Process(relay).children()
+             if "stalldoc.sidecar" not in " ".join(c.cmdline())]
+    return job.pid
+
+
+def watch_starved(tmp_path: Path, script: str, nproc: int, env: dict[str, str],
+                  starts: str, spinners: int = 16) -> Result:
+    """Watch ``script`` (kill armed); once a line of its output contains ``starts``, squeeze the
+    job onto one CPU shared with ``spinners`` spinning processes until it ends."""
+    proc = start_watch(tmp_path / "run", torchrun(nproc, script), "--on-stall", "kill", env=env)
+    seen: list[str] = []
+    try:
+        wait_for_line(proc.stdout, starts, seen)
+        with starved(job_root(proc.pid), spinners):
+            out, err = proc.communicate(timeout=200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return Result(proc.returncode, err, tmp_path / "run", "".join(seen) + out)
+
+
+def starved_samples(run_dir: Path) -> dict[int, int]:
+    """Per rank, how many samples saw it and its descendants use under 10% of a core together
+    (what a rank doing nothing uses)."""
+    from stalldoc.store.reader import open_reader
+    with open_reader(run_dir) as conn:
+        rows = conn.execute("SELECT rank, COUNT(*) FROM samples WHERE cpu_percent"
+                            " + COALESCE(children_cpu_percent, 0) < 10 GROUP BY rank").fetchall()
+    return dict(rows)
+
+
+@pytest.mark.parametrize("kind,nproc", [("matmul_loop", 2), ("long_forward", 3)])
+def test_ranks_starved_of_cpu_mid_phase_are_slow_never_stalled(tmp_path, kind, nproc):
+    # GIVEN a healthy job whose node is oversubscribed from the start of its long phase on: its
+    # ranks share one core with 16 other processes, so each gets a few % of a core, in working
+    # code (an evaluation's matmuls, a deep forward pass), and no marker moves for 10 s
+    env = {"PHASE": kind, "PHASE_SECONDS": "10"}
+    result = watch_starved(tmp_path, "healthy_phases.py", nproc, env, f"{kind}: started")
+    # THEN the job ran to its end untouched: no stall, nothing killed
+    assert result.code == 0, result.stderr
+    assert result.report()["stalls"] == [], result.stderr
+    assert re.search(rf"{kind}: done in", result.stdout), result.stdout
+    # AND the ranks really were below the CPU a busy rank shows, for longer than the timeout
+    # (0.5 s ticks): what they used alone would have called them idle
+    low = starved_samples(result.run_dir)
+    assert sorted(low) == list(range(nproc)) and all(n * 0.5 > 2 * float(STALL_TIMEOUT)
+                                         for n in low.values()), low
+
+
+def test_a_hang_in_a_starved_job_is_still_named(tmp_path):
+    # GIVEN rank 2 of 3 polling for a flag file nobody creates (it wakes 5 times a second and
+    # queues for the CPU each time) while the others wait in all_reduce, on the same
+    # oversubscribed core
+    env = {"HANG": "sleep_poll", "HANG_RANK": "2", "HANG_FUNC": "wait_for_rollout_ready"}
+    result = watch_starved(tmp_path, "hang_kinds.py", 3, env, "hang starts at")
+    # THEN it is a stall all the same, with the stuck rank and its frame
+    assert result.code == 124, result.stderr
+    [finding] = result.findings("SD101")
+    assert finding["ranks"] == [2], finding["summary"]
+    assert finding["evidence"]["frame"].startswith("wait_for_rollout_ready ("), finding["evidence"]
+    entered = float(re.search(r"hang starts at ([\d.]+)", result.stdout).group(1))
+    [stall] = result.report()["stalls"]
+    assert stall["detected_at"] - entered <= float(STALL_TIMEOUT) + 10, (stall, entered)

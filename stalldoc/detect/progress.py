@@ -119,7 +119,8 @@ class ProgressTracker:
             host.children if host else 0, host.children_cpu_percent if host else None,
             host.io_bps if host else None, signals.gpu_util, stack.kind if stack else "",
             str(stack.frame) if stack and stack.frame else "", round(now - state.last_progress, 1),
-            round(now - state.unchanged_since, 1) if state.unchanged_since is not None else 0.0)
+            round(now - state.unchanged_since, 1) if state.unchanged_since is not None else 0.0,
+            host.cpu_wait_percent if host else None)
 
     @staticmethod
     def _busy_stack(state: _Rank) -> StackKind | None:

@@ -3,7 +3,9 @@
 A rank shows work when its agent's markers or collectives move (or its CUDA markers complete, or
 the job logs a progress line), when it or its descendants read or write bytes, when its
 descendants burn CPU, or when it burns CPU (or its GPU is busy) in a stack that is working rather
-than waiting. CPU spent spinning inside a wait is not work. A busy rank whose stack has not been
+than waiting. CPU spent spinning inside a wait is not work. A process that spent most of the
+time runnable but waiting for a CPU wanted that CPU: on an oversubscribed node a rank importing
+torch may get 4% of a core and be working all the same (its stack decides, as for CPU it got). A busy rank whose stack has not been
 classified yet is "pending": it is never taken for stuck, but it does not end a stall either.
 """
 from __future__ import annotations
@@ -18,6 +20,11 @@ BUSY_CPU_PERCENT = 10.0        # the rank's own CPU above this is busy: its stac
 CHILD_CPU_PERCENT = 10.0       # its descendants' CPU above this is work
 IO_WORK_BPS = 64 * 1024        # bytes read + written per second above this is work
 GPU_BUSY_UTIL = 5              # GPU utilisation (%) above this is busy: the stack decides
+# Runnable but waiting for a CPU above this (% of one core, over all its threads) is busy when
+# its own CPU is not: it is starved, the stack decides. Well above what a waiting rank queues
+# for when its threads wake under load (16% seen for a gloo rank in all_reduce on an
+# oversubscribed core); a rank that works there queues nearly all the time (180-220% seen).
+STARVED_WAIT_PERCENT = 50.0
 
 WORK, IDLE, PENDING = "work", "idle", "pending"
 
@@ -54,10 +61,19 @@ class Signals:
 
     @property
     def busy(self) -> bool:
-        """Burning CPU, or its GPU busy: work or a spinning wait, the stack tells which."""
+        """Burning CPU or starved of it, or its GPU busy: work or a spinning wait, the stack
+        tells which."""
         cpu = self.host.cpu_percent if self.host else None
-        return ((cpu or 0.0) >= BUSY_CPU_PERCENT
+        return ((cpu or 0.0) >= BUSY_CPU_PERCENT or self.starved
                 or (self.gpu_util or 0) >= GPU_BUSY_UTIL) and not self.stopped
+
+    @property
+    def starved(self) -> bool:
+        """Little CPU, yet runnable and waiting for one most of the time."""
+        if self.host is None:
+            return False
+        return ((self.host.cpu_percent or 0.0) < BUSY_CPU_PERCENT
+                and (self.host.cpu_wait_percent or 0.0) >= STARVED_WAIT_PERCENT)
 
     @property
     def stopped(self) -> bool:
@@ -81,18 +97,42 @@ def verdict(signals: Signals, stack: StackKind | None) -> tuple[str, str, str]:
     if host is not None and (host.io_bps or 0.0) >= IO_WORK_BPS:
         rate = signals.io_average if signals.io_average is not None else host.io_bps or 0.0
         return WORK, "io", f"reading / writing {_mb(rate)}"
-    if host is not None and (host.children_cpu_percent or 0.0) >= CHILD_CPU_PERCENT:
-        return WORK, "children", (f"{host.children} child process(es) at "
-                                  f"{host.children_cpu_percent:.0f}% CPU")
+    if host is not None and _children_work(host):
+        return WORK, "children", _children_reason(host)
     if not signals.busy:
         return IDLE, "quiet", "no CPU, I/O, GPU or progress"
-    what = "GPU busy" if (signals.gpu_util or 0) >= GPU_BUSY_UTIL else "CPU busy"
+    what = ("GPU busy" if (signals.gpu_util or 0) >= GPU_BUSY_UTIL
+            else _starved(signals.host) if signals.starved else "CPU busy")
     if stack is None or not stack.kind:
         return PENDING, "unclassified", f"{what}, stack not classified yet"
     if stack.working:
         return WORK, "stack", f"{what} in {stack.frame}" if stack.frame else what
+    if signals.starved:
+        # runnable in a wait: its threads wake (timers, polls) and queue for a CPU; not work
+        return IDLE, "spinning", f"{what} while {stack.kind}"
     if what == "CPU busy" and not stack.on_cpu:
         # every Python thread blocked in the kernel, yet the CPU burns: native threads work
         # (teardown, a C++ pool); it is not a Python thread spinning in its wait
         return PENDING, "unclassified", "CPU busy in native code while its Python threads wait"
     return IDLE, "spinning", f"{what} spinning while {stack.kind}"
+
+
+def _children_work(host: HostSample) -> bool:
+    """Its descendants burn CPU, or their main threads queue for one most of the time."""
+    return ((host.children_cpu_percent or 0.0) >= CHILD_CPU_PERCENT
+            or (host.children_cpu_wait_percent or 0.0) >= STARVED_WAIT_PERCENT)
+
+
+def _children_reason(host: HostSample) -> str:
+    wait = host.children_cpu_wait_percent or 0.0
+    waited = f", waiting for a CPU {wait:.0f}%" if wait >= STARVED_WAIT_PERCENT else ""
+    return (f"{host.children} child process(es) at {host.children_cpu_percent or 0.0:.0f}% "
+            f"CPU{waited}")
+
+
+def _starved(host: HostSample | None) -> str:
+    """A rank that wanted CPU and did not get it, in words."""
+    if host is None:
+        return "CPU busy"
+    return (f"runnable, waiting for a CPU {host.cpu_wait_percent or 0.0:.0f}% "
+            f"(ran {host.cpu_percent or 0.0:.0f}%)")

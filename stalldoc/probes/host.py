@@ -1,6 +1,7 @@
-"""Host probe (psutil): per rank CPU time and %, RSS, threads and state, and the work of its own
-process tree (its descendants' CPU, the bytes the rank and its descendants read and write); for
-the node, available memory, swap traffic and load against cores."""
+"""Host probe (psutil): per rank CPU time and %, RSS, threads and state, the share of time its
+threads were runnable but waiting for a CPU (a starved rank works, slowly), and the work of its
+own process tree (its descendants' CPU and CPU wait, the bytes the rank and its descendants read
+and write); for the node, available memory, swap traffic and load against cores."""
 from __future__ import annotations
 
 import os
@@ -10,24 +11,39 @@ from typing import Iterable, Mapping
 import psutil
 
 from stalldoc.model import HostMemory, HostSample, RankProcess
-from stalldoc.probes.proc_table import ProcessGone, ProcessTable, ProcInfo, read_io, scan
+from stalldoc.probes.proc_table import (ProcessGone, ProcessTable, ProcInfo, read_cpu_wait,
+                                        read_io, scan)
 
 
 @dataclass(frozen=True)
 class _Usage:
-    """A process's cumulative CPU seconds and I/O bytes (rchar + wchar) at one moment."""
+    """A process's cumulative CPU seconds, I/O bytes (rchar + wchar) and seconds runnable but
+    waiting for a CPU at one moment."""
 
     t: float
     cpu: float
     io: int | None
     start: int          # when the process started (clock ticks after boot): with the pid,
                         # which process this is
+    wait: float | None = None
 
 
-def _reading(now: float, info: ProcInfo) -> _Usage | None:
-    """The process's usage now (its I/O read at once); None when it ended since the scan."""
+@dataclass(frozen=True)
+class _Rates:
+    """A process's CPU %, I/O bytes/s and CPU wait % since its previous reading (None: no
+    previous reading, or nothing to compare)."""
+
+    cpu: float | None = None
+    io: float | None = None
+    wait: float | None = None
+
+
+def _reading(now: float, info: ProcInfo, threads: bool) -> _Usage | None:
+    """The process's usage now (its I/O and CPU wait read at once: of every thread with
+    ``threads``, else of its main thread); None when it ended since the scan."""
     try:
-        return _Usage(now, info.cpu_seconds, read_io(info.pid), info.start_ticks)
+        return _Usage(now, info.cpu_seconds, read_io(info.pid), info.start_ticks,
+                      read_cpu_wait(info.pid, threads))
     except ProcessGone:
         return None
 
@@ -88,61 +104,66 @@ class HostProbe:
         info = table.get(rank.pid)
         if info is None or info.dead:   # gone, or a zombie: its memory reads 0, not a sample
             return None
-        own = _reading(now, info)
+        own = _reading(now, info, threads=True)
         if own is None:
             return None
-        cpu_pct, own_io = self._rates(rank.pid, own)
-        child_cpu, child_io, live = self._tree_rates(now, tree, table)
-        io = None if own_io is None else own_io + child_io
+        rates = self._rates(rank.pid, own)
+        child, live = self._tree_rates(now, tree, table)
+        io = None if rates.io is None else rates.io + (child.io or 0.0)
         self._usage[rank.pid] = own
         return HostSample(now, rank.rank, rank.pid, own.cpu, info.rss_bytes, info.threads,
-                          info.status, available, cpu_pct, live,
-                          child_cpu if live or child_cpu else None,
-                          None if io is None else round(io, 1))
+                          info.status, available, rates.cpu, live,
+                          child.cpu if live or child.cpu else None,
+                          None if io is None else round(io, 1), rates.wait,
+                          child.wait if live else None)
 
     def _tree_rates(self, now: float, tree: Iterable[int],
-                    table: ProcessTable) -> tuple[float, float, int]:
-        """CPU % and I/O bytes/s of a rank's descendants since the last tick; how many live.
+                    table: ProcessTable) -> tuple[_Rates, int]:
+        """CPU %, I/O bytes/s and CPU wait % (of their main threads) of a rank's descendants
+        since the last tick; how many live.
 
         A descendant first seen now counts in full if it was born since the last tick (a
         short-lived worker), else it only sets its baseline."""
-        cpu = io = 0.0
+        cpu = io = wait = 0.0
         live = 0
         for pid in tree:
             info = table.get(pid)
             if info is not None and info.dead:
                 continue
-            usage = None if info is None else _reading(now, info)
+            usage = None if info is None else _reading(now, info, threads=False)
             if usage is None:
                 self._forget([pid])
                 continue
             live += 1
-            pct, rate = self._rates(pid, usage, self._born_since_last(info))
-            cpu += pct or 0.0
-            io += rate or 0.0
+            rates = self._rates(pid, usage, self._born_since_last(info))
+            cpu += rates.cpu or 0.0
+            io += rates.io or 0.0
+            wait += rates.wait or 0.0
             self._usage[pid] = usage
-        return round(cpu, 1), io, live
+        return _Rates(round(cpu, 1), io, round(wait, 1)), live
 
     def _born_since_last(self, info: ProcInfo) -> bool:
         """Started after the last tick's table was read: none of its work was seen yet."""
         return self._last_uptime is not None and info.start_ticks >= self._last_uptime
 
     def _rates(self, pid: int, usage: _Usage,
-               born: bool = False) -> tuple[float | None, float | None]:
-        """(CPU %, I/O bytes/s) since the last reading of ``pid``; None before one exists (a
-        pid now held by a new process has none). With ``born`` (a process started since the last
-        tick) it counts from zero."""
+               born: bool = False) -> _Rates:
+        """CPU %, I/O bytes/s and CPU wait % since the last reading of ``pid``; none before one
+        exists (a pid now held by a new process has none). With ``born`` (a process started
+        since the last tick) it counts from zero."""
         last = self._usage.get(pid)
         if last is not None and last.start != usage.start:
             last = None   # the pid was reused
         if last is None and born and self._last_tick is not None and usage.t > self._last_tick:
-            last = _Usage(self._last_tick, 0.0, 0, usage.start)   # all of it is new
+            last = _Usage(self._last_tick, 0.0, 0, usage.start, 0.0)   # all of it is new
         if last is None or usage.t <= last.t:
-            return None, None
+            return _Rates()
         dt = usage.t - last.t
         io = (None if usage.io is None or last.io is None
               else max(0.0, (usage.io - last.io) / dt))
-        return round(100.0 * (usage.cpu - last.cpu) / dt, 1), io
+        wait = (None if usage.wait is None or last.wait is None
+                else round(max(0.0, 100.0 * (usage.wait - last.wait) / dt), 1))
+        return _Rates(round(100.0 * (usage.cpu - last.cpu) / dt, 1), io, wait)
 
     def _forget(self, pids: Iterable[int]) -> None:
         for pid in list(pids):

@@ -151,6 +151,35 @@ def read_io(pid: int, proc: str = "/proc") -> int | None:
     return total if found == 2 else None
 
 
+def read_cpu_wait(pid: int, threads: bool = True, proc: str = "/proc") -> float | None:
+    """Seconds the process has spent runnable but waiting for a CPU: the scheduler's run-queue
+    delay (the second field of ``schedstat``), summed over its live threads, or of its main
+    thread alone without ``threads`` (one read instead of one per thread). None where the kernel
+    keeps no such count (no CONFIG_SCHED_INFO) or refuses. A thread that ends takes its share
+    with it: callers treat a drop as no wait. Raises ProcessGone if the process ended."""
+    if not threads:
+        try:
+            return int(_read(f"{proc}/{pid}/schedstat", 128).split()[1]) / 1e9
+        except (FileNotFoundError, ProcessLookupError) as exc:
+            raise ProcessGone(pid) from exc
+        except (OSError, ValueError, IndexError):
+            return None
+    try:
+        tids = os.listdir(f"{proc}/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError) as exc:
+        raise ProcessGone(pid) from exc
+    except OSError:
+        return None
+    total, found = 0, False
+    for tid in tids:
+        try:
+            total, found = total + int(_read(f"{proc}/{pid}/task/{tid}/schedstat", 128)
+                                       .split()[1]), True
+        except (OSError, ValueError, IndexError):
+            continue          # the thread ended since the listing, or an unreadable line
+    return total / 1e9 if found else None
+
+
 def _read(path: str, size: int) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:

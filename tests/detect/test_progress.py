@@ -14,9 +14,10 @@ def agent(marker: int, phase: str = "", phases: tuple = (), rank: int = 0) -> Ag
 
 
 def host(t: float, rank: int = 0, cpu: float = 0.5, io: float = 0.0, children: int = 0,
-         children_cpu: float | None = None, status: str = "sleeping") -> HostSample:
+         children_cpu: float | None = None, status: str = "sleeping", wait: float | None = None,
+         children_wait: float | None = None) -> HostSample:
     return HostSample(t, rank, 100 + rank, t * cpu / 100, 1 << 20, 4, status, 1 << 30, cpu,
-                      children, children_cpu, io)
+                      children, children_cpu, io, wait, children_wait)
 
 
 def stacks(rank: int, function: str, filename: str, line: int, active: bool) -> RankStacks:
@@ -201,6 +202,56 @@ def test_cpu_burnt_by_native_threads_while_python_threads_block_is_not_a_stall(t
     tracker.stack_seen(0, stacks(0, "main", str(source), 2, active=False), 1.0)
     assert run(tracker, 10, start=2, r0={"cpu": 41.0}) == []
     assert tracker.work()[0].reason == "CPU busy in native code while its Python threads wait"
+
+
+# Ranks on an oversubscribed core (measured here, 2 ranks among 16 spinners on one CPU): one in a
+# matmul loop used 4-6 % of a core and waited for it 180-200 % (several threads runnable); one
+# waiting in all_reduce used 0 % and queued 16 % (its threads' wakeups).
+def test_a_rank_starved_of_cpu_in_a_working_frame_is_working(tmp_path):
+    source = tmp_path / "eval.py"
+    source.write_text("def evaluate_retrieval(a, b):\n    return a @ b\n")
+    tracker = ProgressTracker(floor=3)
+    run(tracker, 1, r0={"cpu": 4.0, "wait": 190.0}, r1={"cpu": 6.0, "wait": 185.0})
+    assert tracker.stacks_due(1.0) == [0, 1]             # busy: its stack decides
+    for rank in (0, 1):
+        tracker.stack_seen(rank, stacks(rank, "evaluate_retrieval", str(source), 2, True), 1.0)
+    assert run(tracker, 20, start=2, r0={"cpu": 4.0, "wait": 190.0},
+               r1={"cpu": 6.0, "wait": 185.0}) == []
+    work = tracker.work()[0]
+    assert work.working and work.reason.startswith("runnable, waiting for a CPU 190% (ran 4%) in "
+                                                   "evaluate_retrieval (")
+    assert "cpu 4% (waiting for a CPU 190%)" in work.describe()
+
+
+def test_a_starved_rank_in_a_wait_is_still_idle(tmp_path):
+    # the same core, the rank queued 60 % (far above what a wait's wakeups queue) yet its stack
+    # is in all_reduce: a stall with the others
+    source = tmp_path / "train.py"
+    source.write_text("import torch.distributed as dist\ndef step(t):\n    dist.all_reduce(t)\n")
+    tracker = ProgressTracker(floor=3)
+    run(tracker, 1, r0={"cpu": 2.0, "wait": 60.0}, r1={"cpu": 0.0, "wait": 16.0})
+    assert tracker.stacks_due(1.0) == [0]
+    tracker.stack_seen(0, stacks(0, "all_reduce", "/x/torch/distributed/distributed_c10d.py",
+                                 3, True), 1.0)
+    [stall] = run(tracker, 10, start=2, r0={"cpu": 2.0, "wait": 60.0},
+                  r1={"cpu": 0.0, "wait": 16.0})
+    assert stall.work[0].verdict == "idle" and stall.work[0].reason == (
+        "runnable, waiting for a CPU 60% (ran 2%) while waiting: collective")
+    assert stall.work[1].reason == "no CPU, I/O, GPU or progress"   # 16 %: wakeups, not work
+
+
+def test_wakeups_of_a_waiting_rank_on_a_loaded_node_are_not_busy():
+    tracker = ProgressTracker(floor=3)
+    [stall] = run(tracker, 10, r0={"cpu": 0.0, "wait": 16.0}, r1={"cpu": 1.0, "wait": 30.0})
+    assert tracker.stacks_due(10.0) == []                 # no stack needed to call them idle
+    assert {w.verdict for w in stall.work.values()} == {"idle"}
+
+
+def test_a_rank_waiting_for_its_starved_worker_processes_is_working():
+    tracker = ProgressTracker(floor=3)
+    assert run(tracker, 20, r0={"children": 2, "children_cpu": 4.0,
+                                "children_wait": 170.0}) == []
+    assert tracker.work()[0].reason == ("2 child process(es) at 4% CPU, waiting for a CPU 170%")
 
 
 def test_ranks_waiting_for_a_rank_working_on_another_node_are_not_stalled():

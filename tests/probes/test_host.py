@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -122,3 +123,46 @@ def test_a_pid_taken_by_a_new_process_is_a_new_process():
     assert sample.cpu_seconds == 1.0 and sample.cpu_percent is None
     [sample] = probe.sample(12.0, ranks, {}, _table(1.5, start_ticks=900))
     assert sample.cpu_percent == 50.0
+
+
+STARVED_RANK = """
+import subprocess, sys, threading
+child = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a preprocessing worker
+def train_loop():                    # the work runs on a thread of its own (as Ray Train's)
+    while True:
+        sum(range(1000))
+print(child.pid, flush=True)
+worker = threading.Thread(target=train_loop)
+worker.start()
+worker.join()
+"""
+
+
+def test_a_rank_starved_of_cpu_shows_the_cpu_it_waited_for(tmp_path):
+    # GIVEN a rank working on a second thread, with a worker process, both squeezed onto one CPU
+    # with 16 spinning processes; and an idle rank beside it
+    from load import starved
+    rank = subprocess.Popen([sys.executable, "-c", STARVED_RANK], stdout=subprocess.PIPE,
+                            text=True)
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        child = int(rank.stdout.readline())
+        ranks = [RankProcess(0, rank.pid, 0, ()), RankProcess(1, idle.pid, 1, ())]
+        parents = {rank.pid: os.getpid(), idle.pid: os.getpid(), child: rank.pid}
+        with starved(rank.pid):
+            time.sleep(0.5)
+            probe = HostProbe()
+            probe.sample(time.time(), ranks, parents)
+            time.sleep(1.0)
+            busy, quiet = probe.sample(time.time(), ranks, parents)
+        # THEN the rank used little CPU and waited for it most of the time, on its working
+        # thread; its worker too; the idle rank waited for nothing
+        assert busy.cpu_percent < 25 and busy.cpu_wait_percent > 60, busy
+        assert busy.children_cpu_percent < 25 and busy.children_cpu_wait_percent > 60, busy
+        assert quiet.cpu_wait_percent is not None and quiet.cpu_wait_percent < 5, quiet
+    finally:
+        for proc in (rank, idle):
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(OSError):
+            os.kill(child, 9)
