@@ -317,8 +317,10 @@ class Numbers:
     with ranks 0..N-1: a process keeps the number it was first given; a new one takes its rank
     when no live process of another slot holds that number, else the lowest free number. A
     process claiming the slot (world, rank) a live numbered process already holds is no second
-    rank. A number is free again once its process is gone (an elastic restart's new process of
-    the same rank takes it back)."""
+    rank. A number is free again once its process is gone from the process table (an elastic
+    restart's new process of the same rank takes it back); a process that exited and is not yet
+    reaped (a zombie, whose agent still claims its rank) keeps it: two worlds' ranks ending at
+    once must not take each other's numbers."""
 
     def __init__(self) -> None:
         self._numbers: dict[tuple[int, int], int] = {}   # (pid, start) -> number
@@ -327,9 +329,9 @@ class Numbers:
     def number(self, ranks: list[RankProcess], table: ProcessTable) -> list[RankProcess]:
         # the process, whatever it runs: Ray's workers exec and retitle themselves as they go
         ident = {r.pid: _process(table.procs[r.pid]) for r in ranks}
-        alive = {_process(info) for info in table.procs.values() if not info.dead}
-        # a process keeps its number while it lives, also through a tick it is no rank in
-        self._numbers = {i: n for i, n in self._numbers.items() if i in alive}
+        present = {_process(info) for info in table.procs.values()}
+        # a process keeps its number until it is reaped, also through a tick it is no rank in
+        self._numbers = {i: n for i, n in self._numbers.items() if i in present}
         holders = {n: i for i, n in self._numbers.items()}
         slots = {(r.world, r.rank): ident[r.pid] for r in ranks if ident[r.pid] in self._numbers}
         out = []

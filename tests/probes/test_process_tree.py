@@ -404,6 +404,35 @@ def test_a_world_whose_ranks_claim_late_keeps_the_numbers_its_processes_had(tmp_
         _kill(root)
 
 
+def test_ranks_of_two_worlds_ending_together_keep_their_numbers(tmp_path):
+    from stalldoc.model import RankClaim
+    # GIVEN verl's two groups, actors 0..2 and rollout 0..1, numbered 0..4
+    spec = ("driver", [], {}, [_leaf(n) for n in ("actor0", "actor1", "actor2", "rollout0",
+                                                  "rollout1")])
+    root, pids = _tree_of(tmp_path, spec)
+    try:
+        finder = RankFinder()
+        actor = {f"actor{r}": RankClaim("process group", r, None, 3, "127.0.0.1:30001")
+                 for r in range(3)}
+        rollout = {f"rollout{r}": RankClaim("process group", r, None, 2, "127.0.0.1:30002")
+                   for r in range(2)}
+        numbered = [r[:2] for r in _ranks_of(root, pids, {**actor, **rollout}, finder)]
+        assert numbered == [(0, "actor0"), (1, "actor1"), (2, "actor2"), (3, "rollout0"),
+                            (4, "rollout1")]
+        # WHEN at the driver's shutdown actor 1 and rollout 1 exit and are not reaped yet
+        # (zombies): actor 1's agent file is gone already, rollout 1's still claims its rank
+        for name in ("actor1", "rollout1"):
+            psutil.Process(pids[name]).kill()
+        _wait_gone(pids["actor1"], pids["rollout1"])
+        del actor["actor1"]
+        ranks = _ranks_of(root, pids, {**actor, **rollout}, finder)
+        # THEN rollout 1 is still number 4, not the number actor 1 left
+        assert [r[:2] for r in ranks] == [(0, "actor0"), (2, "actor2"), (3, "rollout0"),
+                                          (4, "rollout1")]
+    finally:
+        _kill(root)
+
+
 def test_a_rank_child_that_inherited_its_rank_is_its_worker_through_a_shell(tmp_path):
     from stalldoc.model import RankClaim
     # GIVEN a rank (RANK=1 at start, then its group) whose reward server runs under `sh -c`,

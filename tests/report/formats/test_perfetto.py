@@ -168,7 +168,10 @@ def test_devtools_reads_the_demo_trace(demo):
     chains = {tuple(sorted(pid for pid, *_ in f)): {name for *_, name in f} for f in seen["flows"]}
     assert chains and all(len(n) == 1 and next(iter(n)).startswith("all_reduce #") for n in
                           chains.values())
-    assert (1, 2, 3) in chains and (1, 3) in chains           # the hung call: ranks 0 and 2
+    # the hung call: ranks 0 and 2 (should it fail: every collective slice, and every flow)
+    calls = sorted((e["pid"], e["tid"], e["name"], e["ts"], e["dur"]) for e in by_phase(trace, "X")
+                   if e["cat"] == "collective")
+    assert (1, 2, 3) in chains and (1, 3) in chains, (calls, seen["flows"])
 
 
 # ----- two nodes merged ------------------------------------------------------------------------
