@@ -152,9 +152,6 @@ def two_worlds(ray_env: dict[str, str], **extra: str) -> tuple[dict[str, str], d
     return env, ports
 
 
-@pytest.mark.xfail(reason="open defect (issue 27): a worker that left its group and then exits "
-                          "1 at the driver's shutdown is judged a dead rank (SD103) when its status "
-                          "is seen (a race with the raylet reaping it)", strict=False)
 @LOADS
 def test_two_worlds_healthy_every_rank_of_both(tmp_path: Path, ray_env: dict[str, str],
                                                loaded: bool) -> None:
@@ -164,8 +161,15 @@ def test_two_worlds_healthy_every_rank_of_both(tmp_path: Path, ray_env: dict[str
                             EXIT_1_AT_SHUTDOWN="1")
     result = run(tmp_path, "ray_two_worlds.py", env, loaded, "--on-stall", "kill")
     ranks = assert_healthy(result, 5)
-    # THEN each (world, rank) is there once, under its own number; their exit is no failure
-    assert {r["exit_source"] for r in ranks if r["exit_code"] == 1} <= {"driver shutdown"}
+    # THEN each (world, rank) is there once, under its own number; their exit is no failure:
+    # a status 1 seen (it races the raylet reaping the worker) is a rank that ended after
+    # leaving its world (SD115, a warning), never a dead rank
+    findings = result.report()["findings"]
+    assert [f["summary"] for f in findings if f["code"] == "SD103"] == []
+    ended_1 = {r["rank"] for r in ranks if r["exit_code"] == 1}
+    left = {rank for f in findings if f["code"] == "SD115" for rank in f["ranks"]}
+    assert ended_1 == left and all("exited with status 1 after destroy_process_group" in
+                                   f["summary"] for f in findings if f["code"] == "SD115")
     assert sorted((r["world"], r["world_rank"]) for r in ranks) == sorted(
         [(ports["actor"], n) for n in range(2)] + [(ports["rollout"], n) for n in range(3)])
 

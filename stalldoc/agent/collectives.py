@@ -194,11 +194,14 @@ def wrap_teardown(fn: Callable[..., Any]) -> Callable[..., Any]:
         whole = agent is not None and (group is None or (_world and group is _world[0]()))
         if whole:
             agent.guard(agent.teardown, True)
+        done = False
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            done = True
+            return result
         finally:
             if whole:
-                agent.guard(agent.teardown, False)
+                agent.guard(agent.teardown, False, done)
 
     functools.update_wrapper(wrapper, fn)
     wrapper.__stalldoc_wrapped__ = True  # type: ignore[attr-defined]

@@ -97,10 +97,13 @@ class Agent:
 
     def claim(self, claim: identity.Claim) -> None:
         """Publish which rank this process is (``agent/identity.py``); one made from the
-        process group replaces one from the environment, not the other way round."""
+        process group replaces one from the environment, not the other way round. A rank that
+        had left its world and joins one again runs again."""
         if claim[0] and claim[0] >= self.claimed:
             self.claimed = claim[0]
             self.state.claim(*claim)
+        if claim[0] == statefile.SOURCE_GROUP and self.status == statefile.STATUS_LEFT:
+            self.set_status(statefile.STATUS_RUNNING)
 
     def _beat(self) -> None:
         beats = 0
@@ -227,13 +230,15 @@ class Agent:
         self.status = status
         self.state.status(status)
 
-    def teardown(self, inside: bool) -> None:
+    def teardown(self, inside: bool, done: bool = False) -> None:
         """The job entered (``inside``) or left ``destroy_process_group()`` of every group:
-        a crash in between is one in torch's teardown, after the distributed work."""
-        if inside and self.status == statefile.STATUS_RUNNING:
+        a crash in between is one in torch's teardown, after the distributed work. Left with
+        the call ``done`` (it returned), the rank has left its world: its distributed work is
+        over (``STATUS_LEFT``); a call that raised leaves it running."""
+        if inside and self.status in (statefile.STATUS_RUNNING, statefile.STATUS_LEFT):
             self.set_status(statefile.STATUS_TEARDOWN)
         elif not inside and self.status == statefile.STATUS_TEARDOWN:
-            self.set_status(statefile.STATUS_RUNNING)
+            self.set_status(statefile.STATUS_LEFT if done else statefile.STATUS_RUNNING)
 
     def _chain_excepthook(self) -> None:
         previous = sys.excepthook

@@ -56,6 +56,7 @@ STATUS_EXITED = 1
 STATUS_EXCEPTION = 2
 STATUS_DISABLED = 3
 STATUS_TEARDOWN = 4    # inside the job's destroy_process_group() of every group (version 4 too)
+STATUS_LEFT = 5        # destroy_process_group() of every group returned: the rank left its world
 
 _HEADER = struct.Struct("<4sHHIiiiddQdi")
 _TEXT_LEN = struct.Struct("<H")

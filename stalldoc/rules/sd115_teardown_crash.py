@@ -4,7 +4,7 @@ from __future__ import annotations
 import signal
 from typing import Iterator
 
-from stalldoc.agent.statefile import STATUS_TEARDOWN
+from stalldoc.agent.statefile import STATUS_LEFT, STATUS_TEARDOWN
 from stalldoc.analysis.teardown import WHERE, Teardown, teardowns
 from stalldoc.model import Finding, RankExit, Severity, Window
 from stalldoc.rules.base import Rule, join_ranks, signal_name
@@ -23,6 +23,15 @@ _ABORT_FIX = ("The training steps had completed. The abort is torch's own exit r
               "`os._exit(0)`.")
 _DESTROY_NOTE = (" It crashed inside `destroy_process_group()`: check that what the script does "
                  "after it (a final save) ran.")
+_AFTER_NOTE = (" It died after `destroy_process_group()` had returned: check that what the "
+               "script does after it (a final save) ran.")
+_LEFT_FIX = ("The rank had left its process group (`destroy_process_group()` returned) with its "
+             "work done, then ended with this status without running Python's exit handlers "
+             "(`os._exit`, a C-level `_exit`): Ray ends its workers that way when their driver "
+             "shuts down, and a launcher may end a rank so. Nothing of the training failed; if "
+             "the job's own exit status is 0, nothing failed at all. A status the script means "
+             "to report goes through `sys.exit(N)`, which runs the exit handlers and is then a "
+             "dead rank (SD103).")
 
 
 class TeardownCrash(Rule):
@@ -34,7 +43,10 @@ class TeardownCrash(Rule):
         with no uncaught exception and no collective left unfinished, says that, at warning
         level, instead of a dead rank (SD103): which ranks, the signal, where in the teardown,
         the phases and collectives they had completed, and the ranks ended after it. For
-        SIGABRT it names torch's known exit race. The job's exit status is left as it is. A
+        SIGABRT it names torch's known exit race. So for a rank that had left its process group
+        (``destroy_process_group()`` returned) and then ended with a non-zero status without
+        Python's exit handlers (``os._exit``): a Ray worker ended as its driver shuts down.
+        The job's exit status is left as it is. A
         rank that chose to leave with ``sys.exit(N)`` and then crashed at exit looks the same:
         the status N it meant is lost to the signal, and nothing in the process keeps it.
 
@@ -83,8 +95,9 @@ class TeardownCrash(Rule):
         after = sorted((e for e in window.exits if e.t >= first.exit.t and e.rank not in ranks
                         and e.exit_code != 0), key=lambda e: e.t)
         aborted = first.exit.signal == signal.SIGABRT
-        fix = (_ABORT_FIX if aborted else self.fix) + (
-            _DESTROY_NOTE if aborted and first.where == WHERE[STATUS_TEARDOWN] else "")
+        fix = (_ABORT_FIX if aborted else _LEFT_FIX if not first.exit.signal else self.fix) + (
+            _DESTROY_NOTE if aborted and first.where == WHERE[STATUS_TEARDOWN] else
+            _AFTER_NOTE if first.exit.signal and first.where == WHERE[STATUS_LEFT] else "")
         yield self.finding(sorted(ranks), self._summary(crashed, after, done, aborted),
                            self._evidence(crashed, after, done, aborted), fix)
 
@@ -94,17 +107,16 @@ class TeardownCrash(Rule):
         first = crashed[0]
         work = (f"{first.phases_completed} phases and " if first.phases_completed else "")
         work += f"{max(first.collectives_completed, first.c10d_issued)} collectives"
-        text = (f"{join_ranks(t.exit.rank for t in crashed)} killed by "
-                f"{signal_name(first.exit.signal)} at {first.where}, after the work was done "
-                f"(rank {first.exit.rank}, pid {first.exit.pid}: {work} behind it, none "
-                "pending)")
+        text = (f"{join_ranks(t.exit.rank for t in crashed)} {_how(first.exit, first.where)}, "
+                f"after the work was done (rank {first.exit.rank}, pid {first.exit.pid}: {work} "
+                "behind it, none pending)")
         if aborted:
             text += f": torch's own exit race ({UPSTREAM}), not a training failure"
         where = {t.exit.rank: t.where for t in done}
         for exit in after:
             text += (f"; rank {exit.rank} ended after it ({signal_name(exit.signal)}"
                      if exit.signal else f"; rank {exit.rank} ended after it (status "
-                     f"{exit.exit_code}") + (f", at {where[exit.rank]})" if exit.rank in where
+                     f"{exit.exit_code}") + (f", {_at(where[exit.rank])})" if exit.rank in where
                                             else ")")
         return text + "; the job's exit status is the launcher's answer to it"
 
@@ -124,3 +136,16 @@ class TeardownCrash(Rule):
                 "ended_after_detail": {str(e.rank): {
                     "pid": e.pid, "signal": e.signal, "exit_code": e.exit_code,
                     "where": where.get(e.rank, "")} for e in after}}
+
+
+def _at(where: str) -> str:
+    """'at interpreter exit', 'after destroy_process_group'."""
+    return where if where.startswith("after ") else f"at {where}"
+
+
+def _how(exit: RankExit, where: str) -> str:
+    """'killed by SIGABRT at interpreter exit', 'exited with status 1 after
+    destroy_process_group'."""
+    how = (f"killed by {signal_name(exit.signal)}" if exit.signal
+           else f"exited with status {exit.exit_code}")
+    return f"{how} {_at(where)}"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import signal
 
 from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord, GroupState
-from stalldoc.agent.statefile import (STATUS_EXCEPTION, STATUS_EXITED, STATUS_RUNNING,
-                                      STATUS_TEARDOWN)
+from stalldoc.agent.statefile import (STATUS_EXCEPTION, STATUS_EXITED, STATUS_LEFT,
+                                      STATUS_RUNNING, STATUS_TEARDOWN)
 from stalldoc.model import RankExit, RankProcess, Severity, Window
 from stalldoc.rules import run_rules
 
@@ -99,3 +99,32 @@ def test_sd103_good_a_failure_first_stays_the_culprit_before_a_teardown_crash():
 def test_an_exit_zero_is_neither():
     exits = (RankExit(0, 100, NOW, 0, None, "relay"),)
     assert codes(run_rules(window(exits, {0: agent(0, STATUS_EXITED)}), "exit")) == []
+
+
+def test_sd115_bad_a_ray_worker_ended_with_status_1_after_leaving_its_group():
+    # verl's workers: each called destroy_process_group() (it returned), then Ray ended the
+    # process with status 1 (a C-level _exit, no exit handlers) as the driver shut down
+    exits = (RankExit(0, 100, NOW, 1, None, "proc"), RankExit(1, 101, NOW + 0.2, 1, None, "proc"))
+    found = run_rules(window(exits, {0: agent(0, STATUS_LEFT), 1: agent(1, STATUS_LEFT)}),
+                      "exit")
+    assert codes(found) == [("SD115", Severity.WARNING, (0, 1))]
+    [left] = [f for f in found if f.code == "SD115"]
+    assert left.summary.startswith("ranks 0,1 exited with status 1 after destroy_process_group, "
+                                   "after the work was done (rank 0, pid 100: 6 phases and 23 "
+                                   "collectives behind it, none pending)"), left.summary
+    assert "Ray ends its workers that way" in left.fix and "SIGABRT" not in left.fix
+    assert left.evidence["ranks"]["1"] == {**left.evidence["ranks"]["1"], "exit_code": 1,
+                                           "signal": None, "where": "after destroy_process_group"}
+
+
+def test_sd103_good_for_sd115_a_status_without_leaving_the_group_or_by_sys_exit_is_a_death():
+    # status 1 while running (training failed), or with the exit handlers run (sys.exit(1),
+    # the status the script chose): dead ranks, critical, as before
+    for status in (STATUS_RUNNING, STATUS_EXITED, STATUS_TEARDOWN):
+        exits = (RankExit(0, 100, NOW, 1, None, "proc"),)
+        assert codes(run_rules(window(exits, {0: agent(0, status)}), "exit")) == [
+            ("SD103", Severity.CRITICAL, (0,))], status
+    # left its group, yet a collective of its rings never completed: not after its work
+    exits = (RankExit(0, 100, NOW, 1, None, "proc"),)
+    assert codes(run_rules(window(exits, {0: agent(0, STATUS_LEFT, pending=True)}), "exit")) == [
+        ("SD103", Severity.CRITICAL, (0,))]
