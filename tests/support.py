@@ -409,3 +409,14 @@ def attach(run_dir: Path, *args: str, timeout: float = 120,
                           capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
     return Result(proc.returncode, proc.stderr, run_dir, proc.stdout)
+
+
+def why_no_schedstat() -> str:
+    """Why the kernel's run-queue delay cannot be read here ('' when it can): a kernel without
+    CONFIG_SCHED_INFO has no /proc/PID/schedstat, and stalldoc then sees CPU only."""
+    try:
+        with open("/proc/self/schedstat", encoding="ascii") as fh:
+            int(fh.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return "this kernel keeps no run-queue delay (/proc/PID/schedstat)"
+    return ""

@@ -23,7 +23,7 @@ from typing import Iterator
 import pytest
 
 from load import cpu_burner, silent_server, slow_reader, slow_writer, starved
-from support import STALL_TIMEOUT, Result, start_watch, torchrun, wait_for_line
+from support import STALL_TIMEOUT, Result, start_watch, torchrun, wait_for_line, why_no_schedstat
 
 pytestmark = pytest.mark.timeout(240) if hasattr(pytest.mark, "timeout") else []
 
@@ -281,6 +281,7 @@ def starved_samples(run_dir: Path) -> dict[int, int]:
     return dict(rows)
 
 
+@pytest.mark.skipif(bool(why_no_schedstat()), reason=why_no_schedstat())
 @pytest.mark.parametrize("kind,nproc", [("matmul_loop", 2), ("long_forward", 3)])
 def test_ranks_starved_of_cpu_mid_phase_are_slow_never_stalled(tmp_path, kind, nproc):
     # GIVEN a healthy job whose node is oversubscribed from the start of its long phase on: its

@@ -6,9 +6,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from stalldoc.model import RankProcess
 from stalldoc.probes.host import HostProbe
 from stalldoc.probes.proc_table import ProcInfo, ProcessTable
+from support import why_no_schedstat
 
 
 def test_live_rank_sampled_with_cpu_percent_and_zombie_left_out():
@@ -138,6 +141,7 @@ worker.join()
 """
 
 
+@pytest.mark.skipif(bool(why_no_schedstat()), reason=why_no_schedstat())
 def test_a_rank_starved_of_cpu_shows_the_cpu_it_waited_for(tmp_path):
     # GIVEN a rank working on a second thread, with a worker process, both squeezed onto one CPU
     # with 16 spinning processes; and an idle rank beside it
