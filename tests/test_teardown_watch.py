@@ -7,6 +7,7 @@ the torch fact SD115's fix rests on, and that under watch no more is left than w
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -55,7 +56,11 @@ def test_an_abort_in_the_middle_of_training_is_still_a_dead_rank(run_watch):
 
 
 def gloo_threads_left(lines: str) -> list[str]:
-    return sorted(line for line in lines.splitlines() if "gloo threads" in line)
+    """Each rank's "rank N gloo threads: ..." line, also where two ranks' lines ran into each
+    other (unbuffered output: a line and its newline are two writes, another rank's between)."""
+    found = re.findall(r"rank \d+ gloo threads: (?:none|[a-z_]+?(?:,[a-z_]+?)*)"
+                       r"(?=rank \d+ gloo threads:|\s|$)", lines)
+    return sorted(found)
 
 
 NONE_LEFT = ["rank 0 gloo threads: none", "rank 1 gloo threads: none"]
