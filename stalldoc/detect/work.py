@@ -5,8 +5,9 @@ the job logs a progress line), when it or its descendants read or write bytes, w
 descendants burn CPU, or when it burns CPU (or its GPU is busy) in a stack that is working rather
 than waiting. CPU spent spinning inside a wait is not work. A process that spent most of the
 time runnable but waiting for a CPU wanted that CPU: on an oversubscribed node a rank importing
-torch may get 4% of a core and be working all the same (its stack decides, as for CPU it got). A busy rank whose stack has not been
-classified yet is "pending": it is never taken for stuck, but it does not end a stall either.
+torch may get 4% of a core and be working all the same (its stack decides, as for CPU it got).
+A busy rank whose stack has not been classified yet is "pending": it is never taken for stuck,
+but it does not end a stall either.
 """
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def verdict(signals: Signals, stack: StackKind | None) -> tuple[str, str, str]:
     if not signals.busy:
         return IDLE, "quiet", "no CPU, I/O, GPU or progress"
     what = ("GPU busy" if (signals.gpu_util or 0) >= GPU_BUSY_UTIL
-            else _starved(signals.host) if signals.starved else "CPU busy")
+            else _starved(host) if host is not None and signals.starved else "CPU busy")
     if stack is None or not stack.kind:
         return PENDING, "unclassified", f"{what}, stack not classified yet"
     if stack.working:
@@ -130,9 +131,7 @@ def _children_reason(host: HostSample) -> str:
             f"CPU{waited}")
 
 
-def _starved(host: HostSample | None) -> str:
+def _starved(host: HostSample) -> str:
     """A rank that wanted CPU and did not get it, in words."""
-    if host is None:
-        return "CPU busy"
     return (f"runnable, waiting for a CPU {host.cpu_wait_percent or 0.0:.0f}% "
             f"(ran {host.cpu_percent or 0.0:.0f}%)")

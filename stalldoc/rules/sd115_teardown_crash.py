@@ -46,9 +46,9 @@ class TeardownCrash(Rule):
         SIGABRT it names torch's known exit race. So for a rank that had left its process group
         (``destroy_process_group()`` returned) and then ended with a non-zero status without
         Python's exit handlers (``os._exit``): a Ray worker ended as its driver shuts down.
-        The job's exit status is left as it is. A
-        rank that chose to leave with ``sys.exit(N)`` and then crashed at exit looks the same:
-        the status N it meant is lost to the signal, and nothing in the process keeps it.
+        The job's exit status is left as it is. A rank that chose to leave with
+        ``sys.exit(N)`` and then crashed at exit looks the same: the status N it meant is lost
+        to the signal, and nothing in the process keeps it.
 
     Why is this bad?
         The training finished, but the job's exit status says it failed (torchrun reports the
