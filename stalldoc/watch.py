@@ -417,6 +417,8 @@ class Watcher:
 
     # ----- stalls -----------------------------------------------------------------------------
     def _check_stall(self, now: float, agents: dict) -> None:
+        if self.ending:   # what its ranks do as they are ended is no progress, nor a stall
+            return
         started, ended = self.tracker.check(now, *self.cluster.elsewhere(now))
         if ended is not None:
             self.store.save_stall(ended)
@@ -534,6 +536,8 @@ class Watcher:
             self._window(now, agents, self.tracker.episode, self.stall_stacks),
             flight=self.stall_flight)
         self.logs.take_unread()
+        if self.ending and not final:
+            return   # the ranks are being ended: their last moments are no new findings
         findings = run_rules(window, "tick")
         if final:
             findings = [f for f in findings if f.code in STICKY]

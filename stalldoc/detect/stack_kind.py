@@ -54,6 +54,7 @@ _OWN = os.sep + os.path.join("stalldoc", "agent") + os.sep
 _LIBRARY_DIRS = tuple({os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"],
                                                      sysconfig.get_paths()["purelib"],
                                                      sysconfig.get_paths()["platlib"])})
+_IMPORTLIB = "<frozen importlib."
 _LIBRARY_MARKERS = ("site-packages", "dist-packages", f"{os.sep}lib{os.sep}python3")
 # (file pattern, function names or None for any) -> what the thread waits on; "multiprocess" is
 # the dill-based fork that HF datasets uses
@@ -116,9 +117,11 @@ def _is_own(thread: ThreadStack) -> bool:
     return outer is not None and _OWN in outer.filename
 
 
-def frame_wait(frame: Frame) -> str:
-    """What ``frame`` waits on when a thread sits in it ('' when it is not a waiting call)."""
-    if any(m in frame.filename for m in COLLECTIVE_FILES):
+def frame_wait(frame: Frame, collective: bool = True) -> str:
+    """What ``frame`` waits on when a thread sits in it ('' when it is not a waiting call).
+    ``collective=False``: torch.distributed's files are no collective (their module and class
+    bodies run while torch.distributed is imported)."""
+    if collective and any(m in frame.filename for m in COLLECTIVE_FILES):
         return "collective"
     for pattern, names, why in _WAIT_FILES:
         if (names is None or frame.function in names) and pattern.search(frame.filename):
@@ -144,16 +147,28 @@ def thread_wait(thread: ThreadStack, use_active: bool = True) -> str:
     out up to the first frame of the user's own code; the innermost frame's source line tells a
     C call that waits (``time.sleep``, ``.item()``). A thread py-spy saw idle (blocked in the
     kernel) waits even in a frame we do not know; stacks without that flag (faulthandler) are
-    read from their frames alone (``use_active=False``)."""
+    read from their frames alone (``use_active=False``). A thread that imports works
+    (torch.distributed's own module bodies run then, no collective), unless it waits for the
+    import lock, or a call of the module's body waits."""
     if not thread.frames:
         return "no python frames"
-    for index, frame in enumerate(thread.frames):
-        why = frame_wait(frame) or (line_wait(frame) if index == 0 else "")
+    walk = _walk(thread.frames)
+    importing = any(f.filename.startswith(_IMPORTLIB) for f in walk)
+    for index, frame in enumerate(walk):
+        if frame.filename.startswith(_IMPORTLIB):
+            if frame.function.rsplit(".", 1)[-1] == "acquire":
+                return "lock"   # the import lock: another thread imports that module
+            break   # an import runs (finds, reads, compiles or executes a module)
+        why = frame_wait(frame, not importing) or (line_wait(frame) if index == 0 else "")
         if why:
             return why
-        if not is_library(frame.filename):
-            break
     return "" if thread.active or not use_active else "blocked"
+
+
+def _walk(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """The innermost frames up to and with the first of the user's own code."""
+    user = next((i for i, f in enumerate(frames) if not is_library(f.filename)), len(frames))
+    return frames[:user + 1]
 
 
 def _user_frame(thread: ThreadStack) -> Frame | None:

@@ -168,3 +168,102 @@ def test_a_threaded_actor_working_on_a_pool_thread_is_working():
             Frame("_worker", "/usr/lib/python3.11/concurrent/futures/thread.py", 83))
     kind = classify(_ray(ThreadStack(4260, "ThreadPoolExecutor-0_0", True, True, busy)))
     assert kind.kind == "working" and kind.frame.function == "tokenize"
+
+
+# A rank that imports torch.distributed's modules (a Ray worker's first ``SGD(...)`` imports
+# torch._dynamo and FSDP lazily; on a loaded node that takes tens of seconds): their module and
+# class bodies run in torch/distributed/ files, which is importing, not waiting in a collective.
+# ``importlib.reload`` runs one such body again and again in a real process.
+RELOADING = (
+    "import importlib, time\n"
+    "import torch.distributed.elastic.rendezvous.dynamic_rendezvous as rendezvous\n"
+    "import torch.distributed.checkpoint.metadata as metadata\n"
+    "def build_optimizer():\n"
+    "    end = time.time() + 60\n"
+    "    while time.time() < end:\n"
+    "        importlib.reload(rendezvous)\n"
+    "        importlib.reload(metadata)\n"
+    "print('ready', flush=True)\n"
+    "build_optimizer()\n")
+
+
+def _samples(script: Path, count: int, ready: bool = False) -> list[RankStacks]:
+    """``count`` real py-spy samples of ``script`` (after its 'ready' line when ``ready``)."""
+    proc = subprocess.Popen([sys.executable, str(script)], start_new_session=True,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        if ready:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5 if ready else 1.0)   # into the call that follows its 'ready' line
+        probe, samples = StackProbe(None), []
+        while len(samples) < count:
+            # paused for the read: a non-blocking read of a stack this quick to change may
+            # mix two moments
+            samples.append(probe.capture(RankProcess(0, proc.pid, 0, ()), stopped=False,
+                                         nonblocking=False))
+        return samples
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_rank_importing_torch_distributed_is_working(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "load_model.py"
+    script.write_text(RELOADING)
+    samples = _samples(script, 30, ready=True)
+    inside = [s for s in samples if any("torch/distributed/" in f.filename
+                                        and s.main.frames.index(f) < _import_at(s.main)
+                                        for f in s.main.frames)]
+    # THEN every sample is working, in the job's own function, also those whose innermost
+    # frames run torch.distributed's module bodies (what was taken for a collective)
+    assert len(inside) >= 10, [s.main.frames[:3] for s in samples]
+    kinds = [classify(s) for s in samples]
+    assert {k.kind for k in kinds} == {WORKING}, [(k.kind, s.main.frames[:3])
+                                                  for k, s in zip(kinds, samples)]
+    # (dataclasses' generated methods run as exec'd code, "<string>": no library file)
+    assert {k.frame.function for k in kinds
+            if k.frame and k.frame.filename != "<string>"} == {"build_optimizer"}
+
+
+def _import_at(thread: ThreadStack) -> int:
+    """Index of the innermost importlib frame (len(frames): none)."""
+    return next((i for i, f in enumerate(thread.frames)
+                 if f.filename.startswith("<frozen importlib")), len(thread.frames))
+
+
+IMPORT_LOCK = {
+    # the main thread waits for the import lock of a module that another thread is importing;
+    # its body computes: the rank works, in that body
+    "module_body_computes": ("import time\n"
+                             "end = time.time() + 60; x = 0\n"
+                             "while time.time() < end: x = (x * 31 + 7) % 1000003\n",
+                             WORKING, "<module>"),
+    # ... its body waits on a server: the rank waits, where the main thread waits
+    "module_body_waits": ("import socket\n"
+                          "a, b = socket.socketpair()\n"
+                          "a.recv(4096)\n", "waiting: lock", "load_tokenizer"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IMPORT_LOCK))
+def test_waiting_for_another_threads_import(tmp_path, name):
+    body, expected, function = IMPORT_LOCK[name]
+    (tmp_path / "vocab_table.py").write_text(body)
+    script = tmp_path / "tokenizer_job.py"
+    script.write_text(textwrap.dedent(f"""\
+        import sys, threading, time
+        sys.path.insert(0, {str(tmp_path)!r})
+        def prefetch():
+            import vocab_table
+        threading.Thread(target=prefetch, daemon=True).start()
+        time.sleep(0.3)
+        def load_tokenizer():
+            import vocab_table
+        print('ready', flush=True)
+        load_tokenizer()
+        """))
+    [stacks] = _samples(script, 1, ready=True)
+    kind = classify(stacks)
+    assert kind.kind == expected, stacks
+    assert kind.frame is not None and kind.frame.function == function, kind
