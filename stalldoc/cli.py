@@ -284,6 +284,34 @@ def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, ti
     sys.exit(1 if failed(checks.findings, strict) else 0)
 
 
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.option("--run-dir", type=click.Path(), default=None, callback=_run_dir,
+              help="The --run-dir you will give watch (default: a new one below ./stalldoc-runs).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="The --metrics-port you will give watch: is it free?")
+@click.option("--metrics-addr", default="127.0.0.1", show_default=True,
+              help="The --metrics-addr you will give watch.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="text: one line per check; json: the same for tools.")
+@click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
+def doctor(run_dir: Path | None, metrics_port: int | None, metrics_addr: str, fmt: str,
+           command: tuple[str, ...]) -> None:
+    """Will watch see anything here? Checks py-spy, the agent, NVML, CUDA, the run directory.
+
+    Give the command you will watch after -- : its python is the one asked (the agent loads
+    in it, py-spy reads it, its torch sees CUDA). Nothing of the job runs.
+
+    Example: stalldoc doctor -- torchrun --nproc_per_node 8 train.py
+
+    Each check says ok, warning (it works; something to know), problem (with its fix) or
+    skipped (nothing to check here). Exit 0 when no check found a problem, 1 when one did, 2
+    for a usage error.
+    """
+    from stalldoc.doctor.run import DoctorOptions, doctor as run_doctor
+
+    sys.exit(run_doctor(DoctorOptions(command, run_dir, metrics_port, metrics_addr, fmt)))
+
+
 @main.command("rules")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True,

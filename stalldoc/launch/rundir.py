@@ -279,3 +279,44 @@ def _replace(directory: Path, name: str, make: Callable[[int, str], None]) -> No
         raise
     finally:
         os.close(fd)
+
+
+# ----- the same rules, only read ----------------------------------------------------------------
+def refusal(requested: Path) -> str | None:
+    """Why ``make_private_dir(requested)`` would refuse, found without making or changing
+    anything (``stalldoc doctor``); None when it would not. What does not exist yet would be
+    made (0700) and passes."""
+    target = resolved(requested)
+    uid = os.geteuid()
+    fd = os.open("/", _DIR_FLAGS)
+    try:
+        here = Path("/")
+        for name in ("", *target.parent.parts[1:]):
+            if name:
+                here = here / name
+                try:
+                    below = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    return None
+                except NotADirectoryError:
+                    return f"cannot create run directory {target}: {here} is not a directory"
+                os.close(fd)
+                fd = below
+            why = unsafe_reason(os.fstat(fd), fd, here, uid)
+            if why is not None:
+                return f"unsafe run directory {target}: {why}"
+        return _final_refusal(fd, target, uid)
+    finally:
+        os.close(fd)
+
+
+def _final_refusal(parent: int, target: Path, uid: int) -> str | None:
+    try:
+        st = os.stat(target.name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    try:
+        _check_final(st, target, uid)
+    except StalldocError as exc:
+        return exc.message
+    return f"run directory is not empty: {target}" if _not_empty(parent, target.name) else None
