@@ -5,6 +5,7 @@ measured in the same run, interleaved ``--rounds`` times; each figure is the med
 of the best block of a round, and the ratios are against plain.
 
     python benchmarks/flight_recorder_cost.py [--rounds 5] [--iters 2000]
+    python benchmarks/flight_recorder_cost.py --backend nccl --worlds 1   # on one GPU
 
 Two worlds: 2 ranks (the real figure, but a 2-process gloo round trip on a busy host jitters by
 tens of µs) and 1 rank (no peer to wait for: the recorder's own work per call shows). Each
@@ -31,14 +32,22 @@ from stalldoc.launch.inject import agent_environment  # noqa: E402
 
 LOOP = textwrap.dedent("""
     import os, sys, time, torch, torch.distributed as dist
-    dist.init_process_group("gloo")
-    t = torch.ones(1)
+    backend = os.environ["BENCH_BACKEND"]
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend)
+    t = torch.ones(1, device="cuda" if backend == "nccl" else "cpu")
     iters = int(sys.argv[1])
+    def sync():
+        if backend == "nccl":
+            torch.cuda.synchronize()
     def block():
         dist.barrier()
+        sync()
         t0 = time.perf_counter()
         for _ in range(iters):
             dist.all_reduce(t)
+        sync()
         return (time.perf_counter() - t0) / iters
     for _ in range(300):
         dist.all_reduce(t)
@@ -84,9 +93,10 @@ def environment(config: str, run_dir: Path) -> dict[str, str]:
     return agent_environment(run_dir, base, os.getpid(), flight_recorder=config == "both")
 
 
-def run_pair(config: str, iters: int, run_dir: Path, world: int
+def run_pair(config: str, iters: int, run_dir: Path, world: int, backend: str
              ) -> tuple[float, int, list[float]]:
     env = {**environment(config, run_dir), "PYTHONPATH": str(ROOT), "MASTER_ADDR": "127.0.0.1",
+           "BENCH_BACKEND": backend,
            "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world)}
     procs = [subprocess.Popen([sys.executable, "-c", LOOP, str(iters), str(run_dir)], text=True,
                               env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
@@ -98,7 +108,7 @@ def run_pair(config: str, iters: int, run_dir: Path, world: int
     return float(seconds), int(entries), [float(x) for x in dump_s.split(",")]
 
 
-def measure(world: int, rounds: int, iters: int, tmp: Path) -> None:
+def measure(world: int, rounds: int, iters: int, tmp: Path, backend: str) -> None:
     times: dict[str, list[float]] = {c: [] for c in CONFIGS}
     entries: dict[str, int] = {}
     dumps: list[list[float]] = []
@@ -106,13 +116,13 @@ def measure(world: int, rounds: int, iters: int, tmp: Path) -> None:
         for config in CONFIGS if n % 2 == 0 else reversed(CONFIGS):
             run_dir = tmp / f"{world}-{n}-{config.replace(' ', '-')}"
             run_dir.mkdir()
-            seconds, entries[config], dump_s = run_pair(config, iters, run_dir, world)
+            seconds, entries[config], dump_s = run_pair(config, iters, run_dir, world, backend)
             times[config].append(seconds)
             if dump_s[0]:
                 dumps.append(dump_s)
                 last_dump = run_dir
     med = {c: statistics.median(v) for c, v in times.items()}
-    print(f"\ngloo all_reduce of 1 float, world {world}, {iters} per block, best of 5 blocks, "
+    print(f"\n{backend} all_reduce of 1 float, world {world}, {iters} per block, best of 5 blocks, "
           f"median of {rounds} rounds (interleaved)")
     print(f"{'config':<16} {'us/collective':>14} {'vs plain':>9} {'spread (us)':>14} "
           f"{'FR entries':>10}")
@@ -139,10 +149,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iters", type=int, default=2000)
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                        help="nccl: on GPUs, one per rank (on one GPU: --worlds 1)")
+    parser.add_argument("--worlds", default="1,2", help="world sizes, comma separated")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        for world in (1, 2):
-            measure(world, args.rounds, args.iters, Path(tmp))
+        for world in (int(w) for w in args.worlds.split(",")):
+            measure(world, args.rounds, args.iters, Path(tmp), args.backend)
 
 
 if __name__ == "__main__":

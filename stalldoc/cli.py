@@ -293,9 +293,12 @@ def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, ti
               help="The --metrics-addr you will give watch.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="text: one line per check; json: the same for tools.")
+@click.option("--gpu", is_flag=True,
+              help="Also run short jobs on the GPU under watch (about 3 minutes): CUDA markers, "
+                   "NVML memory, SD203, SD201, SD202, an NCCL Flight Recorder dump.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 def doctor(run_dir: Path | None, metrics_port: int | None, metrics_addr: str, fmt: str,
-           command: tuple[str, ...]) -> None:
+           gpu: bool, command: tuple[str, ...]) -> None:
     """Will watch see anything here? Checks py-spy, the agent, NVML, CUDA, the run directory.
 
     Give the command you will watch after -- : its python is the one asked (the agent loads
@@ -309,7 +312,7 @@ def doctor(run_dir: Path | None, metrics_port: int | None, metrics_addr: str, fm
     """
     from stalldoc.doctor.run import DoctorOptions, doctor as run_doctor
 
-    sys.exit(run_doctor(DoctorOptions(command, run_dir, metrics_port, metrics_addr, fmt)))
+    sys.exit(run_doctor(DoctorOptions(command, run_dir, metrics_port, metrics_addr, fmt, gpu)))
 
 
 @main.command("rules")

@@ -420,3 +420,13 @@ def why_no_schedstat() -> str:
     except (OSError, ValueError, IndexError):
         return "this kernel keeps no run-queue delay (/proc/PID/schedstat)"
     return ""
+
+
+def gpu_present() -> bool:
+    """An NVIDIA GPU and its driver here (NVML answers and counts one)."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetCount() > 0
+    except Exception:  # noqa: BLE001 - any failure: no usable GPU here
+        return False

@@ -30,6 +30,7 @@ class DoctorOptions:
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
     fmt: str = "text"
+    gpu: bool = False               # also the end-to-end cases on the device (doctor.gpu)
 
 
 def run_checks(options: DoctorOptions) -> list[Check]:
@@ -44,6 +45,9 @@ def run_checks(options: DoctorOptions) -> list[Check]:
                check_versions(installed(seen.get("versions", {}), torch_facts)),
                check_flight_recorder(torch_facts),
                check_port(options.metrics_port, options.metrics_addr)]
+    if options.gpu:
+        from stalldoc.doctor.gpu import gpu_checks
+        checks += gpu_checks(target, cuda)
     return checks
 
 

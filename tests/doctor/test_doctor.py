@@ -19,7 +19,7 @@ NAMES = ["command", "py-spy", "agent", "nvml", "cuda", "run-dir", "versions", "f
 
 
 def doctor(*args: str, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None,
-           cwd: Path | None = None, python: str = sys.executable
+           cwd: Path | None = None, python: str = sys.executable, names: list[str] = NAMES
            ) -> tuple[int, dict[str, dict]]:
     """Run `stalldoc doctor --format json ARGS`; (exit code, check name -> check)."""
     proc = subprocess.run([*prefix, python, "-m", "stalldoc", "doctor", "--format", "json",
@@ -27,7 +27,7 @@ def doctor(*args: str, prefix: tuple[str, ...] = (), env: dict[str, str] | None 
                           env={**os.environ, **(env or {})}, cwd=cwd)
     assert proc.stderr == "" or "Traceback" not in proc.stderr, proc.stderr
     document = json.loads(proc.stdout)
-    assert [c["name"] for c in document["checks"]] == NAMES
+    assert [c["name"] for c in document["checks"]] == names
     assert document["ok"] == (proc.returncode == 0)
     return proc.returncode, {c["name"]: c for c in document["checks"]}
 
@@ -171,3 +171,14 @@ def test_a_metrics_port_in_use_is_a_problem(tmp_path):
         assert "in use" in checks["metrics-port"]["summary"]
     code, checks = doctor("--metrics-port", str(port), "--", "python", "t.py", cwd=tmp_path)
     assert checks["metrics-port"]["status"] == "ok"
+
+
+def test_the_gpu_end_to_end_says_why_it_did_not_run_without_a_gpu(tmp_path):
+    from support import gpu_present
+    if gpu_present():
+        pytest.skip("a GPU is here: tests/gpu runs the end-to-end for real")
+    code, checks = doctor("--gpu", "--", "python", "t.py", cwd=tmp_path, names=NAMES + [
+        "gpu-end-to-end"])
+    assert code == 0
+    assert checks["gpu-end-to-end"]["status"] == "skipped"
+    assert "no CUDA device" in checks["gpu-end-to-end"]["summary"]

@@ -10,20 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from support import SCENARIOS, watch
-
-
-def _gpu_present() -> bool:
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        return pynvml.nvmlDeviceGetCount() > 0
-    except Exception:  # noqa: BLE001 - any failure: no usable GPU here
-        return False
+from support import SCENARIOS, gpu_present, watch
 
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not _gpu_present(), reason="needs an NVIDIA GPU and driver")]
+              pytest.mark.skipif(not gpu_present(), reason="needs an NVIDIA GPU and driver")]
 
 
 def test_real_cuda_job_offload_then_hang(tmp_path):
