@@ -40,7 +40,7 @@ def run_checks(options: DoctorOptions) -> list[Check]:
         target = resolve(())
     agent, seen = check_agent(target)
     cuda, torch_facts = check_cuda(target, seen.get("versions", {}))
-    checks += [check_stacks(target), agent, check_nvml(), cuda,
+    checks += [check_stacks(target, agent.status == OK), agent, check_nvml(), cuda,
                check_run_dir(options.run_dir),
                check_versions(installed(seen.get("versions", {}), torch_facts)),
                check_flight_recorder(torch_facts),

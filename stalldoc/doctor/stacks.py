@@ -17,20 +17,25 @@ from stalldoc.probes.pyspy import dump_pyspy, pyspy_binary
 
 CAP_SYS_PTRACE = 19
 SLEEPER = "import sys, time\nprint('up', flush=True)\ntime.sleep(60)\n"
-_FALLBACK = ("watch falls back to faulthandler dumps through the agent (Python frames only, "
-             "and only where the agent loads); attach cannot read stacks at all")
+_FALLBACK = ("watch falls back to faulthandler dumps through the agent (Python frames only); "
+             "attach cannot read stacks at all")
+_NO_STACKS = ("and the agent does not load either (see below): watch will have no stacks at "
+              "all, nor attach")
 
 
 class ChildFailed(RuntimeError):
     """The child to read did not run."""
 
 
-def check_stacks(target: Target) -> Check:
+def check_stacks(target: Target, agent_loads: bool = True) -> Check:
+    """``agent_loads``: whether the agent check found the agent running in the command's python
+    (the faulthandler fallback goes through it)."""
     facts = ptrace_facts()
+    fallback = _FALLBACK if agent_loads else _NO_STACKS
     try:
         binary = pyspy_binary()
     except ProbeUnavailable as exc:
-        return Check("py-spy", PROBLEM, f"{exc}; {_FALLBACK}",
+        return Check("py-spy", PROBLEM, f"{exc}; {fallback}",
                      "pip install py-spy (in the environment stalldoc runs from)", facts)
     facts["py_spy"] = binary
     error = _read_a_child(target.argv, target.env)
@@ -43,7 +48,7 @@ def check_stacks(target: Target) -> Check:
     denied = isinstance(error, PtraceDenied)
     why = denial_reasons(facts) if denied else ""
     summary = (f"py-spy cannot read a child of {target.python[0]}: {error}"
-               + (f" ({why})" if why else "") + f"; {_FALLBACK}")
+               + (f" ({why})" if why else "") + f"; {fallback}")
     return Check("py-spy", PROBLEM, summary, PtraceDenied.HELP_TEXT if denied else
                  "upgrade py-spy (pip install -U py-spy) to one that knows this Python", facts)
 

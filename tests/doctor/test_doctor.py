@@ -182,3 +182,10 @@ def test_the_gpu_end_to_end_says_why_it_did_not_run_without_a_gpu(tmp_path):
     assert code == 0
     assert checks["gpu-end-to-end"]["status"] == "skipped"
     assert "no CUDA device" in checks["gpu-end-to-end"]["summary"]
+
+
+def test_with_ptrace_denied_and_no_agent_there_are_no_stacks_at_all(tmp_path):
+    code, checks = doctor("--", "python", "-I", "train.py",
+                          prefix=(sys.executable, str(SANDBOX)), cwd=tmp_path)
+    assert code == 1 and checks["agent"]["status"] == "problem"
+    assert "watch will have no stacks at all" in checks["py-spy"]["summary"]
