@@ -4,6 +4,7 @@ container) and what ``watch`` does instead (faulthandler dumps through the agent
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from stalldoc.probes import ProbeUnavailable
 from stalldoc.probes.pyspy import dump_pyspy, pyspy_binary
 
 CAP_SYS_PTRACE = 19
+START_TIMEOUT = 60.0   # seconds the child may take to start (a slow file system, a heavy site)
 SLEEPER = "import sys, time\nprint('up', flush=True)\ntime.sleep(60)\n"
 _FALLBACK = ("watch falls back to faulthandler dumps through the agent (Python frames only); "
              "attach cannot read stacks at all")
@@ -63,6 +65,9 @@ def _read_a_child(python: Sequence[str], env: Mapping[str, str]) -> Exception | 
         return ChildFailed(f"it could not start: {exc.strerror or exc}")
     try:
         assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT)
+        if not ready:
+            return ChildFailed(f"it did not start within {START_TIMEOUT:.0f} s")
         if proc.stdout.readline().strip() != "up":
             return ChildFailed("it ended before it could be read")
         time.sleep(0.1)
