@@ -9,9 +9,9 @@ torch; stalldoc never does):
   host blocked in ``synchronize``: SD203.
 - ``offload``: pinned host-to-device copies of 256 MiB with no compute, for OFFLOAD_SECONDS:
   PCIe busy, GPU idle (SD201, from NVML alone: the phase is named ``step``).
-- ``retries``: this process limited to half the GPU, a cache of 64 MiB blocks filled to the
-  limit, freed, then a block that fits no cached one: the allocator frees its cache and retries,
-  again and again (SD202).
+- ``retries``: this process limited to half the GPU, 80 % of that cached in 64 MiB segments,
+  then a block that fits no cached one and no room under the limit for a new one: the allocator
+  frees its cache and retries, again and again (SD202), with no out-of-memory error.
 - ``nccl_flight``: a one-rank NCCL group, a few all_reduces, then a wait that never ends: the
   stall's Flight Recorder dump is read back.
 
@@ -20,6 +20,7 @@ Each prints ``case ready`` once its measured part began, on standard output.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 import time
@@ -90,14 +91,13 @@ def retries() -> None:
     end = time.monotonic() + RETRY_SECONDS
     while time.monotonic() < end:
         with stalldoc.phase("rollout"):
-            cache = []
-            try:
-                while True:
-                    cache.append(torch.empty(block, dtype=torch.uint8, device=device))
-            except torch.cuda.OutOfMemoryError:
-                pass
-            del cache                 # all cached (reserved), none free on the device
-            big = torch.empty(limit // 2, dtype=torch.uint8, device=device)   # fits no block
+            torch.cuda.empty_cache()
+            cache = [torch.empty(block, dtype=torch.uint8, device=device)
+                     for _ in range(int(limit * 0.8) // block)]
+            del cache     # 80 % of the limit cached in 64 MiB segments, none of it free
+            # a block no cached segment holds, and no room under the limit for a new one: the
+            # allocator frees its cache and tries again (num_alloc_retries), then succeeds
+            big = torch.empty(limit // 2, dtype=torch.uint8, device=device)
             del big
         time.sleep(0.2)
 
@@ -105,7 +105,11 @@ def retries() -> None:
 def nccl_flight() -> None:
     import torch.distributed as dist
     device = _device()
-    dist.init_process_group("nccl", rank=0, world_size=1, device_id=device)
+    with socket.socket() as sock:      # a free port for the group's store
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                            world_size=1)
     t = torch.ones(1024, device=device)
     for _ in range(6):
         dist.all_reduce(t)
