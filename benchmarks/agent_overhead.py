@@ -30,7 +30,7 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from stalldoc.launch.inject import agent_environment  # noqa: E402
+from stalldoc.run.inject import agent_environment  # noqa: E402
 
 MICRO = textwrap.dedent("""
     import sys, time, torch, torch.distributed as dist

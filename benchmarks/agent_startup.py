@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from stalldoc.agent.state_reader import read_state  # noqa: E402
-from stalldoc.launch.inject import agent_environment  # noqa: E402
+from stalldoc.run.inject import agent_environment  # noqa: E402
 
 
 def _once(env: dict[str, str]) -> float:

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from stalldoc.analysis.flight_recorder import flight_gaps, read_dumps  # noqa: E402
-from stalldoc.launch.inject import agent_environment  # noqa: E402
+from stalldoc.run.inject import agent_environment  # noqa: E402
 
 LOOP = textwrap.dedent("""
     import os, sys, time, torch, torch.distributed as dist

@@ -25,8 +25,8 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from stalldoc import log_feed  # noqa: E402
-from stalldoc.log_feed import LogFeed  # noqa: E402
+from stalldoc.sidecar import log_feed  # noqa: E402
+from stalldoc.sidecar.log_feed import LogFeed  # noqa: E402
 from stalldoc.model import LogLine  # noqa: E402
 from stalldoc.redact import redact_text  # noqa: E402
 

@@ -47,12 +47,12 @@ from tick_cost import LAUNCHER, RANK, bare_pass, stop_job, timed  # noqa: E402
 
 from stalldoc.agent.statefile import StateWriter, state_path  # noqa: E402
 from stalldoc.attach.link import AttachLink  # noqa: E402
-from stalldoc.launch.job import JobTree  # noqa: E402
-from stalldoc.launch.options import WatchOptions  # noqa: E402
+from stalldoc.run.job import JobTree  # noqa: E402
+from stalldoc.run.options import WatchOptions  # noqa: E402
 from stalldoc.model import RankProcess  # noqa: E402
 from stalldoc.probes.connections import external_peers  # noqa: E402
-from stalldoc.sidecar import RelayLink  # noqa: E402
-from stalldoc.watch import Watcher  # noqa: E402
+from stalldoc.sidecar.link import RelayLink  # noqa: E402
+from stalldoc.sidecar.watcher import Watcher  # noqa: E402
 
 INTERVAL = 1.0   # the watcher's default tick interval
 MESH = r'''

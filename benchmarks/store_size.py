@@ -31,7 +31,7 @@ from stalldoc.agent.state_reader import (AgentSnapshot, CollectiveRecord, GroupS
 from stalldoc.findings.ledger import Ledger  # noqa: E402
 from stalldoc.model import (Finding, GpuProcess, GpuSample, HostMemory, HostSample,  # noqa: E402
                             LogLine, ProbeRun, RankStacks, Severity, StallEpisode)
-from stalldoc.sampling import Tick  # noqa: E402
+from stalldoc.model import Tick  # noqa: E402
 from stalldoc.store.db import RunStore  # noqa: E402
 from stalldoc.store.retention import RetentionPolicy  # noqa: E402
 

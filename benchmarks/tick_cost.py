@@ -29,9 +29,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from stalldoc.agent.statefile import StateWriter, state_path  # noqa: E402
-from stalldoc.launch.job import JobTree  # noqa: E402
+from stalldoc.run.job import JobTree  # noqa: E402
 from stalldoc.model import RankProcess  # noqa: E402
-from stalldoc.sampling import Sampler  # noqa: E402
+from stalldoc.sidecar.sampling import Sampler  # noqa: E402
 
 RANK = r'''
 import os, sys, time

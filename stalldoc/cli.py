@@ -123,8 +123,8 @@ def watch(run_dir: Path | None, stall_timeout: float, busy_timeout: float | None
 
     Example: stalldoc watch --stall-timeout 120 -- torchrun --nproc_per_node 8 train.py
     """
-    from stalldoc.launch.options import DEFAULT_BUSY_TIMEOUT, WatchOptions
-    from stalldoc.launch.relay import Relay
+    from stalldoc.run.options import DEFAULT_BUSY_TIMEOUT, WatchOptions
+    from stalldoc.relay.relay import Relay
 
     busy = busy_timeout if busy_timeout is not None else max(DEFAULT_BUSY_TIMEOUT,
                                                                2 * stall_timeout)
@@ -268,8 +268,8 @@ def check(gpus: int | None, gpu_memory: str | None, dataset_size: int | None, ti
     usage error or bad input (a number swift would refuse, a config file that cannot be read),
     said in one line.
     """
-    from stalldoc.check import failed, finding_dict, launch_document, parse_size, run_check
-    from stalldoc.check_text import render_check
+    from stalldoc.check.preflight import failed, finding_dict, launch_document, parse_size, run_check
+    from stalldoc.check.text import render_check
 
     try:
         memory = parse_size(gpu_memory) if gpu_memory is not None else None

@@ -141,6 +141,19 @@ class ProbeRun:
 
 
 @dataclass(frozen=True)
+class Tick:
+    """Everything the probes saw at one tick (the sidecar's sampler makes it, the histories and
+    the store keep it)."""
+
+    t: float
+    host: dict[int, HostSample]
+    node: HostMemory | None
+    gpus: tuple[GpuSample, ...]
+    agents: dict[int, AgentSnapshot]
+    probes: tuple[ProbeRun, ...] = field(default=())
+
+
+@dataclass(frozen=True)
 class Frame:
     function: str
     filename: str

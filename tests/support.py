@@ -93,7 +93,7 @@ def silent_rollout_server() -> Iterator[int]:
 def run_with_agent(run_dir: Path, code: str) -> Any:
     """Run ``code`` (which prints its pid last) in a process with the agent; its final state."""
     from stalldoc.agent.state_reader import read_state
-    from stalldoc.launch.inject import agent_environment
+    from stalldoc.run.inject import agent_environment
     env = agent_environment(run_dir, dict(os.environ), os.getpid())
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True)
@@ -251,7 +251,7 @@ def synthetic_tick(t: float, ranks: int, gpus: int, phase: str, seed: int = 0,
     import random
     from stalldoc.agent.state_reader import AgentSnapshot
     from stalldoc.model import GpuProcess, GpuSample, HostMemory, HostSample, ProbeRun
-    from stalldoc.sampling import Tick
+    from stalldoc.model import Tick
     rng = random.Random(hash((t, seed)))
     host = {r: HostSample(t, r, 1000 + r, t / 2, (8 << 30) + rng.randrange(1 << 30),
                           40 + rng.randrange(8), rng.choice(("running", "sleeping")),

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from support import free_port, torchrun
-from stalldoc.metrics import Exporter, MetricsState
+from stalldoc.sidecar.metrics import Exporter, MetricsState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "grafana"))
 import generate  # noqa: E402

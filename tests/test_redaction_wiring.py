@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 from stalldoc.errors import log_traceback
 from stalldoc.launch.config import parse_command
-from stalldoc.log_feed import LogFeed
-from stalldoc.metrics import job_name
+from stalldoc.sidecar.log_feed import LogFeed
+from stalldoc.sidecar.metrics import job_name
 from stalldoc.model import LogLine, Window
 from stalldoc.rules import run_rules
-from stalldoc.watch import Watcher
+from stalldoc.sidecar.watcher import Watcher
 
 SECRET_LINE = "Exception: Servers not reachable after 240.0s (http://admin:RollPw-31@10.0.0.5:8000)"
 
@@ -69,7 +69,7 @@ def test_the_metrics_job_name_is_redacted():
 
 
 def test_the_sidecars_uncaught_exceptions_reach_its_log_redacted():
-    code = ("import threading; from stalldoc.sidecar import redact_uncaught; redact_uncaught(); "
+    code = ("import threading; from stalldoc.sidecar.process import redact_uncaught; redact_uncaught(); "
             "t = threading.Thread(target=lambda: {}['token=ThreadSecret-1']); t.start(); t.join(); "
             "raise RuntimeError('bad line: http://u:MainSecret-2@h/x')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -69,7 +69,7 @@ def test_no_secret_reaches_the_run_directory_the_report_or_stalldocs_messages(tm
 
 def test_the_agent_records_an_uncaught_exception_redacted(tmp_path):
     from stalldoc.agent.state_reader import read_state
-    from stalldoc.launch.inject import agent_environment
+    from stalldoc.run.inject import agent_environment
     env = agent_environment(tmp_path, dict(os.environ), os.getpid())
     code = ("import os, sys; print(os.getpid(), flush=True); "
             "raise RuntimeError('upload to https://uploader:ExcPw-99x@hub.example.com failed')")

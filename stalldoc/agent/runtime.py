@@ -462,14 +462,10 @@ def _after_fork_in_child() -> None:
         _AGENT = None
 
 
-def _install_collectives(module: object) -> None:
-    from stalldoc.agent import collectives   # only in processes that use torch.distributed
-    collectives.install(module)  # type: ignore[arg-type]
-
-
 def start_from_env(started: float | None = None) -> Agent | None:
-    """Start the agent if the watcher asked for it (``STALLDOC_AGENT_DIR``); never raises.
-    ``started``: ``time.perf_counter()`` when the bootstrap began (for the start-up cost)."""
+    """Start the agent's runtime if the watcher asked for it (``STALLDOC_AGENT_DIR``); never
+    raises. ``started``: ``time.perf_counter()`` when the bootstrap began (for the start-up cost).
+    ``agent/start.py`` adds the collective wrappers and the hooks (the bootstrap calls it)."""
     global _AGENT
     directory = os.environ.get(ENV_AGENT_DIR)
     if not directory or _AGENT is not None:
@@ -482,9 +478,4 @@ def start_from_env(started: float | None = None) -> Agent | None:
         return None
     _AGENT = agent
     os.register_at_fork(after_in_child=_after_fork_in_child)
-    from stalldoc.agent import hooks, post_import
-    if not feature_off("collectives"):
-        post_import.when_imported("torch.distributed", _install_collectives)
-    if not feature_off("hooks"):
-        hooks.install_all(agent)
     return agent

@@ -30,12 +30,12 @@ from stalldoc.attach.link import AttachLink
 from stalldoc.attach.log_tail import LogTail
 from stalldoc.attach.target import Target, find_target, job_tree
 from stalldoc.attach.verdict import ENDED, STALLED, UNOBSERVED, WORKING, Look, verdict_line
-from stalldoc.launch.options import DEFAULT_BUSY_TIMEOUT, WatchOptions, make_run_dir
+from stalldoc.run.options import DEFAULT_BUSY_TIMEOUT, WatchOptions, make_run_dir
 from stalldoc.model import RankProcess, RankStacks, RankWork
 from stalldoc.probes.proc_table import scan
 from stalldoc.redact import redact_argv
-from stalldoc.sidecar import RelayLink
-from stalldoc.watch import Watcher
+from stalldoc.sidecar.link import RelayLink
+from stalldoc.sidecar.watcher import Watcher
 
 DEFAULT_WINDOW = 5.0
 DEFAULT_INTERVAL = 0.5

@@ -18,8 +18,8 @@ from typing import Sequence
 import psutil
 
 from stalldoc.errors import StalldocError
-from stalldoc.launch.job import JobTree, alive_process
-from stalldoc.launch.rundir import user_name
+from stalldoc.run.job import JobTree, alive_process
+from stalldoc.run.rundir import user_name
 from stalldoc.model import RankProcess
 from stalldoc.probes.proc_table import ProcessTable, scan
 from stalldoc.probes.process_tree import RankFinder, is_launcher, read_launch

@@ -13,8 +13,8 @@ from typing import Mapping
 
 from stalldoc.cluster.publish import LocalView, Publisher, local_ranks
 from stalldoc.cluster.view import fresh, remote_work_at, remote_working
-from stalldoc.launch.nodes import NodeIdentity
-from stalldoc.launch.options import WatchOptions
+from stalldoc.run.nodes import NodeIdentity
+from stalldoc.run.options import WatchOptions
 from stalldoc.model import AgentSnapshot, ClusterView, PeerNode
 from stalldoc.probes.peers import PeerReader
 

@@ -11,7 +11,7 @@ from typing import Mapping
 from stalldoc.analysis.stacks import user_frame
 from stalldoc.cluster.summary import SUMMARY_FILE, Published, encode
 from stalldoc.detect.stack_kind import classify
-from stalldoc.launch.rundir import write_private_file
+from stalldoc.run.rundir import write_private_file
 from stalldoc.model import AgentSnapshot, RankProcess, RankStacks, RankWork, RemoteRank
 
 

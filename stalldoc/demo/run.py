@@ -8,8 +8,8 @@ from pathlib import Path
 
 from stalldoc.errors import StalldocError, EXIT_STALL_KILLED
 from stalldoc.report.build import build_report
-from stalldoc.launch.options import WatchOptions
-from stalldoc.launch.relay import Relay
+from stalldoc.run.options import WatchOptions
+from stalldoc.relay.relay import Relay
 
 JOB = Path(__file__).resolve().parent / "hang_job.py"
 

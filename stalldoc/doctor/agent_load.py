@@ -13,7 +13,7 @@ from stalldoc.agent.runtime import ERROR_LOG
 from stalldoc.doctor.children import MARK, run_child
 from stalldoc.doctor.model import OK, PROBLEM, Check
 from stalldoc.doctor.target import BLIND_FLAGS, Target
-from stalldoc.launch.inject import agent_environment
+from stalldoc.run.inject import agent_environment
 
 PACKAGES = ("torch", "nvidia-nccl-cu11", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "vllm",
             "deepspeed", "ms-swift", "trl", "transformers", "accelerate", "peft", "ray",

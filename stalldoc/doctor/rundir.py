@@ -7,7 +7,7 @@ from pathlib import Path
 
 from stalldoc.doctor.model import OK, PROBLEM, WARNING, Check
 from stalldoc.errors import StalldocError
-from stalldoc.launch.rundir import refusal, resolved
+from stalldoc.run.rundir import refusal, resolved
 from stalldoc.store.journal import choose_journal
 
 DEFAULT_ROOT = Path("stalldoc-runs")

@@ -20,7 +20,7 @@ from stalldoc.model import (GpuSample, HostSample, ProbeRun, RankExit, RankProce
                             RankStacks, StallEpisode)
 from stalldoc.redact import redact_argv as redact
 from stalldoc.redact import redact_text
-from stalldoc.sampling import Tick
+from stalldoc.model import Tick
 from stalldoc.store.journal import JournalChoice, choose_journal
 from stalldoc.store.phase_hist import duration_bin
 from stalldoc.store.reader import open_reader

@@ -11,7 +11,7 @@ import textwrap
 
 from stalldoc.agent import channels
 from stalldoc.agent.state_reader import read_state
-from stalldoc.launch.inject import agent_environment
+from stalldoc.run.inject import agent_environment
 from support import STAND_INS
 
 JOB = textwrap.dedent("""

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from stalldoc.launch.inject import agent_environment
+from stalldoc.run.inject import agent_environment
 
 JOB = textwrap.dedent("""
     import os, torch, torch.distributed as dist

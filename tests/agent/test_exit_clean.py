@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from stalldoc.agent import runtime, versions
-from stalldoc.launch.inject import agent_environment
+from stalldoc.run.inject import agent_environment
 from support import torchrun, watch
 
 LONGEST_TIMER = versions.WAIT_BEATS * runtime.HEARTBEAT_SECONDS   # seconds

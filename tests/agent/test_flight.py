@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from stalldoc.launch.inject import agent_environment
+from stalldoc.run.inject import agent_environment
 from stalldoc.probes.flight_dumps import FlightDumps
 
 JOB = textwrap.dedent("""

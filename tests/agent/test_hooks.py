@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 from stalldoc.agent.state_reader import read_state
-from stalldoc.launch.inject import agent_environment
+from stalldoc.run.inject import agent_environment
 
 ENGINE = textwrap.dedent("""
     import dataclasses, threading, time

@@ -11,7 +11,7 @@ import pytest
 
 from stalldoc.agent import statefile
 from stalldoc.agent.state_reader import StateFileError, read_claim
-from stalldoc.launch.inject import agent_environment
+from stalldoc.run.inject import agent_environment
 from stalldoc.model import RankClaim
 from support import free_port
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from stalldoc.agent import statefile
-from stalldoc.launch.inject import agent_environment
+from stalldoc.run.inject import agent_environment
 from support import free_port
 
 LIFE = """

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from stalldoc.launch.inject import agent_environment
+from stalldoc.run.inject import agent_environment
 
 CODE = """
 import json, os, threading

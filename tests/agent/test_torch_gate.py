@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stalldoc.launch.inject import agent_environment
+from stalldoc.run.inject import agent_environment
 
 from stalldoc.agent.torch_gate import CLOSE_WAIT, TorchGate
 

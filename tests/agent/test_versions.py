@@ -11,7 +11,7 @@ import torch
 
 from stalldoc.agent.versions import (WAIT_BEATS, VersionsPublisher, collect, cuda_in,
                                      installed_torch_cuda, versions_path)
-from stalldoc.launch.inject import agent_environment
+from stalldoc.run.inject import agent_environment
 
 
 def test_a_rank_that_imports_torch_publishes_once_it_has(tmp_path):

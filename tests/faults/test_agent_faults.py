@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from stalldoc.launch.inject import agent_environment
+from stalldoc.run.inject import agent_environment
 from stalldoc.probes import faulthandler_dump
 from support import watch, watch_on_tmpfs, why_no_tmpfs
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stalldoc.check import finding_dict
+from stalldoc.check.preflight import finding_dict
 from stalldoc.findings.ledger import Ledger
 from stalldoc.findings.record import entry_record, finding_fields, finding_record
 from stalldoc.model import Finding, Severity

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from stalldoc.agent.statefile import RING_SLOTS
-from stalldoc.launch.inject import agent_environment
+from stalldoc.run.inject import agent_environment
 from stalldoc.model import GroupState, RankProcess
 from stalldoc.probes.agent_state import AgentStateProbe
 

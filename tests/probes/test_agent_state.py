@@ -15,7 +15,7 @@ from stalldoc.agent import statefile
 from stalldoc.agent.statefile import StateWriter, state_path
 from stalldoc.model import RankProcess
 from stalldoc.probes.agent_state import AgentStateProbe, StartupCosts
-from stalldoc.sampling import Sampler
+from stalldoc.sidecar.sampling import Sampler
 from stalldoc.store.db import RunStore
 
 PID = 4242

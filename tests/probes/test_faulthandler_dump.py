@@ -7,7 +7,7 @@ import sys
 import textwrap
 import time
 
-from stalldoc.launch.inject import agent_environment
+from stalldoc.run.inject import agent_environment
 from stalldoc.probes import faulthandler_dump
 
 JOB = textwrap.dedent("""

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from stalldoc.launch.job import JobTree
+from stalldoc.run.job import JobTree
 from stalldoc.probes.proc_table import ProcessGone, read_io, scan
 
 # a parent that forks two sleeping workers and prints their pids

@@ -123,7 +123,7 @@ ORPHAN = ("import os, subprocess, sys, time\n"
 
 
 def test_a_worker_orphaned_by_its_rank_is_not_a_rank():
-    from stalldoc.launch.job import JobTree
+    from stalldoc.run.job import JobTree
     job = _job(ORPHAN)
     rank = int(job.stdout.readline())
     tree, finder = JobTree(job.pid, os.getpid()), RankFinder()
@@ -230,7 +230,7 @@ def _tree_of(tmp_path, spec) -> tuple[subprocess.Popen, dict[str, int]]:
 
 def _ranks_of(root, pids, claims, finder=None, single=False):
     """What the finder makes of the tree, given what its processes' agents claim (by name)."""
-    from stalldoc.launch.job import JobTree
+    from stalldoc.run.job import JobTree
     table = scan()
     found = (finder or RankFinder()).find(
         table, JobTree(root.pid, os.getpid()).pids(table), (), single=single, root=root.pid,

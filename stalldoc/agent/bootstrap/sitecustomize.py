@@ -8,8 +8,8 @@ _STALLDOC_T0 = time.perf_counter()
 
 def _stalldoc_start() -> None:
     try:
-        from stalldoc.agent import runtime
-        runtime.start_from_env(_STALLDOC_T0)
+        from stalldoc.agent import start
+        start.start_from_env(_STALLDOC_T0)
     except Exception:  # noqa: BLE001 - the job must run on whatever happens here, untouched
         pass
 

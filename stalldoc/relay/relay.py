@@ -19,16 +19,16 @@ from types import FrameType
 from typing import Callable
 
 from stalldoc.errors import EXIT_STALL_KILLED, StalldocError, log_traceback
-from stalldoc.launch.foreground import Foreground
-from stalldoc.launch.inject import agent_environment
-from stalldoc.launch.job import Ending, Job, become_subreaper, resolve_command
-from stalldoc.launch.leftovers import describe, split_leftovers
-from stalldoc.launch.nodes import node_identity
-from stalldoc.launch.options import WatchOptions, make_node_run_dir
-from stalldoc.launch.plain import copy_until_exit, read_chunk
-from stalldoc.launch.sidecar_link import SIDECAR_LOG, SidecarLink
-from stalldoc.launch.streams import Stream, open_stream
-from stalldoc.live import Terminal
+from stalldoc.relay.foreground import Foreground
+from stalldoc.run.inject import agent_environment
+from stalldoc.run.job import Ending, Job, become_subreaper, resolve_command
+from stalldoc.relay.leftovers import describe, split_leftovers
+from stalldoc.run.nodes import node_identity
+from stalldoc.run.options import WatchOptions, make_node_run_dir
+from stalldoc.relay.plain import copy_until_exit, read_chunk
+from stalldoc.relay.sidecar_link import SIDECAR_LOG, SidecarLink
+from stalldoc.relay.streams import Stream, open_stream
+from stalldoc.run.terminal import Terminal
 from stalldoc.probes.exits import from_wait_status
 
 LAUNCH_WAIT = 60.0     # seconds for the sidecar's launch checks; then the job starts anyway

@@ -2,7 +2,7 @@
 its letters defined (and which values are swift's defaults), and what ran out of time."""
 from __future__ import annotations
 
-from stalldoc.check import LaunchChecks
+from stalldoc.check.preflight import LaunchChecks
 from stalldoc.launch.plan import GrpoPlan
 from stalldoc.report.text import render_findings
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from stalldoc.errors import StalldocError
-from stalldoc.launch.nodes import NodeIdentity
-from stalldoc.launch.rundir import make_private_dir
+from stalldoc.run.nodes import NodeIdentity
+from stalldoc.run.rundir import make_private_dir
 from stalldoc.store.schema import DB_NAME
 
 DEFAULT_STALL_TIMEOUT = 45.0
@@ -50,7 +50,7 @@ class WatchOptions:
 
 
 def make_run_dir(requested: Path | None) -> Path:
-    """The run directory, mode 0700, where no other user can redirect it (``launch/rundir.py``):
+    """The run directory, mode 0700, where no other user can redirect it (``run/rundir.py``):
     the one asked for, or ./stalldoc-runs/<UTC time>-<id>. Its resolved path."""
     return make_private_dir(_default(requested))
 

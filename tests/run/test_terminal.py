@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from stalldoc import live
-from stalldoc.live import RankLine, Terminal, format_status
+from stalldoc.run import terminal as live
+from stalldoc.run.terminal import RankLine, Terminal, format_status
 
 
 class Tty(io.StringIO):

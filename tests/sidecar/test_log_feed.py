@@ -1,8 +1,8 @@
 """The sidecar's log feed holds a bounded number of lines between ticks."""
 from __future__ import annotations
 
-from stalldoc import log_feed
-from stalldoc.log_feed import LogFeed
+from stalldoc.sidecar import log_feed
+from stalldoc.sidecar.log_feed import LogFeed
 from stalldoc.model import LogLine
 
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from stalldoc.launch import channel
-from stalldoc.launch.channel import LINE_LIMIT, LineSplitter, Outbox, RecordReader
+from stalldoc.run import channel
+from stalldoc.run.channel import LINE_LIMIT, LineSplitter, Outbox, RecordReader
 
 
 def test_lines_are_cut_across_chunks_and_carriage_returns():

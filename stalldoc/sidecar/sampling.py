@@ -15,9 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TypeVar
 
-from stalldoc.agent.state_reader import AgentSnapshot
-from stalldoc.launch.job import JobTree
-from stalldoc.model import GpuSample, HostMemory, HostSample, ProbeRun, RankProcess
+from stalldoc.run.job import JobTree
+from stalldoc.model import GpuSample, HostSample, ProbeRun, RankProcess, Tick
 from stalldoc.probes.agent_state import AgentRead, AgentStateProbe
 from stalldoc.probes.host import HostProbe
 from stalldoc.probes.nvml import NvmlProbe
@@ -25,18 +24,6 @@ from stalldoc.probes.proc_table import ProcessTable, scan
 from stalldoc.probes.process_tree import Found, RankFinder
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Tick:
-    """Everything the probes saw at one tick."""
-
-    t: float
-    host: dict[int, HostSample]
-    node: HostMemory | None
-    gpus: tuple[GpuSample, ...]
-    agents: dict[int, AgentSnapshot]
-    probes: tuple[ProbeRun, ...] = field(default=())
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from stalldoc.errors import StalldocError
-from stalldoc.launch.nodes import NodeIdentity, node_identity
-from stalldoc.launch.options import make_node_run_dir
+from stalldoc.run.nodes import NodeIdentity, node_identity
+from stalldoc.run.options import make_node_run_dir
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import stalldoc
-from stalldoc.launch.channel import Outbox
+from stalldoc.run.channel import Outbox
 
 SIDECAR_LOG = "sidecar.log"
 LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC

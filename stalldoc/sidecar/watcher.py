@@ -1,6 +1,6 @@
 """The sidecar's watcher: sample every rank of the job each tick, detect stalls, diagnose them.
 
-It runs in the sidecar process (``sidecar.py``); the relay (``launch/relay.py``) owns the job, its
+It runs in the sidecar process (``sidecar/process.py``); the relay (``relay/relay.py``) owns the job, its
 output and its exit code. Whatever goes wrong in here is written to the run directory and the
 watcher steps aside; the job never notices.
 """
@@ -14,28 +14,28 @@ import time
 from typing import Iterable
 
 from stalldoc.agent.statefile import STATUS_EXCEPTION
-from stalldoc.check import failed, launch_checks, launch_document
+from stalldoc.check.preflight import failed, launch_checks, launch_document
 from stalldoc.cluster.node import NodeCluster
 from stalldoc.cluster.publish import LocalView
 from stalldoc.detect.progress import ProgressTracker, latest_progress
 from stalldoc.detect.vllm_sleep import SleepLog
 from stalldoc.errors import StalldocError, log_traceback
 from stalldoc.findings.ledger import Changes, Ledger
-from stalldoc.history import Histories, gpu_util_by_rank
+from stalldoc.sidecar.history import Histories, gpu_util_by_rank
 from stalldoc.launch.config import LaunchConfig, parse_command
-from stalldoc.launch.inject import FLIGHT_DIR, flight_settings
-from stalldoc.launch.job import JobTree
-from stalldoc.launch.options import WatchOptions
-from stalldoc.live import RankLine, format_status
-from stalldoc.log_feed import LogFeed
-from stalldoc.metrics import Exporter, MetricsState, job_name
+from stalldoc.run.inject import FLIGHT_DIR, flight_settings
+from stalldoc.run.job import JobTree
+from stalldoc.run.options import WatchOptions
+from stalldoc.run.terminal import RankLine, format_status
+from stalldoc.sidecar.log_feed import LogFeed
+from stalldoc.sidecar.metrics import Exporter, MetricsState, job_name
 from stalldoc.model import (Finding, FlightDump, RankExit, RankProcess, RankStacks, StallEpisode,
                             Window)
 from stalldoc.probes.agent_state import StartupCosts
 from stalldoc.probes.connections import external_peers
 from stalldoc.probes.exits import DeathWatch, from_wait_status
 from stalldoc.probes.flight_dumps import FlightDumps
-from stalldoc.sidecar import RelayLink
+from stalldoc.sidecar.link import RelayLink
 from stalldoc.probes.process_tree import task_executor
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
 from stalldoc.probes.versions import RunVersions
@@ -43,7 +43,7 @@ from stalldoc.redact import redact_text
 from stalldoc.report.text import render_findings
 from stalldoc.rules import ENDS_WITH_PROGRESS, STICKY, run_rules
 from stalldoc.rules.base import join_ranks
-from stalldoc.sampling import Discovery, Sampler, Tick
+from stalldoc.sidecar.sampling import Discovery, Sampler, Tick
 from stalldoc.store.db import RunStore
 
 EXIT_SETTLE_SECONDS = 2.0   # wait this long after a death for the launcher's report of it

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from stalldoc.errors import StalldocError
-from stalldoc.launch import rundir
-from stalldoc.launch.inject import BOOTSTRAP, PACKAGE, prepare_bootstrap
-from stalldoc.launch.options import make_run_dir
-from stalldoc.launch.rundir import UnsafeRunDir, make_private_dir
+from stalldoc.run import rundir
+from stalldoc.run.inject import BOOTSTRAP, PACKAGE, prepare_bootstrap
+from stalldoc.run.options import make_run_dir
+from stalldoc.run.rundir import UnsafeRunDir, make_private_dir
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="chown to another user needs root")

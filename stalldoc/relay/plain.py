@@ -6,7 +6,7 @@ import os
 import select
 import time
 
-from stalldoc.live import write_all
+from stalldoc.run.terminal import write_all
 from stalldoc.probes.exits import from_wait_status
 
 READ_BYTES = 1 << 18

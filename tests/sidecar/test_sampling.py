@@ -17,7 +17,7 @@ from stalldoc.model import RankProcess
 from stalldoc.report.build import build_report
 from stalldoc.report.formats.text import REPORTER as TEXT
 from stalldoc.report.read import read_report
-from stalldoc.sampling import Sampler, rank_of
+from stalldoc.sidecar.sampling import Sampler, rank_of
 from stalldoc.store.db import RunStore
 
 GiB = 2**30
@@ -137,7 +137,7 @@ LAUNCHER = ("import os, subprocess, sys, time\n"
 
 
 def test_discovery_reads_the_process_table_once_and_counts_bad_ranks(tmp_path):
-    from stalldoc.launch.job import JobTree
+    from stalldoc.run.job import JobTree
     job = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True)
     good, bad = (int(pid) for pid in job.stdout.readline().split())
     sampler = Sampler(str(tmp_path), gpus=False)

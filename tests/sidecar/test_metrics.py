@@ -21,10 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support import free_port, run_meta, torchrun
 from stalldoc.errors import StalldocError
-from stalldoc.metrics import Exporter, MetricsState
+from stalldoc.sidecar.metrics import Exporter, MetricsState
 from stalldoc.store.reader import open_reader
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent   # tests/
 pytestmark = pytest.mark.timeout(180) if hasattr(pytest.mark, "timeout") else []
 Counts = dict[tuple[str, str], int]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from stalldoc.agent.state_reader import CudaState
 from stalldoc.model import GpuSample, HostMemory, HostSample
-from stalldoc.sampling import Tick
+from stalldoc.model import Tick
 
 HISTORY = 120   # ticks kept
 

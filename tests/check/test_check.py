@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from stalldoc.check import launch_checks, run_check
+from stalldoc.check.preflight import launch_checks, run_check
 from stalldoc.cli import main
 from stalldoc.launch import files
 from stalldoc.launch.config import parse_command
@@ -229,7 +229,7 @@ BAD_LAYOUT = [*GRPO, "--num_generations", "1", "--use_vllm", "true", "--async_ge
 @pytest.mark.timeout(30)
 def test_a_dataset_count_that_never_ends_does_not_hold_the_checks(monkeypatch):
     release = threading.Event()
-    monkeypatch.setattr("stalldoc.check.dataset_size", lambda config: (release.wait(), (1, ""))[1])
+    monkeypatch.setattr("stalldoc.check.preflight.dataset_size", lambda config: (release.wait(), (1, ""))[1])
     started = time.monotonic()
     checks = launch_checks(parse_command([*BAD_LAYOUT, "--dataset", "d.jsonl"], {}), [], 1.0)
     took = time.monotonic() - started
@@ -266,7 +266,7 @@ def test_a_number_out_of_range_in_watch_names_the_checks_it_stops():
 
 
 def test_run_check_gives_the_same_as_the_rules(monkeypatch):
-    monkeypatch.setattr("stalldoc.check._node_gpus", lambda: [])
+    monkeypatch.setattr("stalldoc.check.preflight._node_gpus", lambda: [])
     checks = run_check(BAD_LAYOUT, 8, None, 100)
     assert checks.skipped == () and [f.code for f in checks.findings] == ["SD403", "SD407"]
     assert checks.resources.dataset_note == "given with --dataset-size"
@@ -274,8 +274,8 @@ def test_run_check_gives_the_same_as_the_rules(monkeypatch):
 
 def test_skipped_checks_are_printed(monkeypatch):
     release = threading.Event()
-    monkeypatch.setattr("stalldoc.check.dataset_size", lambda config: (release.wait(), (1, ""))[1])
-    monkeypatch.setattr("stalldoc.check._node_gpus", lambda: [])
+    monkeypatch.setattr("stalldoc.check.preflight.dataset_size", lambda config: (release.wait(), (1, ""))[1])
+    monkeypatch.setattr("stalldoc.check.preflight._node_gpus", lambda: [])
     result = CliRunner().invoke(main, ["check", "--time-budget", "0.4", "--", *GRPO,
                                        "--num_generations", "2", "--dataset", "d.jsonl"])
     release.set()

@@ -22,7 +22,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings, target
 from hypothesis import strategies as st
 
-from stalldoc.check import BadInput, LaunchChecks, launch_checks, run_check
+from stalldoc.check.preflight import BadInput, LaunchChecks, launch_checks, run_check
 from stalldoc.launch.arguments import SWIFT_NUMBERS
 from stalldoc.launch.config import parse_command
 
@@ -102,7 +102,7 @@ def checked(argv: list[str], env: dict[str, str], gpus: int | None = None,
     or timed out; quick either way."""
     started = time.monotonic()
     keys = ("NPROC_PER_NODE", "NNODES", "CUDA_VISIBLE_DEVICES")
-    with mock.patch.dict(os.environ, {}), mock.patch("stalldoc.check._node_gpus", lambda: []):
+    with mock.patch.dict(os.environ, {}), mock.patch("stalldoc.check.preflight._node_gpus", lambda: []):
         for key in keys:
             os.environ.pop(key, None)
         os.environ.update({k: v for k, v in env.items() if "\x00" not in v})

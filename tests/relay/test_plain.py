@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from stalldoc.launch.plain import copy_until_exit
+from stalldoc.relay.plain import copy_until_exit
 
 
 def test_copies_every_byte_and_returns_the_exit_status():

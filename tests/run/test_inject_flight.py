@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import stat
 
-from stalldoc.launch.inject import agent_environment, flight_settings
+from stalldoc.run.inject import agent_environment, flight_settings
 
 FR_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE",
            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "STALLDOC_FLIGHT_DIR")

@@ -1,0 +1,8 @@
+"""What the relay, the sidecar and attach share about one run: its directory and its safety
+rules (``rundir.py``), the watch options (``options.py``), the agent's environment
+(``inject.py``), the relay-sidecar channel (``channel.py``), the job's process tree
+(``job.py``), the nodes of a multi-node run (``nodes.py``) and the terminal (``terminal.py``).
+
+May import: ``model``, ``errors``, ``redact``, ``agent`` (its file names and variables) and
+``store`` (the journal choice); no process package.
+"""
