@@ -12,11 +12,7 @@ to ``backward()`` and wait in DDP's gradient all-reduce.
 
 NUM_NODES (default 1) > 1 makes it one node of a multi-node job (``Trainer(num_nodes=...)``):
 start it once per node with NODE_RANK, MASTER_ADDR and MASTER_PORT set, as Lightning's docs
-say for a cluster without a scheduler; node k's ranks are k * DEVICES + 0..DEVICES-1.
-
-Its subject is not its exit: it leaves through ``exit_race.leave()``, clear of torch 2.13's own
-exit race (a healthy run aborted with SIGABRT at exit about 1 time in 15), rank 0 once the ranks
-it started have ended."""
+say for a cluster without a scheduler; node k's ranks are k * DEVICES + 0..DEVICES-1."""
 import os
 import threading
 import types
@@ -25,8 +21,6 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import lightning as L
-
-import exit_race
 
 DEVICES = int(os.environ.get("DEVICES", "2"))
 STEPS = int(os.environ.get("STEPS", "6"))
@@ -76,17 +70,5 @@ def main() -> None:
     print(f"rank {trainer.global_rank} done", flush=True)
 
 
-def wait_for_children() -> None:
-    """Rank 0 started the other ranks of its node: it outlives them, as it does when the
-    interpreter finalizes normally (Lightning waits for them then)."""
-    while True:
-        try:
-            os.wait()
-        except ChildProcessError:
-            return
-
-
 if __name__ == "__main__":
     main()
-    wait_for_children()
-    exit_race.leave()
