@@ -134,16 +134,17 @@ def resolved(requested: Path) -> Path:
     return target
 
 
-def _open_parent(target: Path, uid: int) -> int:
+def _open_parent(target: Path, uid: int, create: bool = True) -> int:
     """An O_PATH descriptor of ``target``'s parent; each directory from ``/`` on is opened
-    without following links, created (0700) where missing, and checked against the rules."""
+    without following links, created (0700) where missing (``create=False``: FileNotFoundError
+    instead), and checked against the rules."""
     fd = os.open("/", _DIR_FLAGS)
     here = Path("/")
     try:
         _check(fd, here, target, uid)
         for name in target.parent.parts[1:]:
             here = here / name
-            below = _open_dir(fd, name, here, target)
+            below = _open_dir(fd, name, here, target, create)
             os.close(fd)
             fd = below
             _check(fd, here, target, uid)
@@ -153,12 +154,14 @@ def _open_parent(target: Path, uid: int) -> int:
     return fd
 
 
-def _open_dir(parent: int, name: str, path: Path, target: Path) -> int:
-    """Open directory ``name`` below ``parent`` (O_PATH, no link followed), made if missing."""
+def _open_dir(parent: int, name: str, path: Path, target: Path, create: bool = True) -> int:
+    """Open directory ``name`` below ``parent`` (O_PATH, no link followed), made if missing
+    and ``create``."""
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=parent)
     except FileNotFoundError:
-        pass
+        if not create:
+            raise
     except NotADirectoryError:
         raise _not_a_directory(parent, name, path, target) from None
     try:
@@ -287,27 +290,16 @@ def refusal(requested: Path) -> str | None:
     anything (``stalldoc doctor``); None when it would not. What does not exist yet would be
     made (0700) and passes."""
     target = resolved(requested)
-    uid = os.geteuid()
-    fd = os.open("/", _DIR_FLAGS)
     try:
-        here = Path("/")
-        for name in ("", *target.parent.parts[1:]):
-            if name:
-                here = here / name
-                try:
-                    below = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                except FileNotFoundError:
-                    return None
-                except NotADirectoryError:
-                    return f"cannot create run directory {target}: {here} is not a directory"
-                os.close(fd)
-                fd = below
-            why = unsafe_reason(os.fstat(fd), fd, here, uid)
-            if why is not None:
-                return f"unsafe run directory {target}: {why}"
-        return _final_refusal(fd, target, uid)
+        parent = _open_parent(target, os.geteuid(), create=False)
+    except FileNotFoundError:
+        return None
+    except StalldocError as exc:
+        return exc.message
+    try:
+        return _final_refusal(parent, target, os.geteuid())
     finally:
-        os.close(fd)
+        os.close(parent)
 
 
 def _final_refusal(parent: int, target: Path, uid: int) -> str | None:
