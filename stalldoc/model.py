@@ -121,6 +121,7 @@ class GpuSample:
     pcie_rx_bps: float | None     # bytes per second, host -> GPU
     power_w: float | None
     processes: tuple[GpuProcess, ...] | None
+    util_compute: float | None = None   # percent of the time a kernel ran (GPM; copies excluded)
 
     @property
     def ranks(self) -> tuple[int, ...]:

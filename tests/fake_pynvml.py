@@ -3,6 +3,7 @@ on a machine without a GPU. Everything above them (the probe, the sampler, the s
 runs for real. Failures are real ``pynvml.NVMLError`` values."""
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +26,8 @@ class FakeGpu:
     rx_kbps: int = 0
     processes: list[tuple[int, int | None]] = field(default_factory=list)
     counters: bool = True        # does the driver have the cumulative counters?
+    counter_type: int = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG   # H100, driver 580: UNSIGNED_INT
+    compute: float | None = None  # GPM graphics-engine activity, percent (None: no GPM)
     broken: set[str] = field(default_factory=set)   # functions that raise NOT_SUPPORTED
 
 
@@ -43,7 +46,9 @@ class FakeNvml:
                      "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates",
                      "nvmlDeviceGetPowerUsage", "nvmlDeviceGetUUID", "nvmlDeviceGetName",
                      "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetPcieThroughput",
-                     "nvmlDeviceGetFieldValues", "nvmlSystemGetDriverVersion"):
+                     "nvmlDeviceGetFieldValues", "nvmlSystemGetDriverVersion",
+                     "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleGet",
+                     "nvmlGpmSampleFree", "nvmlGpmMetricsGet"):
             monkeypatch.setattr(pynvml, name, self._wrap(name, getattr(self, name[4:])))
 
     def _wrap(self, name: str, fn: Any) -> Any:
@@ -96,5 +101,38 @@ class FakeNvml:
         values = {pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: gpu.tx_bytes,
                   pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: gpu.rx_bytes}
         status = pynvml.NVML_SUCCESS if gpu.counters else pynvml.NVML_ERROR_NOT_SUPPORTED
-        return [SimpleNamespace(nvmlReturn=status, value=SimpleNamespace(ullVal=values[i]))
+        narrow = gpu.counter_type == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT   # the union's 32 bits
+        return [SimpleNamespace(nvmlReturn=status, valueType=gpu.counter_type, value=SimpleNamespace(
+            ullVal=values[i] % 2**32 if narrow else values[i], uiVal=values[i] % 2**32))
                 for i in ids]
+
+    # GPM: a sample (an opaque pointer, as NVML's) records the GPU's activity so far; a metric
+    # compares two samples, filled into pynvml's own request structure
+    def GpmQueryDeviceSupport(self, gpu: FakeGpu) -> Any:
+        return SimpleNamespace(isSupportedDevice=int(gpu.compute is not None))
+
+    def GpmSampleAlloc(self) -> Any:
+        self._samples = getattr(self, "_samples", {})
+        address = 0x1000 * (len(self._samples) + 1)
+        self._samples[address] = (None, None)
+        return ctypes.cast(address, pynvml.c_nvmlGpmSample_t)
+
+    def GpmSampleGet(self, gpu: FakeGpu, sample: Any) -> Any:
+        self._samples[_address(sample)] = (gpu, gpu.compute)
+        return sample
+
+    def GpmSampleFree(self, sample: Any) -> None:
+        del self._samples[_address(sample)]
+
+    def GpmMetricsGet(self, request: Any) -> Any:
+        (first, _), (second, compute) = (self._samples[_address(request.sample1)],
+                                         self._samples[_address(request.sample2)])
+        assert first is second and request.numMetrics == 1
+        assert request.metrics[0].metricId == pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL
+        request.metrics[0].nvmlReturn = pynvml.NVML_SUCCESS
+        request.metrics[0].value = compute          # the activity since the first sample
+        return request
+
+
+def _address(sample: Any) -> int:
+    return ctypes.cast(sample, ctypes.c_void_p).value or 0

@@ -264,7 +264,8 @@ def synthetic_tick(t: float, ranks: int, gpus: int, phase: str, seed: int = 0,
     gpu = tuple(GpuSample(t, g, f"GPU-{g}", "H100", (40 << 30) + rng.randrange(1 << 33), 80 << 30,
                           rng.randrange(101), rng.randrange(101), rng.uniform(0, 1e9),
                           rng.uniform(0, 1e9), rng.uniform(100, 700),
-                          (GpuProcess(1000 + g, 30 << 30, g if g < ranks else None),))
+                          (GpuProcess(1000 + g, 30 << 30, g if g < ranks else None),),
+                          rng.uniform(0, 100))
                 for g in range(gpus))
     node = HostMemory(t, (200 << 30) - rng.randrange(1 << 34), 256 << 30, 0.0,
                       rng.uniform(0, 1e6), rng.uniform(0, 30), 64)

@@ -6,15 +6,24 @@ initialises CUDA). Then every phase entry and every collective entry records a C
 caller's current stream (from a pool, no synchronisation), and the agent thread polls the events
 in order: "the host is at marker N, the GPU has completed up to marker M". The allocator figures
 (``torch.cuda.memory_stats``) are read by the agent thread too, never in the hot path.
+
+CUDA graph capture (vLLM captures at start-up, ``torch.compile(mode="reduce-overhead")`` on the
+fly) is left alone: no marker is recorded while the caller's stream is capturing (it would join
+the graph), and the agent thread puts itself in the relaxed capture mode before it queries an
+event. In the default (global) mode, a query from any thread during another thread's capture is
+refused and ends that capture with an error: the job's, not ours (PyTorch's NCCL watchdog does
+the same for its own queries, pytorch/pytorch#104555, #148594).
 """
 from __future__ import annotations
 
 import collections
+import ctypes
 import time
 from dataclasses import dataclass
 from typing import Any
 
 MAX_PENDING = 4096      # markers the GPU has not reached yet; beyond that, new ones are skipped
+RELAXED = 2             # CUstreamCaptureMode: CU_STREAM_CAPTURE_MODE_RELAXED
 _STAT_KEYS = ("allocated_bytes.all.current", "reserved_bytes.all.current",
               "allocated_bytes.all.peak", "num_alloc_retries", "num_ooms")
 
@@ -53,12 +62,15 @@ class CudaMarkers:
         self.gpu_label: tuple[str, Any, int] = ("", "", 0)
         self.gpu_at = 0.0
         self.error = ""
+        self.off = ""           # why markers are not taken (the allocator figures still are)
 
     def mark(self, kind: str, name: Any, seq: int) -> None:
         """Hot path: record an event on the current stream."""
-        if self.error or len(self.pending) >= MAX_PENDING:
+        if self.error or self.off or len(self.pending) >= MAX_PENDING:
             return
         try:
+            if self.torch.cuda.is_current_stream_capturing():
+                return
             event = self.pool.pop() if self.pool else self.torch.cuda.Event()
             event.record()
         except Exception as exc:  # noqa: BLE001 - CUDA broken: markers off, the rest stays on
@@ -95,9 +107,29 @@ class CudaMarkers:
 
 
 def attach(modules: dict[str, Any]) -> CudaMarkers | None:
-    """CudaMarkers once the job's own torch has initialised CUDA; None before (or never)."""
+    """CudaMarkers once the job's own torch has initialised CUDA; None before (or never).
+    Called on the agent thread, which it first puts in the relaxed capture mode."""
     torch = modules.get("torch")
     cuda = getattr(torch, "cuda", None) if torch is not None else None
     if cuda is None or not cuda.is_initialized():
         return None
-    return CudaMarkers(torch)
+    markers = CudaMarkers(torch)
+    markers.off = relax_capture_mode()
+    return markers
+
+
+def driver() -> Any:
+    """The CUDA driver library the job has loaded already."""
+    return ctypes.CDLL("libcuda.so.1")
+
+
+def relax_capture_mode() -> str:
+    """Put the calling thread in the relaxed stream-capture mode, so that its event queries are
+    never refused during the job's own graph captures ("" when done, else why not: then the
+    markers stay off rather than risk a capture)."""
+    try:
+        mode = ctypes.c_int(RELAXED)
+        status = driver().cuThreadExchangeStreamCaptureMode(ctypes.byref(mode))
+    except (OSError, AttributeError) as exc:
+        return f"no CUDA driver to set this thread's capture mode ({exc})"
+    return "" if status == 0 else f"cuThreadExchangeStreamCaptureMode returned {status}"

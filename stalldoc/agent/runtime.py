@@ -196,6 +196,9 @@ class Agent:
             if self.cuda is None:
                 self.cuda = cuda_telemetry.attach(sys.modules)
                 allocator = True
+                if self.cuda is not None and self.cuda.off:
+                    report_failure(self.directory, RuntimeError(self.cuda.off),
+                                   "CUDA markers off (allocator figures kept)")
             markers = self.cuda
             if markers is None:
                 return

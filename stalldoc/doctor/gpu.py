@@ -7,7 +7,9 @@ runs under ``stalldoc watch`` in the job's interpreter, and its report is judged
 - sd203-kernel-hang: a kernel that does not end is named SD203 within stall timeout + 5 s;
 - sd201-offload: pinned host-to-device copies with an idle GPU are offload traffic (SD201);
 - sd202-retries: allocator retries under memory pressure are SD202;
-- nccl-flight-recorder: a one-rank NCCL group's Flight Recorder dump is read back.
+- nccl-flight-recorder: a one-rank NCCL group's Flight Recorder dump is read back;
+- graph-capture: CUDA graphs captured in the default (global) mode while the agent polls its
+  markers all succeed, and the agent's CUDA telemetry stays on.
 
 ``tests/gpu/`` asserts the same checks (``python -m pytest -m gpu``).
 """
@@ -141,12 +143,25 @@ def judge_flight(run: Run) -> list[Check]:
                   {"entries": len(dump.entries)})]
 
 
+def judge_graph_capture(run: Run) -> list[Check]:
+    errors = run.run_dir / "agent-errors.log"
+    said = errors.read_text(errors="replace") if errors.exists() else ""
+    issued = max((p["cuda_host_marker"] or 0 for p in (run.report or {}).get(
+        "timeseries", {}).get("ranks", [])), default=0)
+    if run.code != 0 or "CUDA" in said or not issued:
+        return [_failed("graph-capture", run, "exit 0, markers, and no CUDA line in "
+                        f"agent-errors.log (it says: {said.strip()[-300:] or 'nothing'})")]
+    return [Check("graph-capture", OK, f"graphs captured and replayed under the agent; "
+                  f"{issued} markers outside the captures", facts={"markers": issued})]
+
+
 CASES: tuple[tuple[str, float, dict[str, str], Callable[[Run], list[Check]]], ...] = (
     ("markers", 30.0, {}, judge_markers),
     ("kernel_hang", HANG_TIMEOUT, {}, judge_kernel_hang),
     ("offload", 30.0, {}, judge_present("sd201-offload", "SD201")),
     ("retries", 30.0, {}, judge_present("sd202-retries", "SD202")),
     ("nccl_flight", STALL_TIMEOUT, {}, judge_flight),
+    ("graph_capture", 30.0, {}, judge_graph_capture),
 )
 
 

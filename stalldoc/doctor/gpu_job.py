@@ -14,6 +14,9 @@ torch; stalldoc never does):
   frees its cache and retries, again and again (SD202), with no out-of-memory error.
 - ``nccl_flight``: a one-rank NCCL group, a few all_reduces, then a wait that never ends: the
   stall's Flight Recorder dump is read back.
+- ``graph_capture``: CUDA graphs captured in PyTorch's default (global) capture mode for
+  CAPTURE_SECONDS, phases before, around and inside each capture, while the agent thread polls
+  its markers: every capture succeeds and every replay computes the right values; exits 0.
 
 Each prints ``case ready`` once its measured part began, on standard output.
 """
@@ -32,6 +35,7 @@ import stalldoc
 OFFLOAD_SECONDS = float(os.environ.get("OFFLOAD_SECONDS", "20"))
 RETRY_SECONDS = float(os.environ.get("RETRY_SECONDS", "15"))
 HOLD_SECONDS = float(os.environ.get("HOLD_SECONDS", "5"))
+CAPTURE_SECONDS = float(os.environ.get("CAPTURE_SECONDS", "8"))
 
 
 def _device() -> torch.device:
@@ -119,7 +123,32 @@ def nccl_flight() -> None:
         threading.Event().wait()
 
 
-CASES = {f.__name__: f for f in (markers, kernel_hang, offload, retries, nccl_flight)}
+def graph_capture() -> None:
+    device = _device()
+    x = torch.randn(1024, 1024, device=device)
+    end, count = time.monotonic() + CAPTURE_SECONDS, 0
+    print("graph_capture ready", flush=True)
+    while time.monotonic() < end:
+        with stalldoc.phase("step"):           # markers queued behind real work
+            y = x
+            for _ in range(20):
+                y = (y @ x).clamp_(-1, 1)
+        graph = torch.cuda.CUDAGraph()
+        with stalldoc.phase("capture"), torch.cuda.graph(graph):
+            with stalldoc.phase("inside"):     # a phase entered on the capturing stream
+                z = torch.ones_like(x)
+                for _ in range(1000):
+                    z = z * 0.5 + 1.0          # converges to 2
+        graph.replay()
+        torch.cuda.synchronize()
+        if not torch.allclose(z, torch.full_like(z, 2.0)):
+            sys.exit(f"graph_capture: replay {count} computed {z.flatten()[:3].tolist()}")
+        count += 1
+    print(f"graph_capture ok: {count} graphs captured and replayed", flush=True)
+
+
+CASES = {f.__name__: f for f in (markers, kernel_hang, offload, retries, nccl_flight,
+                                 graph_capture)}
 
 if __name__ == "__main__":
     CASES[sys.argv[1]]()

@@ -1,16 +1,20 @@
 """NVML probe (nvidia-ml-py, imported as ``pynvml``): per GPU every tick, memory used / total,
-utilisation (GPU and memory), PCIe TX/RX bytes per second, power, and the processes on it.
+utilisation (GPU and memory; and the share of time a kernel ran, from GPM where the GPU has it:
+``gpm.py``), PCIe TX/RX bytes per second, power, and the processes on it.
 
 No library, no driver or no GPU: ``start`` says why once and the probe stays off. Every field is
 read on its own, so a field this GPU or driver refuses is None ("unknown") and never costs the
-others. PCIe traffic comes from the cumulative byte counters where the driver has them (exact),
-else from NVML's sampled throughput (KB/s over a short window).
+others. PCIe traffic comes from the cumulative byte counters where the driver keeps them 64 bits
+wide (exact), else from NVML's sampled throughput (KB/s over a short window). An H100 with driver
+580 keeps them 32 bits wide: they wrap every 4 GiB, about ten times a second at full PCIe 5
+speed, so no two readings a tick apart can say how much moved between them.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, TypeVar
 
 from stalldoc.model import GpuProcess, GpuSample
+from stalldoc.probes.gpm import ComputeActivity
 
 try:
     import pynvml
@@ -19,6 +23,8 @@ except ImportError:  # pragma: no cover - a dependency; kept so the watcher runs
 
 T = TypeVar("T")
 _COUNTERS = ("NVML_FI_DEV_PCIE_COUNT_TX_BYTES", "NVML_FI_DEV_PCIE_COUNT_RX_BYTES")
+_WIDE = ("NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "NVML_VALUE_TYPE_UNSIGNED_LONG",
+         "NVML_VALUE_TYPE_SIGNED_LONG_LONG")    # counters that do not wrap within a run
 
 
 def _read(fn: Callable[..., T], *args: Any) -> T | None:
@@ -40,6 +46,7 @@ class NvmlProbe:
         self.handles: list[Any] = []
         self.unavailable = ""
         self._counts: dict[int, tuple[float, int, int]] = {}   # gpu -> (t, tx bytes, rx bytes)
+        self._compute = ComputeActivity()
 
     def start(self) -> str:
         """Initialise NVML; returns why it cannot be used ("" when it can)."""
@@ -59,6 +66,7 @@ class NvmlProbe:
 
     def stop(self) -> None:
         if self.handles:
+            self._compute.close()
             _read(pynvml.nvmlShutdown)
             self.handles = []
 
@@ -81,7 +89,8 @@ class NvmlProbe:
             _text(_read(pynvml.nvmlDeviceGetName, handle)),
             memory.used if memory else None, memory.total if memory else None,
             util.gpu if util else None, util.memory if util else None, tx, rx,
-            power / 1000.0 if power is not None else None, self._processes(handle))
+            power / 1000.0 if power is not None else None, self._processes(handle),
+            self._compute.percent(index, handle))
 
     def _processes(self, handle: Any) -> tuple[GpuProcess, ...] | None:
         procs = _read(pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
@@ -96,18 +105,23 @@ class NvmlProbe:
             self._counts[index] = (now, *counts)
             if last is None or now <= last[0]:
                 return None, None
-            dt = now - last[0]
-            return (counts[0] - last[1]) / dt, (counts[1] - last[2]) / dt
+            dt, tx, rx = now - last[0], counts[0] - last[1], counts[1] - last[2]
+            if tx < 0 or rx < 0:
+                return None, None     # the counters were reset (driver reload)
+            return tx / dt, rx / dt
         tx = _read(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_TX_BYTES)
         rx = _read(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
         return (tx * 1024.0 if tx is not None else None), (rx * 1024.0 if rx is not None else None)
 
     def _counters(self, handle: Any) -> tuple[int, int] | None:
-        """The cumulative PCIe TX/RX byte counters, or None where the driver lacks them."""
+        """The cumulative PCIe TX/RX byte counters, or None where the driver lacks them or keeps
+        them too narrow to read a tick apart."""
         ids = [getattr(pynvml, name, None) for name in _COUNTERS]
         if None in ids:
             return None
         values = _read(pynvml.nvmlDeviceGetFieldValues, handle, ids)
-        if values is None or any(v.nvmlReturn != pynvml.NVML_SUCCESS for v in values):
+        wide = {getattr(pynvml, name, -1) for name in _WIDE}
+        if values is None or any(v.nvmlReturn != pynvml.NVML_SUCCESS or v.valueType not in wide
+                                 for v in values):
             return None
         return int(values[0].value.ullVal), int(values[1].value.ullVal)

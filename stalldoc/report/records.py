@@ -148,6 +148,7 @@ class GpuSummary:
     peak_memory_used: int | None = None
     util_gpu_mean: float | None = None
     max_processes: int | None = None
+    util_compute_mean: float | None = None     # schema 7, GPM: kernels only
     peak_power_w: float | None = None
     ranks: tuple[int, ...] = ()
 
@@ -161,6 +162,7 @@ class GpuPhase:
     pcie_tx_bytes: int | None = None
     pcie_rx_bytes: int | None = None
     util_gpu_mean: float | None = None
+    util_compute_mean: float | None = None     # schema 7, GPM: kernels only
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,7 @@ class GpuPoint:
     processes: int | None = None
     ranks: tuple[int, ...] = ()
     phase: str | None = None
+    util_compute: float | None = None          # schema 7, GPM: kernels only
 
 
 @dataclass(frozen=True)

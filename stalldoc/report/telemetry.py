@@ -58,7 +58,8 @@ def _bucketed(conn: sqlite3.Connection, columns: str, table: str, key: str) -> l
 def timeseries(conn: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
     """At most about MAX_POINTS points per rank, GPU and for the node."""
     thin = _bucketed if version(conn) >= 4 else _thinned
-    gpus = thin(conn, _GPU_SERIES, "gpu_samples", "gpu")
+    gpus = thin(conn, _GPU_SERIES + (", util_compute" if version(conn) >= 7 else ""),
+                "gpu_samples", "gpu")
     for row in gpus:
         row["ranks"] = json.loads(row["ranks"])
     return {"ranks": thin(conn, _RANK_SERIES, "samples", "rank"),
@@ -97,6 +98,7 @@ def gpus(conn: sqlite3.Connection) -> list[dict[str, Any]]:
                       "MAX(memory_total) AS memory_total, MAX(memory_used) AS peak_memory_used, "
                       f"ROUND({_mean(conn, 'util_gpu')}, 1) AS util_gpu_mean, "
                       "MAX(processes) AS max_processes, "
+                      f"{_compute_mean(conn)} AS util_compute_mean, "
                       "MAX(power_w) AS peak_power_w FROM gpu_samples GROUP BY gpu ORDER BY gpu")
     for gpu in out:
         ranks: set[int] = set()
@@ -113,29 +115,40 @@ def _mean(conn: sqlite3.Connection, column: str) -> str:
     return f"AVG({column})" if version(conn) < 4 else weighted_mean(column)
 
 
+def _compute_mean(conn: sqlite3.Connection) -> str:
+    """The mean share of time a kernel ran (schema 7; NULL before: not recorded)."""
+    return f"ROUND({weighted_mean('util_compute')}, 1)" if version(conn) >= 7 else "NULL"
+
+
 def gpu_phases(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     """PCIe bytes moved and mean GPU utilisation per phase of the GPU's rank (rate x interval;
     schema 4: summed per tick)."""
     if version(conn) < 4:
         return gpu_phases_from_samples(conn)
-    return _rows(conn, """
+    compute = ("ROUND(compute_sum / NULLIF(compute_samples, 0), 1)" if version(conn) >= 7
+               else "NULL")
+    return _rows(conn, f"""
         SELECT phase, ROUND(gpu_seconds, 3) AS gpu_seconds,
                CAST(pcie_tx_bytes AS INTEGER) AS pcie_tx_bytes,
                CAST(pcie_rx_bytes AS INTEGER) AS pcie_rx_bytes,
-               ROUND(util_sum / NULLIF(util_samples, 0), 1) AS util_gpu_mean
+               ROUND(util_sum / NULLIF(util_samples, 0), 1) AS util_gpu_mean,
+               {compute} AS util_compute_mean
         FROM gpu_phase_stats ORDER BY phase""")
 
 
 def gpu_phases_from_samples(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """The same from every GPU sample (schemas 2 and 3, which keep them all)."""
-    return _rows(conn, """
-        WITH s AS (SELECT phase, util_gpu, pcie_tx_bps, pcie_rx_bps,
+    """The same from every GPU sample (schemas 2 and 3, which keep them all; a later one's
+    samples before any were downsampled)."""
+    compute = "util_compute" if version(conn) >= 7 else "NULL AS util_compute"
+    return _rows(conn, f"""
+        WITH s AS (SELECT phase, util_gpu, {compute}, pcie_tx_bps, pcie_rx_bps,
                           t - LAG(t) OVER (PARTITION BY gpu ORDER BY t) AS dt
                    FROM gpu_samples)
         SELECT COALESCE(phase, '') AS phase, ROUND(SUM(dt), 3) AS gpu_seconds,
                CAST(SUM(pcie_tx_bps * dt) AS INTEGER) AS pcie_tx_bytes,
                CAST(SUM(pcie_rx_bps * dt) AS INTEGER) AS pcie_rx_bytes,
-               ROUND(AVG(util_gpu), 1) AS util_gpu_mean
+               ROUND(AVG(util_gpu), 1) AS util_gpu_mean,
+               ROUND(AVG(util_compute), 1) AS util_compute_mean
         FROM s WHERE dt IS NOT NULL GROUP BY COALESCE(phase, '') ORDER BY phase""")
 
 

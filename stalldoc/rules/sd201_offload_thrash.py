@@ -20,9 +20,12 @@ class OffloadThrash(Rule):
 
     What it does
         Every tick, per rank: (a) over the last 30 s of NVML samples of the rank's GPU, PCIe
-        traffic above 1 GiB/s on average while the GPU is less than 30 % busy; or (b) over the
-        phases the rank completed in the last 2 minutes, more than half of the time they span
-        in offload / load / wake-up / sleep phases. Either is offload thrash.
+        traffic above 1 GiB/s on average while the GPU runs kernels less than 30 % of the time;
+        or (b) over the phases the rank completed in the last 2 minutes, more than half of the
+        time they span in offload / load / wake-up / sleep phases. Either is offload thrash.
+        "Runs kernels" is GPM's graphics-engine activity where the GPU has it (Hopper and
+        later), else NVML's utilisation, which also counts copies on some GPUs (an H100 moving
+        pinned memory reads 100 %) and then leaves (a) silent.
 
     Why is this bad?
         offload_model, offload_optimizer and zero3_offload move weights and states over PCIe
@@ -31,8 +34,8 @@ class OffloadThrash(Rule):
         in community articles).
 
     Evidence
-        bytes moved host->GPU and GPU->host in the window, mean GPU utilisation, share of time
-        in offload phases and their names.
+        bytes moved host->GPU and GPU->host in the window, mean GPU utilisation and mean kernel
+        activity (GPM), share of time in offload phases and their names.
 
     Fix
         Turn offload_model off first and compare the step time, then offload_optimizer; use zero3
@@ -61,13 +64,16 @@ class OffloadThrash(Rule):
                 continue
             rx, tx = mean(s.pcie_rx_bps for s in samples), mean(s.pcie_tx_bps for s in samples)
             util = mean(s.util_gpu for s in samples)
-            if rx is None or tx is None or util is None:
+            kernels = mean(s.util_compute for s in samples)
+            busy = kernels if kernels is not None else util
+            if rx is None or tx is None or busy is None:
                 continue
             seconds = samples[-1].t - samples[0].t
             return {"gpu": index, "pcie_rx_bytes": int(rx * seconds),
                     "pcie_tx_bytes": int(tx * seconds), "seconds": round(seconds, 1),
-                    "util_gpu_mean": round(util, 1),
-                    "pcie_bound": rx + tx >= PCIE_BUSY_BPS and util < GPU_IDLE_PERCENT}
+                    "util_gpu_mean": None if util is None else round(util, 1),
+                    "util_compute_mean": None if kernels is None else round(kernels, 1),
+                    "pcie_bound": rx + tx >= PCIE_BUSY_BPS and busy < GPU_IDLE_PERCENT}
         return {}
 
     def _phases(self, window: Window, rank: int) -> dict:
@@ -87,9 +93,17 @@ class OffloadThrash(Rule):
         parts = []
         if "pcie_rx_bytes" in ev:
             parts.append(f"{gib(ev['pcie_rx_bytes'] + ev['pcie_tx_bytes'])} over PCIe in "
-                         f"{ev['seconds']:.0f} s while GPU {ev['gpu']} was {ev['util_gpu_mean']:.0f}% "
-                         "busy")
+                         f"{ev['seconds']:.0f} s while GPU {ev['gpu']} {_busy(ev)}")
         if "offload_phase_share" in ev:
             parts.append(f"{ev['offload_phase_share']:.0%} of the time in "
                          f"{', '.join(ev['offload_phases'])}")
         return f"rank {rank} offload thrash: " + "; ".join(parts)
+
+
+def _busy(ev: dict) -> str:
+    """How busy the GPU was: kernel activity where GPM measured it, else NVML's utilisation."""
+    kernels, util = ev.get("util_compute_mean"), ev.get("util_gpu_mean")
+    if kernels is None:
+        return f"was {util:.0f}% busy"
+    seen = "" if util is None else f" (NVML utilisation {util:.0f}%, copies included)"
+    return f"ran kernels {kernels:.0f}% of the time{seen}"

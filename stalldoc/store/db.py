@@ -173,10 +173,11 @@ class RunStore:
             if last is None or g.t <= last:
                 continue
             dt = g.t - last
-            rows.append((_gpu_row(tick, g)[-1] or "", dt,
+            rows.append((_phase_of(tick, g) or "", dt,
                          None if g.pcie_tx_bps is None else g.pcie_tx_bps * dt,
                          None if g.pcie_rx_bps is None else g.pcie_rx_bps * dt,
-                         g.util_gpu, int(g.util_gpu is not None)))
+                         g.util_gpu, int(g.util_gpu is not None),
+                         g.util_compute, int(g.util_compute is not None)))
         return rows
 
     def add_phases(self, rank: int, phases: Iterable[Any]) -> None:
@@ -316,11 +317,12 @@ _WATERMARK_UPSERT = (
     "SET " + ", ".join(f"{c} = MAX(COALESCE({c}, excluded.{c}), COALESCE(excluded.{c}, {c}))"
                        for c in _PEAK_COLUMNS))
 _GPU_PHASE_UPSERT = (
-    "INSERT INTO gpu_phase_stats VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (phase) DO UPDATE SET "
-    "gpu_seconds = gpu_seconds + excluded.gpu_seconds, " + ", ".join(
+    "INSERT INTO gpu_phase_stats VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (phase) DO UPDATE "
+    "SET gpu_seconds = gpu_seconds + excluded.gpu_seconds, " + ", ".join(
         f"{c} = CASE WHEN excluded.{c} IS NULL THEN {c} ELSE COALESCE({c}, 0) + excluded.{c} END"
-        for c in ("pcie_tx_bytes", "pcie_rx_bytes", "util_sum")) +
-    ", util_samples = util_samples + excluded.util_samples")
+        for c in ("pcie_tx_bytes", "pcie_rx_bytes", "util_sum", "compute_sum")) +
+    ", util_samples = util_samples + excluded.util_samples"
+    ", compute_samples = compute_samples + excluded.compute_samples")
 
 
 def _watermark_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -371,10 +373,15 @@ def _sample_row(tick: Tick, s: HostSample) -> tuple[Any, ...]:
               if cuda else (None,) * 9), s.children, s.children_cpu_percent, s.io_bps)
 
 
-def _gpu_row(tick: Tick, g: GpuSample) -> tuple[Any, ...]:
+def _phase_of(tick: Tick, g: GpuSample) -> str | None:
+    """The phase stack of the GPU's (first) rank, None where no rank of ours is on it."""
     ranks = g.ranks
     agent = tick.agents.get(ranks[0]) if ranks else None
+    return "/".join(agent.phase_stack) if agent else None
+
+
+def _gpu_row(tick: Tick, g: GpuSample) -> tuple[Any, ...]:
     return (g.t, g.index, g.uuid, g.name, g.memory_used, g.memory_total, g.util_gpu,
             g.util_memory, g.pcie_tx_bps, g.pcie_rx_bps, g.power_w,
-            len(g.processes) if g.processes is not None else None, json.dumps(list(ranks)),
-            "/".join(agent.phase_stack) if agent else None)
+            len(g.processes) if g.processes is not None else None, json.dumps(list(g.ranks)),
+            _phase_of(tick, g), g.util_compute)

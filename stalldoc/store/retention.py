@@ -67,6 +67,7 @@ _GPUS = ("gpu", {
     "t": "MAX(t)", "gpu": "gpu", "uuid": "MAX(uuid)", "name": "MAX(name)",
     "memory_used": "MAX(memory_used)", "memory_total": "MAX(memory_total)",
     "util_gpu": weighted_mean("util_gpu"), "util_memory": weighted_mean("util_memory"),
+    "util_compute": weighted_mean("util_compute"),
     "pcie_tx_bps": weighted_mean("pcie_tx_bps"), "pcie_rx_bps": weighted_mean("pcie_rx_bps"),
     "power_w": "MAX(power_w)", "processes": "MAX(processes)", "ranks": "MAX(last_ranks)",
     "phase": "MAX(last_phase)", "n": "SUM(n)"}, ("ranks", "phase"))

@@ -10,12 +10,15 @@ the process group's name: ``group`` is an SQL keyword).
 Version 6 adds how each rank was known and its world (``ranks.source``, ``ranks.world``,
 ``ranks.world_rank``): mp.spawn, Lightning, Ray and MPI ranks are known from inside the process,
 and a job of several torch.distributed worlds numbers each world's ranks after the others'.
-Readers take versions 2 to 6.
+Version 7 adds the share of time a kernel ran on each GPU (``gpu_samples.util_compute``, from
+NVML's GPM; ``gpu_phase_stats.compute_sum`` / ``compute_samples``): NVML's ``util_gpu`` also
+counts copies, so an H100 that only moves pinned memory reads 100 % there and 0 % here.
+Readers take versions 2 to 7.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 6
-READABLE_VERSIONS = ("2", "3", "4", "5", "6")   # 3 added stalls.work and the samples' work columns
+SCHEMA_VERSION = 7
+READABLE_VERSIONS = ("2", "3", "4", "5", "6", "7")   # 3 added stalls.work and the samples' work columns
 DB_NAME = "run.db"
 
 SAMPLE_COLUMNS = ("t", "rank", "cpu_seconds", "rss_bytes", "threads", "status",
@@ -26,7 +29,7 @@ SAMPLE_COLUMNS = ("t", "rank", "cpu_seconds", "rss_bytes", "threads", "status",
                   "io_bps")
 GPU_COLUMNS = ("t", "gpu", "uuid", "name", "memory_used", "memory_total", "util_gpu",
                "util_memory", "pcie_tx_bps", "pcie_rx_bps", "power_w", "processes", "ranks",
-               "phase")
+               "phase", "util_compute")
 COLLECTIVE_COLUMNS = ("rank", "grp", "seq", "op", "numel", "dtype", "entered_at", "completed_at")
 NODE_COLUMNS = ("t", "available_bytes", "total_bytes", "swap_in_bps", "swap_out_bps", "load1",
                 "cores")
@@ -59,7 +62,7 @@ CREATE TABLE gpu_samples (t REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT, name
                           memory_used INTEGER, memory_total INTEGER, util_gpu INTEGER,
                           util_memory INTEGER, pcie_tx_bps REAL, pcie_rx_bps REAL, power_w REAL,
                           processes INTEGER, ranks TEXT NOT NULL, phase TEXT,
-                          n INTEGER NOT NULL DEFAULT 1);
+                          util_compute REAL, n INTEGER NOT NULL DEFAULT 1);
 CREATE INDEX gpu_samples_t ON gpu_samples (gpu, t);
 CREATE INDEX gpu_samples_time ON gpu_samples (t);
 CREATE TABLE probe_stats (probe TEXT PRIMARY KEY, runs INTEGER NOT NULL, failures INTEGER NOT NULL,
@@ -93,5 +96,6 @@ CREATE TABLE watermarks (rank INTEGER NOT NULL, phase TEXT NOT NULL, peak_rss_by
                          cuda_ooms INTEGER, PRIMARY KEY (rank, phase));
 CREATE TABLE gpu_phase_stats (phase TEXT PRIMARY KEY, gpu_seconds REAL NOT NULL,
                               pcie_tx_bytes REAL, pcie_rx_bytes REAL, util_sum REAL,
-                              util_samples INTEGER NOT NULL);
+                              util_samples INTEGER NOT NULL, compute_sum REAL,
+                              compute_samples INTEGER NOT NULL DEFAULT 0);
 """

@@ -1,12 +1,14 @@
 """CUDA telemetry in the agent: inert in a real torch process without CUDA; with CUDA, markers
 and allocator figures reach the state file. Without a GPU here, the CUDA case scripts the
-``torch.cuda`` calls the agent makes (Event, is_initialized, device_count, memory_stats) and
-nothing above them; the real check runs on a GPU machine (tests marked ``gpu``)."""
+``torch.cuda`` calls the agent makes (Event, is_initialized, is_current_stream_capturing,
+device_count, memory_stats) and the one CUDA driver call (the thread's capture mode), and nothing
+above them; the real check runs on a GPU machine (tests marked ``gpu``)."""
 from __future__ import annotations
 
 import os
 import sys
 import textwrap
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -58,12 +60,33 @@ def scripted_torch(initialised: bool) -> SimpleNamespace:
     stats = {"allocated_bytes.all.current": 3 << 30, "reserved_bytes.all.current": 5 << 30,
              "allocated_bytes.all.peak": 4 << 30, "num_alloc_retries": 2, "num_ooms": 0}
     cuda = SimpleNamespace(is_initialized=lambda: initialised, Event=ScriptedEvent,
-                           device_count=lambda: 1, memory_stats=lambda device: stats)
+                           device_count=lambda: 1, memory_stats=lambda device: stats,
+                           capturing=False)
+    cuda.is_current_stream_capturing = lambda: cuda.capturing
     return SimpleNamespace(cuda=cuda)
 
 
+class ScriptedDriver:
+    """Stands in for libcuda's cuThreadExchangeStreamCaptureMode: which thread set which mode."""
+
+    def __init__(self) -> None:
+        self.modes: list[tuple[int, int]] = []
+
+    def cuThreadExchangeStreamCaptureMode(self, mode) -> int:  # noqa: N802 - the C name
+        self.modes.append((threading.get_ident(), mode._obj.value))
+        mode._obj.value = 0                 # the previous mode: global
+        return 0
+
+
 @pytest.fixture
-def agent(tmp_path, monkeypatch):
+def driver(monkeypatch) -> ScriptedDriver:
+    scripted = ScriptedDriver()
+    monkeypatch.setattr(cuda_telemetry, "driver", lambda: scripted)
+    return scripted
+
+
+@pytest.fixture
+def agent(tmp_path, monkeypatch, driver):
     monkeypatch.setattr(ScriptedEvent, "gpu_done", 0)
     monkeypatch.setattr(ScriptedEvent, "recorded", 0)
     (tmp_path / "agents").mkdir()
@@ -117,6 +140,41 @@ def test_broken_cuda_turns_markers_off_and_keeps_the_agent(agent, monkeypatch):
     assert "CUDA telemetry disabled" in log and "illegal memory access" in log
     agent.phase_enter("next")
     assert read_state(state_path(agent.directory, agent.pid)).phase_stack == ("step", "next")
+
+
+def test_graph_capture_gets_no_marker_and_the_agent_thread_queries_relaxed(agent, driver,
+                                                                          monkeypatch):
+    # GIVEN a job that captures a CUDA graph (vLLM at start-up) with a phase inside the capture
+    torch = scripted_torch(initialised=True)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    agent._cuda_tick(1.0, allocator=True)              # attaches, on this (the agent's) thread
+    agent.phase_enter("generate")
+    torch.cuda.capturing = True
+    agent.phase_enter("capture_graph")                  # inside the capture: no event recorded
+    torch.cuda.capturing = False
+    agent.phase_exit("capture_graph")
+    agent.phase_enter("decode")
+    # THEN only the markers outside the capture exist, and the agent thread set the relaxed
+    # mode (CU_STREAM_CAPTURE_MODE_RELAXED) for itself before its first event query
+    assert ScriptedEvent.recorded == agent.cuda.host_seq == 2
+    assert agent.cuda.host_label == ("phase", "decode", agent.marker_seq)
+    assert driver.modes == [(threading.get_ident(), cuda_telemetry.RELAXED)]
+
+
+def test_no_driver_for_the_capture_mode_keeps_markers_off_and_the_allocator_on(agent,
+                                                                                monkeypatch):
+    def missing():
+        raise OSError("libcuda.so.1: cannot open shared object file")
+    monkeypatch.setattr(cuda_telemetry, "driver", missing)
+    monkeypatch.setitem(sys.modules, "torch", scripted_torch(initialised=True))
+    agent._cuda_tick(1.0, allocator=True)
+    agent.phase_enter("step")
+    agent._cuda_tick(2.0, allocator=True)
+    assert ScriptedEvent.recorded == 0 and agent.cuda is not None
+    cuda = read_state(state_path(agent.directory, agent.pid)).cuda
+    assert (cuda.host_marker, cuda.allocated) == (0, 3 << 30)
+    log = open(os.path.join(os.path.dirname(agent.directory), runtime.ERROR_LOG)).read()
+    assert log.count("CUDA markers off") == 1 and "cannot open shared object" in log
 
 
 def test_marker_backlog_is_bounded(monkeypatch):

@@ -48,6 +48,59 @@ def test_pcie_falls_back_to_sampled_throughput(monkeypatch):
     assert (sample.pcie_tx_bps, sample.pcie_rx_bps) == (2048 * 1024, 9 * GiB)
 
 
+def test_32_bit_counters_are_not_read_as_rates(monkeypatch):
+    # GIVEN the counters an H100 with driver 580 has: 32 bits wide (valueType UNSIGNED_INT), and
+    # 15 GiB moved host -> GPU in half a second (pinned copies at PCIe 5 speed: 3 wraps and more)
+    gpu = FakeGpu(counter_type=pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, tx_bytes=540868588,
+                  rx_bytes=3101817436, tx_kbps=4880853, rx_kbps=57692023)
+    probe, _ = started(monkeypatch, gpu)
+    [first] = probe.sample(100.0)
+    gpu.tx_bytes += GiB
+    gpu.rx_bytes += 15 * GiB
+    [second] = probe.sample(100.5)
+    # THEN the rates are NVML's sampled throughput, not a wrapped (negative, or 4 GiB short) delta
+    for sample in (first, second):
+        assert (sample.pcie_tx_bps, sample.pcie_rx_bps) == (4880853 * 1024, 57692023 * 1024)
+
+
+def test_a_counter_reset_gives_no_rate_rather_than_a_negative_one(monkeypatch):
+    gpu = FakeGpu(tx_bytes=90 * GiB, rx_bytes=70 * GiB)
+    probe, _ = started(monkeypatch, gpu)
+    probe.sample(100.0)
+    gpu.tx_bytes, gpu.rx_bytes = GiB, GiB          # the driver was reloaded
+    [reset] = probe.sample(101.0)
+    assert (reset.pcie_tx_bps, reset.pcie_rx_bps) == (None, None)
+    gpu.tx_bytes += 2 * GiB
+    [after] = probe.sample(102.0)
+    assert after.pcie_tx_bps == 2 * GiB
+
+
+def test_compute_activity_from_gpm_between_two_readings(monkeypatch):
+    # GIVEN a GPU with GPM: copies only (graphics engine idle), then a kernel
+    gpu = FakeGpu(util=100, compute=0.0)
+    probe, nvml = started(monkeypatch, gpu)
+    [first] = probe.sample(1.0)
+    assert first.util_compute is None and first.util_gpu == 100   # one GPM sample: no span yet
+    [copying] = probe.sample(1.5)
+    gpu.compute = 99.4
+    [computing] = probe.sample(2.0)
+    assert (copying.util_compute, computing.util_compute) == (0.0, 99.4)
+    probe.stop()
+    assert nvml.calls.count("nvmlGpmSampleAlloc") == 2 == nvml.calls.count("nvmlGpmSampleFree")
+
+
+@pytest.mark.parametrize("gpu", [FakeGpu(compute=None),                      # before Hopper
+                                 FakeGpu(compute=50.0, broken={"nvmlGpmSampleGet"})],  # refused
+                         ids=["no-gpm", "gpm-refused"])
+def test_no_gpm_leaves_compute_unknown_and_is_not_asked_again(monkeypatch, gpu):
+    probe, nvml = started(monkeypatch, gpu)
+    samples = [probe.sample(float(t))[0] for t in range(4)]
+    assert [s.util_compute for s in samples] == [None] * 4
+    assert all(s.util_gpu == 0 and s.memory_total for s in samples)   # the rest is read
+    assert nvml.calls.count("nvmlGpmQueryDeviceSupport") == 1
+    assert nvml.calls.count("nvmlGpmSampleGet") <= 1
+
+
 @pytest.mark.parametrize("broken,unknown", [
     ("nvmlDeviceGetUtilizationRates", ("util_gpu", "util_memory")),
     ("nvmlDeviceGetPowerUsage", ("power_w",)),

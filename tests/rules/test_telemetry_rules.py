@@ -7,8 +7,8 @@ is in its name."""
 from __future__ import annotations
 
 from stalldoc.agent.state_reader import AgentSnapshot, CudaState, PhaseRecord
-from stalldoc.model import (GpuProcess, GpuSample, HostMemory, HostSample, RankProcess, Severity,
-                            StallEpisode, Window)
+from stalldoc.model import (GpuProcess, GpuSample, HostMemory, HostSample, RankProcess, RankWork,
+                            Severity, StallEpisode, Window)
 from stalldoc.rules import by_code, run_rules
 
 GiB = 2**30
@@ -28,9 +28,10 @@ def cuda(host: int = 10, gpu: int = 10, pending_at: float = 0.0, retries: int = 
 
 
 def gpu_history(rank: int, util: int, rx_bps: float, used: int = 60 * GiB,
-                seconds: int = 20) -> tuple[GpuSample, ...]:
+                seconds: int = 20, compute: float | None = None) -> tuple[GpuSample, ...]:
     return tuple(GpuSample(NOW - seconds + i, 0, "GPU-0", "H100", used, 80 * GiB, util, 10,
-                           rx_bps / 4, rx_bps, 400.0, (GpuProcess(100 + rank, used, rank),))
+                           rx_bps / 4, rx_bps, 400.0, (GpuProcess(100 + rank, used, rank),),
+                           compute)
                  for i in range(seconds + 1))
 
 
@@ -75,6 +76,19 @@ def test_sd201_good_pcie_busy_gpu_busy():
     assert codes("SD201", window(gpus={0: gpu_history(0, util=85, rx_bps=6 * GiB)})) == []
 
 
+def test_sd201_bad_h100_copies_read_as_full_utilisation_but_no_kernel_ran():
+    # what an H100 (driver 580) showed for pinned host->GPU copies at 55 GiB/s: NVML's
+    # utilisation 100 %, GPM's graphics engine 0 %: the GPU only copies
+    [f] = codes("SD201", window(gpus={0: gpu_history(0, util=100, rx_bps=55 * GiB, compute=0.0)}))
+    assert f.evidence["pcie_bound"] and f.evidence["util_compute_mean"] == 0.0
+    assert "ran kernels 0% of the time (NVML utilisation 100%, copies included)" in f.summary
+
+
+def test_sd201_good_h100_copies_overlapped_with_kernels():
+    gpus = {0: gpu_history(0, util=100, rx_bps=55 * GiB, compute=85.0)}
+    assert codes("SD201", window(gpus=gpus)) == []
+
+
 def test_sd201_bad_phases_dominated_by_offload_no_gpu_needed():
     # 3 s offload + 1 s compute per step: 75 % of the time moving weights
     agents = {1: snapshot(1, steps(offload=3.0, compute=1.0))}
@@ -109,6 +123,30 @@ def test_sd203_bad_gpu_busy_behind_for_40s():
     [f] = codes("SD203", window(agents=agents, gpus={0: gpu_history(0, util=100, rx_bps=0)}))
     assert f.evidence["gpu_behind_seconds"] == 40 and "GPU busy at 100%" in f.summary
     assert "host at marker 12 all_reduce#12, GPU done up to 11 phase m11" in f.summary
+
+
+def waiting(kind: str) -> RankWork:
+    return RankWork(NOW, "idle", kind, False, 101.0, 0, None, 0.0, 100, kind,
+                    "kernel_hang (gpu_job.py:69)")
+
+
+def test_sd203_bad_kernel_launched_after_the_last_marker_never_ends():
+    # what the H100 showed for torch.cuda._sleep(10**13); torch.cuda.synchronize() in a phase:
+    # the GPU reached every marker (the phase's own, before the kernel), the host waits in the
+    # synchronize, GPU at 100 %
+    agents = {0: snapshot(0, cuda=cuda(host=5, gpu=5))}
+    [f] = codes("SD203", window(agents=agents, gpus={0: gpu_history(0, util=100, rx_bps=0)},
+                                work={0: waiting("waiting: cuda sync")}, last_progress={0: NOW - 15}))
+    assert f.evidence["host_waits_in_cuda_sync"] and f.evidence["gpu_behind_seconds"] == 15
+    assert "GPU busy at 100%, the host has waited 15 s in a CUDA synchronisation" in f.summary
+
+
+def test_sd203_good_all_markers_done_and_the_host_waits_elsewhere_or_briefly():
+    agents = {0: snapshot(0, cuda=cuda(host=5, gpu=5))}
+    gpus = {0: gpu_history(0, util=100, rx_bps=0)}
+    for work, since in ((waiting("waiting: collective"), 15), (waiting("waiting: cuda sync"), 4)):
+        w = window(agents=agents, gpus=gpus, work={0: work}, last_progress={0: NOW - since})
+        assert codes("SD203", w) == []
 
 
 def test_sd203_good_gpu_just_behind():

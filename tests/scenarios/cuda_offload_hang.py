@@ -1,6 +1,7 @@
 """A CUDA job (GPU machines only): a few steps of an "offload" phase copying weights host<->device
 and a "compute" phase of matmuls, then a hang where the GPU is busy with a kernel that does not end
-(torch.cuda._sleep) and the host blocks in torch.cuda.synchronize: the host is ahead of the GPU."""
+(torch.cuda._sleep) and the host blocks in torch.cuda.synchronize. The GPU has reached every CUDA
+marker (the "generate" phase's was recorded before the kernel): the host's wait says the rest."""
 import os
 import time
 

@@ -73,6 +73,7 @@ def test_downsampling_keeps_what_the_report_says(tmp_path):
     assert small["host"] == full["host"]                    # lowest available memory, peaks
     for a, b in zip(small["gpus"], full["gpus"]):
         assert a["util_gpu_mean"] == b["util_gpu_mean"]     # weighted by samples
+        assert a["util_compute_mean"] == b["util_compute_mean"] is not None
         assert a["peak_memory_used"] == b["peak_memory_used"]
     assert [p["runs"] for p in small["probes"]] == [p["runs"] for p in full["probes"]] == [1800, 1800]
     assert small["probes"][1]["failures"] == full["probes"][1]["failures"] > 0

@@ -260,7 +260,8 @@ def node_counters(trace: Trace, run: RunRecord, pid: int) -> None:
         trace.add(counter(pid, ts, f"{name} memory (MiB)", {"used": mib(g.memory_used)}),
                   counter(pid, ts, f"{name} PCIe tx (MB/s)", {"tx": mb(g.pcie_tx_bps)}),
                   counter(pid, ts, f"{name} PCIe rx (MB/s)", {"rx": mb(g.pcie_rx_bps)}),
-                  counter(pid, ts, f"{name} util (%)", {"util": g.util_gpu}))
+                  counter(pid, ts, f"{name} util (%)", {"util": g.util_gpu,
+                                                               "kernels": g.util_compute}))
 
 
 def mb(value: float | None) -> float | None:

@@ -183,19 +183,25 @@ def _of(run: RunRecord, merged: bool) -> str:
     return f" ({run.node})" if merged else ""
 
 
+def _percent(value: float | None) -> str:
+    """A mean percentage, or "-" where it was not measured (no GPM, an older run)."""
+    return "-" if value is None else f"{value}%"
+
+
 def telemetry(run: RunRecord, merged: bool) -> list[str]:
     """GPUs, memory peaks, PCIe traffic by phase, the node, and probes off or failing."""
     lines: list[str] = []
     if run.gpus:
         lines += ["", f"GPUs{_of(run, merged)}:"] + table(
-            ("gpu", "ranks", "peak used", "total", "util mean", "max procs"),
+            ("gpu", "ranks", "peak used", "total", "util mean", "kernels mean", "max procs"),
             [(g.gpu, ",".join(map(str, g.ranks)) or "-", gib(g.peak_memory_used),
-              gib(g.memory_total), f"{g.util_gpu_mean}%", g.max_processes) for g in run.gpus])
+              gib(g.memory_total), f"{g.util_gpu_mean}%", _percent(g.util_compute_mean),
+              g.max_processes) for g in run.gpus])
     if run.gpu_phases:
         lines += ["", f"PCIe by phase{_of(run, merged)}:"] + table(
-            ("phase", "gpu-seconds", "host->gpu", "gpu->host", "util mean"),
+            ("phase", "gpu-seconds", "host->gpu", "gpu->host", "util mean", "kernels mean"),
             [(p.phase or "-", p.gpu_seconds, gib(p.pcie_rx_bytes), gib(p.pcie_tx_bytes),
-              f"{p.util_gpu_mean}%") for p in run.gpu_phases])
+              f"{p.util_gpu_mean}%", _percent(p.util_compute_mean)) for p in run.gpu_phases])
     peaks = [w for w in run.watermarks if w.phase is None]
     if peaks:
         lines += ["", f"Memory peaks{_of(run, merged)}:"] + table(
