@@ -21,7 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.redact_cost import ORDINARY  # noqa: E402
-from stalldoc.model import LogLine, Window  # noqa: E402
+from stalldoc.model.samples import LogLine
+from stalldoc.model.window import Window
 from stalldoc.rules import RULES  # noqa: E402
 from stalldoc.rules.log_signature import LogSignature  # noqa: E402
 

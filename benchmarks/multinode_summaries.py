@@ -6,7 +6,7 @@ and 1,000 nodes.
 Printed per node count: one summary's size; the time to write one (encode and atomic replace);
 the time one watcher takes to read its two neighbours and to read every other node; and what the
 whole cluster does to the shared filesystem per second, from the read spacing the watchers use
-(``probes/peers.py``): while ranks work (one write per node per tick, neighbour reads), while
+(``cluster/peers.py``): while ranks work (one write per node per tick, neighbour reads), while
 every node is quiet (every node reads every other) and during a declared stall. Ratios are against 8 nodes, measured in the
 same run. Latency bounds: a change is seen by a neighbour within ``every``, by everyone within
 ``quiet_every`` once quiet; a silent node is called lost after ``lost_after``.
@@ -26,11 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from stalldoc.cluster.node import stalled_every  # noqa: E402
+from stalldoc.sidecar.cluster import stalled_every  # noqa: E402
 from stalldoc.cluster.publish import Publisher  # noqa: E402
 from stalldoc.cluster.summary import encode  # noqa: E402
-from stalldoc.model import CollectiveRecord, GroupState, RemoteRank  # noqa: E402
-from stalldoc.probes.peers import PeerReader  # noqa: E402
+from stalldoc.model.cluster import RemoteRank
+from stalldoc.model.collectives import CollectiveRecord, GroupState
+from stalldoc.cluster.peers import PeerReader  # noqa: E402
 
 RANKS_PER_NODE = 8
 INTERVAL = 1.0

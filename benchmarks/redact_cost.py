@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from stalldoc.sidecar import log_feed  # noqa: E402
 from stalldoc.sidecar.log_feed import LogFeed  # noqa: E402
-from stalldoc.model import LogLine  # noqa: E402
+from stalldoc.model.samples import LogLine
 from stalldoc.redact import redact_text  # noqa: E402
 
 # (weight, line): a GRPO run's output, by how often each kind of line comes

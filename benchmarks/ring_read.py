@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from stalldoc.agent.state_reader import AgentSnapshot, IncrementalReader, read_state  # noqa: E402
+from stalldoc.agent.state_reader import IncrementalReader, read_state
+from stalldoc.model.agent import AgentSnapshot
 from stalldoc.agent.statefile import RING_SLOTS, StateWriter  # noqa: E402
 
 CASES = (0, 1, 8, 32, RING_SLOTS)   # collectives per group between two reads

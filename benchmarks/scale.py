@@ -49,7 +49,7 @@ from stalldoc.agent.statefile import StateWriter, state_path  # noqa: E402
 from stalldoc.attach.link import AttachLink  # noqa: E402
 from stalldoc.run.job import JobTree  # noqa: E402
 from stalldoc.run.options import WatchOptions  # noqa: E402
-from stalldoc.model import RankProcess  # noqa: E402
+from stalldoc.model.ranks import RankProcess
 from stalldoc.probes.connections import external_peers  # noqa: E402
 from stalldoc.sidecar.link import RelayLink  # noqa: E402
 from stalldoc.sidecar.watcher import Watcher  # noqa: E402

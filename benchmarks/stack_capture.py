@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from stalldoc.model import RankProcess  # noqa: E402
+from stalldoc.model.ranks import RankProcess
 from stalldoc.probes.pyspy import StackProbe  # noqa: E402
 
 RANK = ("import threading, time\n"

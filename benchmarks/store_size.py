@@ -26,12 +26,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from stalldoc.agent.state_reader import (AgentSnapshot, CollectiveRecord, GroupState,  # noqa: E402
-                                         PhaseRecord)
+from stalldoc.model.agent import AgentSnapshot, PhaseRecord
+from stalldoc.model.collectives import CollectiveRecord, GroupState
 from stalldoc.findings.ledger import Ledger  # noqa: E402
-from stalldoc.model import (Finding, GpuProcess, GpuSample, HostMemory, HostSample,  # noqa: E402
-                            LogLine, ProbeRun, RankStacks, Severity, StallEpisode)
-from stalldoc.model import Tick  # noqa: E402
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.samples import GpuProcess, GpuSample, HostMemory, HostSample, LogLine, ProbeRun
+from stalldoc.model.stacks import RankStacks
+from stalldoc.model.work import StallEpisode
+from stalldoc.model.samples import Tick
 from stalldoc.store.db import RunStore  # noqa: E402
 from stalldoc.store.retention import RetentionPolicy  # noqa: E402
 

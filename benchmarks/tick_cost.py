@@ -30,7 +30,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from stalldoc.agent.statefile import StateWriter, state_path  # noqa: E402
 from stalldoc.run.job import JobTree  # noqa: E402
-from stalldoc.model import RankProcess  # noqa: E402
+from stalldoc.model.ranks import RankProcess
 from stalldoc.sidecar.sampling import Sampler  # noqa: E402
 
 RANK = r'''

@@ -249,9 +249,9 @@ def synthetic_tick(t: float, ranks: int, gpus: int, phase: str, seed: int = 0,
     and CPU that vary from tick to tick, GPUs used by them, the node, and the probes' runs.
     ``phases``: the completed phases every rank's agent reports (its ring)."""
     import random
-    from stalldoc.agent.state_reader import AgentSnapshot
-    from stalldoc.model import GpuProcess, GpuSample, HostMemory, HostSample, ProbeRun
-    from stalldoc.model import Tick
+    from stalldoc.model.agent import AgentSnapshot
+    from stalldoc.model.samples import GpuProcess, GpuSample, HostMemory, HostSample, ProbeRun
+    from stalldoc.model.samples import Tick
     rng = random.Random(hash((t, seed)))
     host = {r: HostSample(t, r, 1000 + r, t / 2, (8 << 30) + rng.randrange(1 << 30),
                           40 + rng.randrange(8), rng.choice(("running", "sleeping")),

@@ -1,6 +1,7 @@
 """The package's shape, read from its import statements (every ``import`` anywhere in a module,
-function-level ones too): no circle of modules, no arrow from a shared stage up into a process or
-command package, and no new circle of packages among the stages."""
+function-level ones too): no circle of modules, no circle of packages, no arrow from a shared
+stage up into a process or command package, and no stage reaching into the agent's in-rank
+machinery (only the files it publishes are the stages' business)."""
 from __future__ import annotations
 
 import ast
@@ -10,11 +11,13 @@ import stalldoc
 
 ROOT = Path(stalldoc.__file__).resolve().parent
 # the processes and the one-shot commands: they use the stages, never the other way round
-PROCESSES = frozenset({"relay", "sidecar", "check", "attach", "doctor", "demo", "cli",
+# (``run`` is what the relay, the sidecar and attach share: the run directory, the job, options)
+PROCESSES = frozenset({"relay", "sidecar", "run", "check", "attach", "doctor", "demo", "cli",
                        "__main__"})
-# back arrows between stages that circle today, to be taken out (issue 29); no new one may come
-KNOWN_PACKAGE_CIRCLES = frozenset({("probes", "cluster"), ("cluster", "probes"),
-                                   ("probes", "run"), ("run", "probes"), ("cluster", "run")})
+# the agent's modules the rest may read: the files it publishes (state file, Flight Recorder
+# requests, identity), the versions it was built with, and the public ``stalldoc.phase``
+AGENT_INTERFACE = frozenset({"statefile", "state_reader", "flight", "identity", "versions",
+                             "phase"})
 
 
 def _module_name(path: Path) -> str:
@@ -98,16 +101,36 @@ def test_no_stage_imports_a_process_or_a_command():
     assert upward == []
 
 
-def test_no_new_circle_of_packages_among_the_stages():
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Package -> the other packages (and top-level modules) its modules import."""
     packages: dict[str, set[str]] = {}
-    for module, targets in import_graph().items():
+    for module, targets in graph.items():
         source = package_of(module)
-        if source in PROCESSES or not (ROOT / source).is_dir():
-            continue
         packages.setdefault(source, set()).update(
-            package_of(t) for t in targets
-            if package_of(t) != source and (ROOT / package_of(t)).is_dir())
-    arrows = {(a, b) for a, targets in packages.items() for b in targets}
-    circling = {(a, b) for group in circles(packages) for a, b in arrows
-                if a in group and b in group}
-    assert circling <= KNOWN_PACKAGE_CIRCLES, sorted(circling - KNOWN_PACKAGE_CIRCLES)
+            package_of(t) for t in targets if package_of(t) != source)
+    return packages
+
+
+def test_no_circle_of_packages():
+    assert circles(package_graph(import_graph())) == []
+
+
+def test_no_stage_reaches_into_the_agents_machinery():
+    # the runtime, its wrappers and hooks run inside the ranks; the sidecar's stages read what
+    # the agent publishes, through its interface modules (run/inject and the doctor, which start
+    # or load the agent, are process-side)
+    inside = sorted((module, target) for module, targets in import_graph().items()
+                    for target in targets
+                    if package_of(target) == "agent" and package_of(module) not in PROCESSES
+                    and package_of(module) != "agent"
+                    and target.split(".")[2:3] and target.split(".")[2] not in AGENT_INTERFACE)
+    assert inside == []
+
+
+def test_the_checks_see_a_planted_circle_and_a_planted_upward_arrow():
+    graph = {name: set(targets) for name, targets in import_graph().items()}
+    graph["stalldoc.probes.host"].add("stalldoc.sidecar.watcher")
+    assert circles(package_graph(graph))          # sidecar -> probes -> sidecar
+    graph = {name: set(targets) for name, targets in import_graph().items()}
+    graph["stalldoc.model.window"].add("stalldoc.rules.base")
+    assert circles(graph)                          # rules.base -> model.window -> rules.base

@@ -1,10 +1,13 @@
-"""model.py is a leaf: every part imports it, so it imports nothing of stalldoc."""
+"""model/ is a leaf: every part imports it, so its modules import nothing of stalldoc but each
+other."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
 import stalldoc.model
+
+MODEL = Path(stalldoc.model.__file__).parent
 
 
 def imported_modules(path: Path) -> list[str]:
@@ -19,18 +22,28 @@ def imported_modules(path: Path) -> list[str]:
     return names
 
 
-def test_model_imports_nothing_of_stalldoc():
-    names = imported_modules(Path(stalldoc.model.__file__))
-    assert names, "the parser found no import at all: it did not read model.py"
-    ours = [n for n in names if n.startswith(".") or n.split(".")[0] == "stalldoc"]
-    assert ours == []
+def test_model_imports_nothing_of_stalldoc_but_itself():
+    modules = sorted(MODEL.glob("*.py"))
+    assert len(modules) >= 10, "the model's domain modules were not found"
+    for path in modules:
+        names = imported_modules(path)
+        assert names or path.name == "__init__.py", f"the parser read no import in {path.name}"
+        ours = [n for n in names if n.startswith(".") or n.split(".")[0] == "stalldoc"]
+        assert all(n.startswith("stalldoc.model.") for n in ours), (path.name, ours)
 
 
-def test_the_records_moved_to_model_are_still_importable_from_their_old_homes():
+def test_the_package_exports_nothing_so_importing_one_domain_loads_no_other():
+    assert imported_modules(MODEL / "__init__.py") == []
+
+
+def test_the_records_are_still_importable_from_their_readers():
     from stalldoc.agent import state_reader
     from stalldoc.launch import config, resources
-    for module, name in ((state_reader, "AgentSnapshot"), (state_reader, "CudaState"),
-                         (state_reader, "EngineSleepState"), (state_reader, "PhaseDetail"),
-                         (config, "LaunchConfig"), (resources, "Resources"),
-                         (resources, "ModelInfo")):
-        assert getattr(module, name) is getattr(stalldoc.model, name)
+    from stalldoc.model import agent, launch
+    for module, name, home in ((state_reader, "AgentSnapshot", agent),
+                               (state_reader, "CudaState", agent),
+                               (state_reader, "EngineSleepState", agent),
+                               (state_reader, "PhaseDetail", agent),
+                               (config, "LaunchConfig", launch), (resources, "Resources", launch),
+                               (resources, "ModelInfo", launch)):
+        assert getattr(module, name) is getattr(home, name)

@@ -11,7 +11,8 @@ from stalldoc.errors import log_traceback
 from stalldoc.launch.config import parse_command
 from stalldoc.sidecar.log_feed import LogFeed
 from stalldoc.sidecar.metrics import job_name
-from stalldoc.model import LogLine, Window
+from stalldoc.model.samples import LogLine
+from stalldoc.model.window import Window
 from stalldoc.rules import run_rules
 from stalldoc.sidecar.watcher import Watcher
 

@@ -23,15 +23,15 @@ from stalldoc.agent.statefile import (CUDA_OFFSET, DETAIL_OFFSET, DETAIL_TEXT_SI
                                       _ENGINE, _GROUP_HEADER, _HEADER, _IDENTITY, _PHASE_COUNT,
                                       _PHASE_ENTRY, _TEXT_LEN)
 # The records live in model.py (a leaf: it imports nothing of stalldoc); re-exported here.
-from stalldoc.model import AgentIdentity as AgentIdentity
-from stalldoc.model import AgentSnapshot as AgentSnapshot
-from stalldoc.model import CollectiveRecord as CollectiveRecord
-from stalldoc.model import CudaState as CudaState
-from stalldoc.model import EngineSleepState as EngineSleepState
-from stalldoc.model import GroupState as GroupState
-from stalldoc.model import PhaseDetail as PhaseDetail
-from stalldoc.model import PhaseRecord as PhaseRecord
-from stalldoc.model import RankClaim
+from stalldoc.model.agent import AgentIdentity as AgentIdentity
+from stalldoc.model.agent import AgentSnapshot as AgentSnapshot
+from stalldoc.model.collectives import CollectiveRecord as CollectiveRecord
+from stalldoc.model.agent import CudaState as CudaState
+from stalldoc.model.agent import EngineSleepState as EngineSleepState
+from stalldoc.model.collectives import GroupState as GroupState
+from stalldoc.model.agent import PhaseDetail as PhaseDetail
+from stalldoc.model.agent import PhaseRecord as PhaseRecord
+from stalldoc.model.ranks import RankClaim
 
 # What an agent can write. A value beyond these is not an agent's (a crafted or damaged file):
 # the whole file is refused, so no such number reaches SQLite (int64) or the detector.

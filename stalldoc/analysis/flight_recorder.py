@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from stalldoc.model import FlightDump, FlightEntry, Frame
+from stalldoc.model.collectives import FlightDump, FlightEntry
+from stalldoc.model.stacks import Frame
 
 MAX_DUMP_BYTES = 64 << 20   # a 2000-entry dump with frames is well under 2 MiB
 DUMP_PREFIX = "rank_"       # torch's default, and what torchfrtrace infers from the names

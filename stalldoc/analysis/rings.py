@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord
-from stalldoc.model import GroupState
+from stalldoc.model.agent import AgentSnapshot
+from stalldoc.model.collectives import CollectiveRecord
+from stalldoc.model.collectives import GroupState
 
 
 @dataclass(frozen=True)

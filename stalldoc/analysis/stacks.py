@@ -9,7 +9,7 @@ from collections import defaultdict
 from typing import Mapping
 
 from stalldoc.detect.stack_kind import COLLECTIVE_FILES, NETWORK_FILES, is_library
-from stalldoc.model import Frame, RankStacks, ThreadStack
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
 __all__ = ["is_library", "user_frame", "frame_strings", "in_collective", "waits_on_network",
            "waits_on_lock", "signature", "group_by_main_stack"]

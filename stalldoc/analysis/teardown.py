@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stalldoc.agent.statefile import STATUS_EXITED, STATUS_LEFT, STATUS_TEARDOWN
-from stalldoc.model import RankExit, Window
+from stalldoc.model.ranks import RankExit
+from stalldoc.model.window import Window
 
 WHERE = {STATUS_EXITED: "interpreter exit", STATUS_TEARDOWN: "destroy_process_group",
          STATUS_LEFT: "after destroy_process_group"}

@@ -16,9 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord, GroupState
+from stalldoc.model.agent import AgentSnapshot
+from stalldoc.model.collectives import CollectiveRecord, GroupState
 from stalldoc.analysis.flight_recorder import collectives, members, op_name
-from stalldoc.model import FlightDump, FlightEntry, Frame
+from stalldoc.model.collectives import FlightDump, FlightEntry
+from stalldoc.model.stacks import Frame
 
 # torch's OpType names (c10d Types.hpp) → the Python calls that issue them
 _OP_CALLS: dict[str, tuple[str, ...]] = {

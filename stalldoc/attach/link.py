@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Callable, TextIO
 
-from stalldoc.model import LogLine
+from stalldoc.model.samples import LogLine
 
 
 class AttachLink:

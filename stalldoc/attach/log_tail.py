@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from stalldoc.attach.target import NotAttachable
-from stalldoc.model import LogLine
+from stalldoc.model.samples import LogLine
 
 TAIL_BYTES = 256 * 1024
 POLL_SECONDS = 0.5

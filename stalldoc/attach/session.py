@@ -31,7 +31,9 @@ from stalldoc.attach.log_tail import LogTail
 from stalldoc.attach.target import Target, find_target, job_tree
 from stalldoc.attach.verdict import ENDED, STALLED, UNOBSERVED, WORKING, Look, verdict_line
 from stalldoc.run.options import DEFAULT_BUSY_TIMEOUT, WatchOptions, make_run_dir
-from stalldoc.model import RankProcess, RankStacks, RankWork
+from stalldoc.model.ranks import RankProcess
+from stalldoc.model.stacks import RankStacks
+from stalldoc.model.work import RankWork
 from stalldoc.probes.proc_table import scan
 from stalldoc.redact import redact_argv
 from stalldoc.sidecar.link import RelayLink

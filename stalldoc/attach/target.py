@@ -20,7 +20,7 @@ import psutil
 from stalldoc.errors import StalldocError
 from stalldoc.run.job import JobTree, alive_process
 from stalldoc.run.rundir import user_name
-from stalldoc.model import RankProcess
+from stalldoc.model.ranks import RankProcess
 from stalldoc.probes.proc_table import ProcessTable, scan
 from stalldoc.probes.process_tree import RankFinder, is_launcher, read_launch
 

@@ -5,7 +5,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from stalldoc.analysis.stacks import user_frame
-from stalldoc.model import Finding, RankStacks, RankWork, Severity
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.stacks import RankStacks
+from stalldoc.model.work import RankWork
 from stalldoc.rules.base import join_ranks
 
 STALLED, WORKING, ENDED, UNOBSERVED = "stalled", "working", "ended", "unobserved"

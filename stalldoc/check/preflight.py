@@ -19,7 +19,9 @@ from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.launch.coverage import unchecked
 from stalldoc.launch.plan import GrpoPlan, grpo_plan
 from stalldoc.launch.resources import ModelInfo, Resources, dataset_size, read_model
-from stalldoc.model import Finding, GpuSample, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.samples import GpuSample
+from stalldoc.model.window import Window
 from stalldoc.probes.nvml import NvmlProbe
 from stalldoc.redact import redact_json, redact_text
 from stalldoc.rules import RULES, Rule, redacted

@@ -1,2 +1,7 @@
 """Many nodes, one job: each node's watcher publishes a small summary in the shared run directory
-and reads the others' (``summary.py``, ``publish.py``, ``probes/peers.py``, ``view.py``)."""
+(``summary.py`` the format, ``publish.py`` the writer) and reads the others' (``peers.py``, the
+reader; ``view.py``, what they say about the job's ranks). The sidecar's node in the cluster,
+which runs these each tick, is ``sidecar/cluster.py``.
+
+A stage: it imports the model, ``analysis``, ``detect`` and ``launch`` (to read files safely),
+never a process package (relay, sidecar, agent's runtime) or ``run``."""

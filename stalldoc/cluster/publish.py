@@ -11,8 +11,12 @@ from typing import Mapping
 from stalldoc.analysis.stacks import user_frame
 from stalldoc.cluster.summary import SUMMARY_FILE, Published, encode
 from stalldoc.detect.stack_kind import classify
-from stalldoc.run.rundir import write_private_file
-from stalldoc.model import AgentSnapshot, RankProcess, RankStacks, RankWork, RemoteRank
+from stalldoc.private_files import write_private_file
+from stalldoc.model.agent import AgentSnapshot
+from stalldoc.model.cluster import RemoteRank
+from stalldoc.model.ranks import RankProcess
+from stalldoc.model.stacks import RankStacks
+from stalldoc.model.work import RankWork
 
 
 class Publisher:

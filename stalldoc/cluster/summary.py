@@ -1,6 +1,6 @@
 """A node's summary: what one node's watcher tells the other nodes' watchers of a multi-node job,
 rewritten every tick as ``SHARED_RUN_DIR/<node>/summary.json`` (``cluster/publish.py``) and read
-by the others (``probes/peers.py``).
+by the others (``peers.py``).
 
 Small on purpose (about 300 bytes per rank): each rank's global number, phase, verdict and the
 seconds since it last showed work, its frame when known, and per process group the collectives
@@ -15,7 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from stalldoc.model import CollectiveRecord, GroupState, RemoteRank
+from stalldoc.model.cluster import RemoteRank
+from stalldoc.model.collectives import CollectiveRecord, GroupState
 
 FORMAT = 1
 SUMMARY_FILE = "summary.json"

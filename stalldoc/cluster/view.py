@@ -3,7 +3,7 @@
 (a node whose ranks only wait is not stalled while a rank elsewhere works)."""
 from __future__ import annotations
 
-from stalldoc.model import PeerNode
+from stalldoc.model.cluster import PeerNode
 
 WORKING_NOW = 10.0   # a rank published as working this recently works now (a stall ends)
 

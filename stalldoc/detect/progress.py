@@ -10,11 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from stalldoc.agent.state_reader import AgentSnapshot
+from stalldoc.model.agent import AgentSnapshot
 from stalldoc.detect.stack_kind import BETWEEN_TASKS, StackKind, classify
 from stalldoc.detect.thresholds import PhaseDurations
 from stalldoc.detect.work import IDLE, PENDING, WORK, RecentRate, Signals, verdict
-from stalldoc.model import HostSample, RankExit, RankStacks, RankWork, StallEpisode
+from stalldoc.model.ranks import RankExit
+from stalldoc.model.samples import HostSample
+from stalldoc.model.stacks import RankStacks
+from stalldoc.model.work import RankWork, StallEpisode
 
 
 STACK_DECIDES = frozenset({"unclassified", "stack", "spinning"})   # verdicts a stack decided

@@ -17,7 +17,7 @@ import sysconfig
 
 from dataclasses import dataclass
 
-from stalldoc.model import Frame, RankStacks, ThreadStack, idles_in_task_loop
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack, idles_in_task_loop
 
 WORKING = "working"
 # A task executor's worker (a Ray worker) whose main thread idles in its task loop and that runs

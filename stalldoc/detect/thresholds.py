@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from stalldoc.agent.state_reader import PhaseRecord
+from stalldoc.model.agent import PhaseRecord
 
 SAFETY_FACTOR = 2.0
 

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from stalldoc.agent.state_reader import EngineSleepState
-from stalldoc.model import LogLine
+from stalldoc.model.agent import EngineSleepState
+from stalldoc.model.samples import LogLine
 
 _ASLEEP = re.compile(r"It took [0-9.]+ seconds to fall asleep\.")
 _WOKEN = re.compile(r"It took [0-9.]+ seconds to wake up(?: tags (?P<tags>.*?))?\.?\s*$")

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from stalldoc.detect.stack_kind import StackKind
-from stalldoc.model import HostSample
+from stalldoc.model.samples import HostSample
 
 BUSY_CPU_PERCENT = 10.0        # the rank's own CPU above this is busy: its stack decides
 CHILD_CPU_PERCENT = 10.0       # its descendants' CPU above this is work

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from stalldoc.model import Finding
+from stalldoc.model.findings import Finding
 
 Key = tuple[str, tuple[int, ...]]
 EVENT_LINES = 5   # lines of an event kept in its evidence: the first ones

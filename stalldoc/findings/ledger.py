@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Iterable, Literal, Mapping
 
 from stalldoc.findings.events import Key, key_of, printed_at_shutdown, repeated_event
-from stalldoc.model import Finding
+from stalldoc.model.findings import Finding
 
 Trigger = Literal["launch", "stall", "exit", "tick"]
 TRIGGERS: tuple[Trigger, ...] = ("launch", "stall", "exit", "tick")

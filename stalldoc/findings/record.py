@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from stalldoc.findings.ledger import Entry
-from stalldoc.model import Finding
+from stalldoc.model.findings import Finding
 
 
 def finding_fields(finding: Finding) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from stalldoc.launch.arguments import (NNODES, NPROC_PER_NODE, SWIFT_NUMBERS,
                                        TORCHRUN_NPROC_WORDS, BadArgument, NumberSpec, checked,
                                        swift_number, swift_problems)
 from stalldoc.launch.files import read_text, reason, shape
-from stalldoc.model import LaunchConfig as LaunchConfig   # re-exported: it lives in model.py
+from stalldoc.model.launch import LaunchConfig as LaunchConfig
 
 # swift 3.x name -> 4.x name (../shared/notes/swift.md)
 SWIFT_RENAMES = {"tensor_parallel_size": "vllm_tensor_parallel_size", "train_type": "tuner_type"}

@@ -4,7 +4,7 @@ directory) stays quiet, so "no findings" alone would claim more than was checked
 from __future__ import annotations
 
 from stalldoc.launch.plan import GrpoPlan
-from stalldoc.model import LaunchConfig, Resources
+from stalldoc.model.launch import LaunchConfig, Resources
 
 GRPO_CHECKS = "the swift GRPO checks (SD401-SD403, SD405-SD410)"
 BATCH_CHECKS = "the batch arithmetic (SD406-SD408) and the plan"

@@ -13,9 +13,9 @@ from typing import Any, BinaryIO, Iterator
 
 from stalldoc.launch.files import (MODEL_CONFIG_LIMIT, chunks, open_regular, read_text, reason,
                                    shape)
-from stalldoc.model import LaunchConfig
-from stalldoc.model import ModelInfo as ModelInfo     # re-exported: the records live in model.py
-from stalldoc.model import Resources as Resources  # noqa: F401
+from stalldoc.model.launch import LaunchConfig
+from stalldoc.model.launch import ModelInfo as ModelInfo
+from stalldoc.model.launch import Resources as Resources
 
 
 DATASET_JSON_LIMIT = 64 << 20   # bytes: a .json dataset is parsed whole, so only this large

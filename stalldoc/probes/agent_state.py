@@ -12,9 +12,10 @@ import psutil
 
 from stalldoc.agent.statefile import state_path
 from stalldoc.agent.versions import versions_path
-from stalldoc.agent.state_reader import (AgentSnapshot, IncrementalReader, StateFileError,
-                                         read_claim, read_started_at, read_state)
-from stalldoc.model import RankClaim, RankProcess
+from stalldoc.agent.state_reader import (IncrementalReader, StateFileError, read_claim,
+                                         read_started_at, read_state)
+from stalldoc.model.agent import AgentSnapshot
+from stalldoc.model.ranks import RankClaim, RankProcess
 
 
 PID_LIMIT = 2**22   # pids are below this (the kernel's PID_MAX_LIMIT)

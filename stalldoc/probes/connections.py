@@ -16,7 +16,7 @@ from typing import Iterable
 
 import psutil
 
-from stalldoc.model import RankProcess
+from stalldoc.model.ranks import RankProcess
 
 ESTABLISHED, LISTEN = "01", "0A"   # /proc/net/tcp's state codes
 _PSUTIL_STATES = {psutil.CONN_ESTABLISHED: ESTABLISHED, psutil.CONN_LISTEN: LISTEN}

@@ -10,7 +10,7 @@ import select
 import threading
 import time
 
-from stalldoc.model import RankExit, RankProcess
+from stalldoc.model.ranks import RankExit, RankProcess
 
 _TORCHRUN_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)")
 _TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)")

@@ -10,8 +10,9 @@ import re
 import time
 
 from stalldoc.agent.statefile import state_path
-from stalldoc.agent.state_reader import AgentIdentity, StateFileError, read_state
-from stalldoc.model import Frame, ThreadStack
+from stalldoc.agent.state_reader import StateFileError, read_state
+from stalldoc.model.agent import AgentIdentity
+from stalldoc.model.stacks import Frame, ThreadStack
 
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
 _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')

@@ -14,8 +14,8 @@ from typing import Mapping
 
 from stalldoc.agent.flight import READY_FILE, REQUEST_FILE
 from stalldoc.analysis.flight_recorder import read_dump
-from stalldoc.run.rundir import write_private_file
-from stalldoc.model import FlightDump
+from stalldoc.private_files import write_private_file
+from stalldoc.model.collectives import FlightDump
 
 FLIGHT_WAIT_SECONDS = 2.0   # from the request; the agents beat every 0.25 s
 POLL_SECONDS = 0.05

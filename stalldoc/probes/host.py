@@ -10,7 +10,8 @@ from typing import Iterable, Mapping
 
 import psutil
 
-from stalldoc.model import HostMemory, HostSample, RankProcess
+from stalldoc.model.ranks import RankProcess
+from stalldoc.model.samples import HostMemory, HostSample
 from stalldoc.probes.proc_table import (ProcessGone, ProcessTable, ProcInfo, read_cpu_wait,
                                         read_io, scan)
 

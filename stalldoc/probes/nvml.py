@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, TypeVar
 
-from stalldoc.model import GpuProcess, GpuSample
+from stalldoc.model.samples import GpuProcess, GpuSample
 from stalldoc.probes.gpm import ComputeActivity
 
 try:

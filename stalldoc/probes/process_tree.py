@@ -10,7 +10,7 @@ import psutil
 
 from stalldoc.agent import identity
 from stalldoc.agent.statefile import CLAIM_SOURCES
-from stalldoc.model import CLAIM_STRENGTH, RankClaim, RankProcess
+from stalldoc.model.ranks import CLAIM_STRENGTH, RankClaim, RankProcess
 from stalldoc.probes.proc_table import ProcessTable, ProcInfo
 
 _MP_MARKERS = ("multiprocessing", "resource_tracker", "forkserver")

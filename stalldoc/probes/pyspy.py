@@ -11,7 +11,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from stalldoc.errors import PtraceDenied
-from stalldoc.model import Frame, RankProcess, RankStacks, ThreadStack
+from stalldoc.model.ranks import RankProcess
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 from stalldoc.probes import ProbeUnavailable
 from stalldoc.probes import faulthandler_dump
 

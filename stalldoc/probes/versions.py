@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from stalldoc.agent.versions import PACKAGES, installed_torch_cuda, package_versions, versions_path
-from stalldoc.model import RankProcess
+from stalldoc.model.ranks import RankProcess
 
 MAX_BYTES = 4096
 KEYS = ("python", *PACKAGES, "cuda", "nccl")

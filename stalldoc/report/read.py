@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, TypeVar
 
 from stalldoc.errors import RunDirError
 from stalldoc.findings.ledger import OPEN, RESOLVED
-from stalldoc.model import Frame, ThreadStack
+from stalldoc.model.stacks import Frame, ThreadStack
 from stalldoc.report import telemetry
 from stalldoc.report.phases import phase_summary
 from stalldoc.report.records import (CollectiveSpan, FindingRecord, GpuPhase, GpuPoint,

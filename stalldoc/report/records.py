@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from stalldoc.model import ThreadStack, main_thread
+from stalldoc.model.stacks import ThreadStack, main_thread
 
 
 @dataclass(frozen=True)

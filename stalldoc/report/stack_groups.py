@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from stalldoc.analysis.stacks import user_frame
 from stalldoc.detect.stack_kind import thread_wait
-from stalldoc.model import Frame
+from stalldoc.model.stacks import Frame
 from stalldoc.report.records import Report, StackRecord
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from stalldoc.findings.record import finding_fields
-from stalldoc.model import Finding
+from stalldoc.model.findings import Finding
 
 
 def record_lines(record: Mapping[str, Any]) -> list[str]:

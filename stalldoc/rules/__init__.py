@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from stalldoc.model import Finding, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
 from stalldoc.redact import redact_json, redact_text
 from stalldoc.rules.base import Rule
 from stalldoc.rules.sd101_rank_outside_collective import RankOutsideCollective

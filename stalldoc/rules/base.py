@@ -8,7 +8,8 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Iterator
 
 from stalldoc.analysis.stacks import frame_strings, user_frame
-from stalldoc.model import Finding, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
 
 DOC_SECTIONS = ("What it does", "Why is this bad?", "Evidence", "Fix")
 _SECTION_HEADING = re.compile(r"^\S.*$", re.M)   # a section's heading starts its line

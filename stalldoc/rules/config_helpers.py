@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from stalldoc.launch.plan import GrpoPlan, grpo_plan
-from stalldoc.model import Window
+from stalldoc.model.window import Window
 
 DIVISORS_SHOWN = 24          # valid values listed at most
 _TRIALS_MAX = 10**5          # trial divisions at most: numbers up to 10**10 are listed in full

@@ -22,7 +22,9 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar, Iterator
 
-from stalldoc.model import Finding, LogLine, Window
+from stalldoc.model.findings import Finding
+from stalldoc.model.samples import LogLine
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule
 
 _TORCH_PREFIX = re.compile(r"\[rank(\d+)\]")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from stalldoc.model import RemoteRank, Window
+from stalldoc.model.cluster import RemoteRank
+from stalldoc.model.window import Window
 from stalldoc.rules.base import describe, rank_evidence
 
 

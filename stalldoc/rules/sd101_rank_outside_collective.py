@@ -7,7 +7,9 @@ from stalldoc.analysis.flight_recorder import FlightGap, flight_gaps
 from stalldoc.analysis.rings import (MissingFromCollective, groups_by_rank, missing_ranks,
                                      wrapped_evidence)
 from stalldoc.analysis.stacks import in_collective, is_library
-from stalldoc.model import FlightEntry, Finding, Severity, Window
+from stalldoc.model.collectives import FlightEntry
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, describe, join_ranks, rank_evidence
 from stalldoc.rules.remote import describe_rank, evidence_of, node_tag, remote_ranks
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from stalldoc.analysis.rings import mismatches, wrapped_evidence
-from stalldoc.model import Finding, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, join_ranks, rank_evidence
 
 

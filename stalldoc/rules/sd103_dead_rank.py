@@ -5,7 +5,9 @@ import signal
 from typing import Iterator
 
 from stalldoc.analysis.teardown import teardowns
-from stalldoc.model import Finding, RankExit, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.ranks import RankExit
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, join_ranks, phase_of, phase_stack_of, signal_name
 
 _OOM_HINT = ("SIGKILL with no one asking for it is usually the kernel OOM killer: check "

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.model import Finding, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, join_ranks, rank_evidence
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from stalldoc.analysis.stacks import waits_on_network
-from stalldoc.model import Finding, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, describe, rank_evidence
 from stalldoc.rules.sd111_hung_in_channel import channel_of
 

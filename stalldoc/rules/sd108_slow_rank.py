@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.model import Finding, RankWork, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
+from stalldoc.model.work import RankWork
 from stalldoc.rules.base import Rule, join_ranks, phase_of
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from stalldoc.analysis.rings import left_early, wrapped_evidence
-from stalldoc.model import Finding, RankExit, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.ranks import RankExit
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, join_ranks, phase_of
 
 

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.agent.state_reader import PhaseDetail
-from stalldoc.model import Finding, Severity, Window
+from stalldoc.model.agent import PhaseDetail
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, rank_evidence
 
 CHANNEL_PHASES = ("weight_sync", "rollout_server", "reward_server")

@@ -4,8 +4,10 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
-from stalldoc.agent.state_reader import EngineSleepState
-from stalldoc.model import Finding, Frame, Severity, Window
+from stalldoc.model.agent import EngineSleepState
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.stacks import Frame
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, rank_evidence
 
 _VLLM_FILES = ("/vllm/",)

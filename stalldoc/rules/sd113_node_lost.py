@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.model import Finding, PeerNode, Severity, Window
+from stalldoc.model.cluster import PeerNode
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, join_ranks
 
 

@@ -6,7 +6,9 @@ from typing import Iterator
 
 from stalldoc.agent.statefile import STATUS_LEFT, STATUS_TEARDOWN
 from stalldoc.analysis.teardown import WHERE, Teardown, teardowns
-from stalldoc.model import Finding, RankExit, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.ranks import RankExit
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, join_ranks, signal_name
 
 UPSTREAM = "pytorch/pytorch issue 190489"

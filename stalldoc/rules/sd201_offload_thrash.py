@@ -4,7 +4,8 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from stalldoc.model import Finding, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule
 from stalldoc.rules.telemetry import MIN_SAMPLES, gib, gpus_of, mean
 

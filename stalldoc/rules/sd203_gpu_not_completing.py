@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.agent.state_reader import CudaState
-from stalldoc.model import Finding, Severity, Window
+from stalldoc.model.agent import CudaState
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, describe, rank_evidence, stuck_for
 from stalldoc.rules.telemetry import gpus_of, mean
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.model import Finding, HostMemory, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.samples import HostMemory
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule
 from stalldoc.rules.telemetry import MIN_SAMPLES, recent
 

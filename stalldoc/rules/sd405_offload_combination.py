@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from stalldoc.launch.config import deepspeed_of
-from stalldoc.model import Finding, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule
 
 

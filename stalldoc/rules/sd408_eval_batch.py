@@ -5,7 +5,8 @@ from typing import Iterator
 
 from stalldoc.launch.config import number
 from stalldoc.launch.plan import setting
-from stalldoc.model import Finding, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule
 from stalldoc.rules.config_helpers import divisors, listing, plan_of
 

@@ -6,7 +6,8 @@ import re
 from typing import Iterator
 
 from stalldoc.analysis.watchdog import align, align_flight
-from stalldoc.model import Finding, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
 from stalldoc.rules.base import describe, join_ranks, rank_evidence
 from stalldoc.rules.log_signature import LogSignature, line_rank
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator
 
-from stalldoc.model import Finding, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
 from stalldoc.rules.log_signature import LogSignature
 from stalldoc.rules.telemetry import gib
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from stalldoc.model import Severity
+from stalldoc.model.findings import Severity
 from stalldoc.rules.log_signature import LogSignature
 
 # who waits on the store, read from the key or the message

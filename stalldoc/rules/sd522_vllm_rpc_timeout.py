@@ -1,7 +1,7 @@
 """SD522 vllm-rpc-timeout."""
 from __future__ import annotations
 
-from stalldoc.model import Severity
+from stalldoc.model.findings import Severity
 from stalldoc.rules.log_signature import LogSignature
 
 

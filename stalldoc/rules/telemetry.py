@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence, TypeVar
 
-from stalldoc.model import GpuSample, Window
+from stalldoc.model.samples import GpuSample
+from stalldoc.model.window import Window
 
 T = TypeVar("T")
 RECENT_SECONDS = 30.0     # how far back the tick rules look

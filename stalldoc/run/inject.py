@@ -8,7 +8,7 @@ import stalldoc
 from stalldoc.agent.flight import BUFFER_VARS, ENV_FLIGHT_DIR
 from stalldoc.agent.runtime import ENV_AGENT_DIR, ENV_WATCHER_PID
 from stalldoc.errors import StalldocError
-from stalldoc.run.rundir import private_subdir, replace_symlink, write_private_file
+from stalldoc.private_files import private_subdir, replace_symlink, write_private_file
 
 BOOTSTRAP = Path(__file__).resolve().parent.parent / "agent" / "bootstrap" / "sitecustomize.py"
 PACKAGE = Path(stalldoc.__file__).resolve().parent

@@ -18,8 +18,8 @@ no other user can change the path to it:
   made mode 0700 (a directory that is not empty is refused untouched).
 
 A path that breaks a rule is refused before anything starts, in one line naming the directory,
-why, and what to do (exit 125). The helpers below create what goes inside the run directory
-without following anything that may already sit at the name.
+why, and what to do (exit 125). What goes inside the run directory is created by
+``stalldoc/private_files.py``, without following anything that may already sit at the name.
 """
 from __future__ import annotations
 
@@ -27,17 +27,12 @@ import errno
 import grp
 import os
 import pwd
-import secrets
 import stat
-from collections.abc import Callable
 from pathlib import Path
 
 from stalldoc.errors import StalldocError
-
-PRIVATE_DIR = 0o700
-PRIVATE_FILE = 0o600
-_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+from stalldoc.private_files import DIR_FLAGS as _DIR_FLAGS
+from stalldoc.private_files import PRIVATE_DIR
 _ACL = "system.posix_acl_access"
 _ELSEWHERE = "or use --run-dir somewhere only you can write"
 
@@ -223,63 +218,6 @@ def _not_empty(parent: int, name: str) -> bool:
     fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
     try:
         return bool(os.listdir(fd))
-    finally:
-        os.close(fd)
-
-
-# ----- what goes inside it --------------------------------------------------------------------
-def private_subdir(directory: Path, name: str) -> Path:
-    """``directory/name``, made mode 0700 or found as a real directory of ours (made 0700);
-    a link or another user's directory at the name is refused (OSError)."""
-    fd = os.open(directory, _DIR_FLAGS)
-    try:
-        try:
-            os.mkdir(name, PRIVATE_DIR, dir_fd=fd)
-        except FileExistsError:
-            pass
-        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-            raise OSError(errno.EEXIST, f"{directory / name} exists and is not a directory of "
-                                        f"ours")
-        os.chmod(name, PRIVATE_DIR, dir_fd=fd)
-    finally:
-        os.close(fd)
-    return directory / name
-
-
-def write_private_file(directory: Path, name: str, data: bytes) -> None:
-    """``directory/name`` holding ``data``, mode 0600: written to a new file (O_EXCL, so never
-    through a link) that then takes the name from whatever had it (a link is replaced, not
-    followed)."""
-    def make(fd: int, temp: str) -> None:
-        out = os.open(temp, _NEW_FILE, PRIVATE_FILE, dir_fd=fd)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(out, view):]
-            os.fchmod(out, PRIVATE_FILE)
-        finally:
-            os.close(out)
-    _replace(directory, name, make)
-
-
-def replace_symlink(directory: Path, name: str, points_to: Path) -> None:
-    """``directory/name``: a symbolic link to ``points_to``, replacing whatever had the name."""
-    _replace(directory, name, lambda fd, temp: os.symlink(points_to, temp, dir_fd=fd))
-
-
-def _replace(directory: Path, name: str, make: Callable[[int, str], None]) -> None:
-    fd = os.open(directory, _DIR_FLAGS)
-    temp = f".{name}.{secrets.token_hex(6)}.tmp"
-    try:
-        make(fd, temp)
-        os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
-    except BaseException:
-        try:
-            os.unlink(temp, dir_fd=fd)
-        except OSError:
-            pass
-        raise
     finally:
         os.close(fd)
 

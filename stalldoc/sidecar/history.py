@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from stalldoc.agent.state_reader import CudaState
-from stalldoc.model import GpuSample, HostMemory, HostSample
-from stalldoc.model import Tick
+from stalldoc.model.agent import CudaState
+from stalldoc.model.samples import GpuSample, HostMemory, HostSample
+from stalldoc.model.samples import Tick
 
 HISTORY = 120   # ticks kept
 

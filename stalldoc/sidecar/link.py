@@ -13,7 +13,7 @@ from typing import Callable
 
 from stalldoc.run.channel import LineSplitter, RecordReader, RelayRecord, encode_message
 from stalldoc.run.terminal import write_all
-from stalldoc.model import LogLine
+from stalldoc.model.samples import LogLine
 
 READ_BYTES = 1 << 20
 

@@ -8,7 +8,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from stalldoc.detect.progress_lines import ProgressLines
-from stalldoc.model import LogLine
+from stalldoc.model.samples import LogLine
 from stalldoc.probes.exits import parse_launcher_line
 from stalldoc.redact import redact_text
 

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from stalldoc.errors import StalldocError
 from stalldoc.launch.config import LaunchConfig
-from stalldoc.model import GpuSample, ProbeRun
+from stalldoc.model.samples import GpuSample, ProbeRun
 from stalldoc.redact import redact_text
 
 

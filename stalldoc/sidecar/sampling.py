@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TypeVar
 
 from stalldoc.run.job import JobTree
-from stalldoc.model import GpuSample, HostSample, ProbeRun, RankProcess, Tick
+from stalldoc.model.ranks import RankProcess
+from stalldoc.model.samples import GpuSample, HostSample, ProbeRun, Tick
 from stalldoc.probes.agent_state import AgentRead, AgentStateProbe
 from stalldoc.probes.host import HostProbe
 from stalldoc.probes.nvml import NvmlProbe

@@ -15,7 +15,7 @@ from typing import Iterable
 
 from stalldoc.agent.statefile import STATUS_EXCEPTION
 from stalldoc.check.preflight import failed, launch_checks, launch_document
-from stalldoc.cluster.node import NodeCluster
+from stalldoc.sidecar.cluster import NodeCluster
 from stalldoc.cluster.publish import LocalView
 from stalldoc.detect.progress import ProgressTracker, latest_progress
 from stalldoc.detect.vllm_sleep import SleepLog
@@ -29,8 +29,12 @@ from stalldoc.run.options import WatchOptions
 from stalldoc.run.terminal import RankLine, format_status
 from stalldoc.sidecar.log_feed import LogFeed
 from stalldoc.sidecar.metrics import Exporter, MetricsState, job_name
-from stalldoc.model import (Finding, FlightDump, RankExit, RankProcess, RankStacks, StallEpisode,
-                            Window)
+from stalldoc.model.collectives import FlightDump
+from stalldoc.model.findings import Finding
+from stalldoc.model.ranks import RankExit, RankProcess
+from stalldoc.model.stacks import RankStacks
+from stalldoc.model.window import Window
+from stalldoc.model.work import StallEpisode
 from stalldoc.probes.agent_state import StartupCosts
 from stalldoc.probes.connections import external_peers
 from stalldoc.probes.exits import DeathWatch, from_wait_status

@@ -16,11 +16,13 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from stalldoc.findings.ledger import Entry
 from stalldoc.findings.record import entry_record
-from stalldoc.model import (GpuSample, HostSample, ProbeRun, RankExit, RankProcess,
-                            RankStacks, StallEpisode)
+from stalldoc.model.ranks import RankExit, RankProcess
+from stalldoc.model.samples import GpuSample, HostSample, ProbeRun
+from stalldoc.model.stacks import RankStacks
+from stalldoc.model.work import StallEpisode
 from stalldoc.redact import redact_argv as redact
 from stalldoc.redact import redact_text
-from stalldoc.model import Tick
+from stalldoc.model.samples import Tick
 from stalldoc.store.journal import JournalChoice, choose_journal
 from stalldoc.store.phase_hist import duration_bin
 from stalldoc.store.reader import open_reader

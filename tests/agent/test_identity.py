@@ -12,7 +12,7 @@ import pytest
 from stalldoc.agent import statefile
 from stalldoc.agent.state_reader import StateFileError, read_claim
 from stalldoc.run.inject import agent_environment
-from stalldoc.model import RankClaim
+from stalldoc.model.ranks import RankClaim
 from support import free_port
 
 _RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_LOCALID",

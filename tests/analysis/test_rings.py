@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord, GroupState
+from stalldoc.model.agent import AgentSnapshot
+from stalldoc.model.collectives import CollectiveRecord, GroupState
 from stalldoc.analysis.rings import groups_by_rank, mismatches, missing_ranks, wrapped_evidence
 
 

@@ -2,7 +2,8 @@
 the collective that timed out, whatever the watchdog's own sequence number says."""
 from __future__ import annotations
 
-from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord, GroupState
+from stalldoc.model.agent import AgentSnapshot
+from stalldoc.model.collectives import CollectiveRecord, GroupState
 from stalldoc.analysis.watchdog import align, group_name, op_matches
 
 
@@ -56,7 +57,8 @@ def test_names_and_op_types():
 
 
 def flight(rank: int, last: int, pending: bool, group: str = "0", desc: str = "default_pg"):
-    from stalldoc.model import FlightDump, FlightEntry, Frame
+    from stalldoc.model.collectives import FlightDump, FlightEntry
+    from stalldoc.model.stacks import Frame
     entries = tuple(FlightEntry(group, desc, seq, False, "nccl:all_reduce",
                                 "started" if pending and seq == last else "completed",
                                 not (pending and seq == last),

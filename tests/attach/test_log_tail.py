@@ -6,7 +6,7 @@ from pathlib import Path
 
 from stalldoc.attach import log_tail
 from stalldoc.attach.log_tail import LogTail
-from stalldoc.model import LogLine
+from stalldoc.model.samples import LogLine
 
 
 def test_the_tail_leaves_out_a_cut_first_line_and_keeps_an_unended_last(tmp_path: Path,

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from stalldoc.cluster.summary import MAX_BYTES, BadSummary, Published, decode, encode
-from stalldoc.model import CollectiveRecord, GroupState, RemoteRank
+from stalldoc.model.cluster import RemoteRank
+from stalldoc.model.collectives import CollectiveRecord, GroupState
 
 PENDING = CollectiveRecord("world", 42, "all_reduce", 4096, "bfloat16", 10.0, None, False)
 DONE = CollectiveRecord("1", 7, "broadcast", 1, "int64", 9.0, 9.5, False)

@@ -3,9 +3,10 @@ threshold. Numbers are of the kind measured on real ranks here (a rank blocked i
 0-1 % CPU, no I/O; a checkpoint writer to slow storage: ~3 % CPU, 4 MB/s written)."""
 from __future__ import annotations
 
-from stalldoc.agent.state_reader import AgentSnapshot, PhaseRecord
+from stalldoc.model.agent import AgentSnapshot, PhaseRecord
 from stalldoc.detect.progress import ProgressTracker
-from stalldoc.model import Frame, HostSample, RankStacks, ThreadStack
+from stalldoc.model.samples import HostSample
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
 
 def agent(marker: int, phase: str = "", phases: tuple = (), rank: int = 0) -> AgentSnapshot:
@@ -179,7 +180,7 @@ def test_gpu_busy_counts_only_in_a_working_stack(tmp_path):
 
 
 def test_cuda_markers_completing_are_progress():
-    from stalldoc.agent.state_reader import CudaState
+    from stalldoc.model.agent import CudaState
 
     def with_gpu_marker(done: int) -> AgentSnapshot:
         cuda = CudaState(None, None, None, None, None, 0.0, 9, done, "", "", 0.0, 0.0)

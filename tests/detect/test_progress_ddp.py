@@ -2,9 +2,9 @@
 numbers (DDP's reducer, issued from C++): they move a rank's counters like its markers do."""
 from __future__ import annotations
 
-from stalldoc.agent.state_reader import AgentSnapshot
+from stalldoc.model.agent import AgentSnapshot
 from stalldoc.detect.progress import ProgressTracker
-from stalldoc.model import HostSample
+from stalldoc.model.samples import HostSample
 
 
 def agent(issued: int) -> AgentSnapshot:
@@ -37,9 +37,9 @@ def test_a_counter_that_stopped_is_no_progress():
 
 
 def test_the_latest_progress_on_record_takes_every_sign_and_an_exit_zero():
-    from stalldoc.agent.state_reader import CollectiveRecord, GroupState
+    from stalldoc.model.collectives import CollectiveRecord, GroupState
     from stalldoc.detect.progress import latest_progress
-    from stalldoc.model import RankExit
+    from stalldoc.model.ranks import RankExit
     ring = (CollectiveRecord("world", 4, "barrier", 1, "float32", 30.0, 31.5, False),
             CollectiveRecord("world", 5, "barrier", 1, "float32", 32.0, None, False))
     agents = {0: AgentSnapshot(1, 0, 0, 2, 1, 0.0, 40.0, 9, 20.0, None, (), "", 2, (),

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from stalldoc.detect.stack_kind import WORKING, StackKind, classify
-from stalldoc.model import Frame, RankProcess, RankStacks, ThreadStack
+from stalldoc.model.ranks import RankProcess
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 from stalldoc.probes.pyspy import StackProbe
 
 PROGRAMS = {

@@ -3,7 +3,7 @@ vllm/v1/executor/abstract.py, with and without the worker process prefix)."""
 from __future__ import annotations
 
 from stalldoc.detect.vllm_sleep import SleepLog, engine_of
-from stalldoc.model import LogLine
+from stalldoc.model.samples import LogLine
 
 CORE = "(EngineCore_DP0 pid=4123) INFO 11-23 19:50:16 [abstract.py:231] "
 

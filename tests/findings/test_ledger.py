@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from stalldoc.findings.events import EVENT_LINES
 from stalldoc.findings.ledger import OPEN, RESOLVED, Ledger
-from stalldoc.model import Finding, LogLine, Severity, Window
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.samples import LogLine
+from stalldoc.model.window import Window
 from stalldoc.rules import STICKY, run_rules
 
 

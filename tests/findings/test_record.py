@@ -7,7 +7,7 @@ from pathlib import Path
 from stalldoc.check.preflight import finding_dict
 from stalldoc.findings.ledger import Ledger
 from stalldoc.findings.record import entry_record, finding_fields, finding_record
-from stalldoc.model import Finding, Severity
+from stalldoc.model.findings import Finding, Severity
 from stalldoc.report.build import build_report
 from stalldoc.report.formats.text import REPORTER as TEXT
 from stalldoc.report.read import read_report

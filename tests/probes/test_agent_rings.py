@@ -14,7 +14,8 @@ import pytest
 
 from stalldoc.agent.statefile import RING_SLOTS
 from stalldoc.run.inject import agent_environment
-from stalldoc.model import GroupState, RankProcess
+from stalldoc.model.collectives import GroupState
+from stalldoc.model.ranks import RankProcess
 from stalldoc.probes.agent_state import AgentStateProbe
 
 CALLS = 6000

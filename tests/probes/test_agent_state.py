@@ -13,7 +13,7 @@ import pytest
 
 from stalldoc.agent import statefile
 from stalldoc.agent.statefile import StateWriter, state_path
-from stalldoc.model import RankProcess
+from stalldoc.model.ranks import RankProcess
 from stalldoc.probes.agent_state import AgentStateProbe, StartupCosts
 from stalldoc.sidecar.sampling import Sampler
 from stalldoc.store.db import RunStore

@@ -9,7 +9,7 @@ import time
 
 import psutil
 
-from stalldoc.model import RankProcess
+from stalldoc.model.ranks import RankProcess
 from stalldoc.probes.connections import (ESTABLISHED, LISTEN, TcpSocket, external_peers,
                                          socket_table, sockets_by_pid)
 

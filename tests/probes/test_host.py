@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from stalldoc.model import RankProcess
+from stalldoc.model.ranks import RankProcess
 from stalldoc.probes.host import HostProbe
 from stalldoc.probes.proc_table import ProcInfo, ProcessTable
 from support import why_no_schedstat

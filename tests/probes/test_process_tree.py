@@ -244,7 +244,7 @@ def _leaf(name, args=(), env=None):
 
 
 def test_a_slurm_task_that_spawns_its_ranks_is_their_launcher(tmp_path):
-    from stalldoc.model import RankClaim
+    from stalldoc.model.ranks import RankClaim
     # GIVEN an srun task (SLURM_PROCID=1) that mp.spawns two ranks and has a resource tracker;
     # every process inherited SLURM_PROCID=1, the ranks claimed ranks 2, 3 of their group
     slurm = {"SLURM_PROCID": "1"}
@@ -268,7 +268,7 @@ def test_a_slurm_task_that_spawns_its_ranks_is_their_launcher(tmp_path):
 
 
 def test_rays_processes_are_ranks_only_once_they_join_a_group(tmp_path):
-    from stalldoc.model import RankClaim
+    from stalldoc.model.ranks import RankClaim
     # GIVEN a Ray driver (in a Slurm step) whose raylet (not Python: no agent) started pooled
     # workers and the dashboard; all inherited SLURM_PROCID=0, two workers joined a group
     ray = lambda name, *args: _leaf(name, ["ray/_private/workers/default_worker.py", *args])
@@ -325,7 +325,7 @@ def test_a_driver_that_started_a_ray_node_is_no_guessed_rank(tmp_path):
 
 
 def test_a_ray_worker_with_a_ranks_env_vars_is_a_rank_once_it_joins_its_group(tmp_path):
-    from stalldoc.model import RankClaim
+    from stalldoc.model.ranks import RankClaim
     # GIVEN verl's RayWorkerGroup: each actor's rank in its runtime_env env_vars (RANK at exec),
     # and a spare worker Ray started with the same env_vars (it ends it unused under load)
     worker = lambda name, rank: _leaf(name, ["ray/_private/workers/default_worker.py"],
@@ -347,7 +347,7 @@ def test_a_ray_worker_with_a_ranks_env_vars_is_a_rank_once_it_joins_its_group(tm
 
 
 def test_several_worlds_are_numbered_apart_and_keep_their_numbers(tmp_path):
-    from stalldoc.model import RankClaim
+    from stalldoc.model.ranks import RankClaim
     # GIVEN verl's pattern: an actor group and a rollout group, each its own world 0..1,
     # plus a trainer rank whose child started an inference engine in a third world
     spec = ("driver", [], {}, [_leaf("actor0"), _leaf("actor1"), _leaf("rollout0"),
@@ -373,7 +373,7 @@ def test_several_worlds_are_numbered_apart_and_keep_their_numbers(tmp_path):
 
 
 def test_a_world_whose_ranks_claim_late_keeps_the_numbers_its_processes_had(tmp_path):
-    from stalldoc.model import RankClaim
+    from stalldoc.model.ranks import RankClaim
     # GIVEN verl's layout under load: the rollout workers (RANK 0, 1 in their environment from
     # the start) are numbered first; the actor world joins its group before they join theirs
     spec = ("driver", [], {}, [_leaf(n) for n in ("rollout0", "rollout1", "rollout2",
@@ -405,7 +405,7 @@ def test_a_world_whose_ranks_claim_late_keeps_the_numbers_its_processes_had(tmp_
 
 
 def test_ranks_of_two_worlds_ending_together_keep_their_numbers(tmp_path):
-    from stalldoc.model import RankClaim
+    from stalldoc.model.ranks import RankClaim
     # GIVEN verl's two groups, actors 0..2 and rollout 0..1, numbered 0..4
     spec = ("driver", [], {}, [_leaf(n) for n in ("actor0", "actor1", "actor2", "rollout0",
                                                   "rollout1")])
@@ -434,7 +434,7 @@ def test_ranks_of_two_worlds_ending_together_keep_their_numbers(tmp_path):
 
 
 def test_a_rank_child_that_inherited_its_rank_is_its_worker_through_a_shell(tmp_path):
-    from stalldoc.model import RankClaim
+    from stalldoc.model.ranks import RankClaim
     # GIVEN a rank (RANK=1 at start, then its group) whose reward server runs under `sh -c`,
     # started with the rank's environment (RANK=1), and a rank child that joined another world
     spec = ("launcher", [], {}, [("rank1", [], {"RANK": "1"}, [

@@ -7,7 +7,8 @@ import subprocess
 import sys
 import time
 
-from stalldoc.model import RankProcess, RankStacks
+from stalldoc.model.ranks import RankProcess
+from stalldoc.model.stacks import RankStacks
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
 
 BUSY = ("import time\n"

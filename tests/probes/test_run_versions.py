@@ -7,7 +7,7 @@ import os
 import platform
 
 from stalldoc.agent.versions import collect, publish, versions_path
-from stalldoc.model import RankProcess
+from stalldoc.model.ranks import RankProcess
 from stalldoc.probes.versions import MAX_BYTES, RunVersions, read_published
 
 

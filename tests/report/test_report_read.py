@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 from stalldoc.findings.ledger import Ledger
-from stalldoc.model import (Finding, Frame, RankProcess, RankStacks, Severity, StallEpisode,
-                            ThreadStack)
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.ranks import RankProcess
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
+from stalldoc.model.work import StallEpisode
 from stalldoc.report.document import document
 from stalldoc.report.read import read_report
 from stalldoc.store.db import RunStore

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from stalldoc.model import Severity
+from stalldoc.model.findings import Severity
 from stalldoc.rules import RULES, by_code
 from stalldoc.rules.base import DOC_SECTIONS, Rule, doc_section
 

@@ -3,8 +3,10 @@ ranks in a channel call. The phase details and engine states are those the agent
 calls of tests/test_channel_scenarios.py."""
 from __future__ import annotations
 
-from stalldoc.agent.state_reader import AgentSnapshot, EngineSleepState, PhaseDetail
-from stalldoc.model import Frame, RankExit, RankProcess, RankStacks, ThreadStack, Window
+from stalldoc.model.agent import AgentSnapshot, EngineSleepState, PhaseDetail
+from stalldoc.model.ranks import RankExit, RankProcess
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
+from stalldoc.model.window import Window
 from stalldoc.rules import by_code, run_rules
 
 NOW = 100_000.0

@@ -9,7 +9,8 @@ import pytest
 
 from stalldoc.launch.arguments import BadArgument
 from stalldoc.launch.config import deepspeed_of, parse_command
-from stalldoc.model import Severity, Window
+from stalldoc.model.findings import Severity
+from stalldoc.model.window import Window
 from stalldoc.rules import run_rules
 from stalldoc.rules.config_helpers import DIVISORS_SHOWN, divisors, listing
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from stalldoc.model import LogLine, Window
+from stalldoc.model.samples import LogLine
+from stalldoc.model.window import Window
 from stalldoc.rules import RULES, by_code
 from stalldoc.rules.log_signature import LogSignature
 

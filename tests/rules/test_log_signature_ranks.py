@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stalldoc.model import LogLine, Window
+from stalldoc.model.samples import LogLine
+from stalldoc.model.window import Window
 from stalldoc.rules import by_code
 from stalldoc.rules.log_signature import line_group, line_rank, required_literal
 

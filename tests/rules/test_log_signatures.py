@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stalldoc.model import LogLine, Window
+from stalldoc.model.samples import LogLine
+from stalldoc.model.window import Window
 from stalldoc.rules import by_code
 
 BAD = {
@@ -72,7 +73,7 @@ def test_look_alike_lines_are_not_findings(code):
 
 
 def test_preemption_says_how_much_gpu_memory_sat_unused():
-    from stalldoc.model import GpuSample
+    from stalldoc.model.samples import GpuSample
     gpu = GpuSample(99.0, 0, "GPU-0", "H100", 40 * 2**30, 80 * 2**30, 30, 5, 0.0, 0.0, 200.0, ())
     w = Window(100.0, (), gpus={0: (gpu,)}, log=(LogLine(99.0, "stderr", BAD["SD510"][0]),))
     [finding] = by_code("SD510")().check(w)

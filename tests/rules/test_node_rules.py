@@ -3,8 +3,12 @@ SD113 node-lost, SD114 waiting-on-other-nodes. The figures are those of the real
 tests/cluster/test_multinode.py (2 nodes x 2 ranks; rank 3 hangs opening a shard)."""
 from __future__ import annotations
 
-from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord, GroupState
-from stalldoc.model import ClusterView, PeerNode, RankProcess, RemoteRank, Severity, Window
+from stalldoc.model.agent import AgentSnapshot
+from stalldoc.model.collectives import CollectiveRecord, GroupState
+from stalldoc.model.cluster import ClusterView, PeerNode, RemoteRank
+from stalldoc.model.findings import Severity
+from stalldoc.model.ranks import RankProcess
+from stalldoc.model.window import Window
 from stalldoc.rules import by_code
 
 NOW = 1000.0

@@ -6,8 +6,12 @@ this machine: rank 0 writing a checkpoint to slow storage (3 % CPU, 2.8 MB/s) wh
 in barrier #7 at 0 % CPU; a rank spinning on a flag at 99 % CPU in one frame."""
 from __future__ import annotations
 
-from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord, GroupState
-from stalldoc.model import RankExit, RankProcess, RankWork, Severity, Window
+from stalldoc.model.agent import AgentSnapshot
+from stalldoc.model.collectives import CollectiveRecord, GroupState
+from stalldoc.model.findings import Severity
+from stalldoc.model.ranks import RankExit, RankProcess
+from stalldoc.model.window import Window
+from stalldoc.model.work import RankWork
 from stalldoc.rules import by_code, run_rules
 
 NOW = 1000.0

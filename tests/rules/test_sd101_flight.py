@@ -6,7 +6,9 @@ import threading
 from typing import Any
 
 from stalldoc.analysis.flight_recorder import parse_dump
-from stalldoc.model import Frame, RankProcess, RankStacks, ThreadStack, Window
+from stalldoc.model.ranks import RankProcess
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
+from stalldoc.model.window import Window
 from stalldoc.rules.sd101_rank_outside_collective import RankOutsideCollective
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from stalldoc.launch.config import parse_command
 from stalldoc.launch.resources import Resources, model_info, read_model
-from stalldoc.model import Severity, Window
+from stalldoc.model.findings import Severity
+from stalldoc.model.window import Window
 from stalldoc.rules import by_code
 
 GiB = 2**30

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import signal
 
-from stalldoc.agent.state_reader import AgentSnapshot, CollectiveRecord, GroupState
+from stalldoc.model.agent import AgentSnapshot
+from stalldoc.model.collectives import CollectiveRecord, GroupState
 from stalldoc.agent.statefile import (STATUS_EXCEPTION, STATUS_EXITED, STATUS_LEFT,
                                       STATUS_RUNNING, STATUS_TEARDOWN)
-from stalldoc.model import RankExit, RankProcess, Severity, Window
+from stalldoc.model.findings import Severity
+from stalldoc.model.ranks import RankExit, RankProcess
+from stalldoc.model.window import Window
 from stalldoc.rules import run_rules
 
 NOW = 1000.0

@@ -6,9 +6,12 @@ report them; the host windows likewise from psutil's quantities. Each window say
 is in its name."""
 from __future__ import annotations
 
-from stalldoc.agent.state_reader import AgentSnapshot, CudaState, PhaseRecord
-from stalldoc.model import (GpuProcess, GpuSample, HostMemory, HostSample, RankProcess, RankWork,
-                            Severity, StallEpisode, Window)
+from stalldoc.model.agent import AgentSnapshot, CudaState, PhaseRecord
+from stalldoc.model.findings import Severity
+from stalldoc.model.ranks import RankProcess
+from stalldoc.model.samples import GpuProcess, GpuSample, HostMemory, HostSample
+from stalldoc.model.window import Window
+from stalldoc.model.work import RankWork, StallEpisode
 from stalldoc.rules import by_code, run_rules
 
 GiB = 2**30

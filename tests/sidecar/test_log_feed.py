@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from stalldoc.sidecar import log_feed
 from stalldoc.sidecar.log_feed import LogFeed
-from stalldoc.model import LogLine
+from stalldoc.model.samples import LogLine
 
 
 def test_a_burst_past_the_queue_is_counted_not_kept(monkeypatch):

@@ -6,7 +6,7 @@ import sqlite3
 
 from stalldoc.findings.ledger import Ledger
 from stalldoc.findings.record import entry_record
-from stalldoc.model import Finding, Severity
+from stalldoc.model.findings import Finding, Severity
 from stalldoc.report.build import build_report
 from stalldoc.store.db import RunStore
 

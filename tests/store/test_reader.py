@@ -21,7 +21,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from support import synthetic_tick
 from stalldoc.cli import main
 from stalldoc.findings.ledger import Ledger
-from stalldoc.model import Finding, LogLine, Severity, StallEpisode
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.samples import LogLine
+from stalldoc.model.work import StallEpisode
 from stalldoc.report.build import build_report
 from stalldoc.store.db import RunStore
 

@@ -9,9 +9,12 @@ import sqlite3
 import pytest
 
 from support import synthetic_tick
-from stalldoc.agent.state_reader import PhaseRecord
+from stalldoc.model.agent import PhaseRecord
 from stalldoc.findings.ledger import Ledger
-from stalldoc.model import Finding, LogLine, RankStacks, Severity, StallEpisode
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.samples import LogLine
+from stalldoc.model.stacks import RankStacks
+from stalldoc.model.work import StallEpisode
 from stalldoc.report import telemetry
 from stalldoc.report.build import build_report
 from stalldoc.store.db import RunStore

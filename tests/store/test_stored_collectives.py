@@ -8,8 +8,8 @@ import sqlite3
 from pathlib import Path
 
 from support import synthetic_tick
-from stalldoc.agent.state_reader import CollectiveRecord, GroupState
-from stalldoc.model import StallEpisode
+from stalldoc.model.collectives import CollectiveRecord, GroupState
+from stalldoc.model.work import StallEpisode
 from stalldoc.report.read import read_report
 from stalldoc.report.records import CollectiveSpan
 from stalldoc.store.db import RunStore

@@ -22,8 +22,10 @@ import support
 
 from support import synthetic_tick
 from stalldoc.findings.ledger import Ledger
-from stalldoc.model import (Finding, Frame, RankExit, RankProcess, RankStacks, Severity,
-                            StallEpisode, ThreadStack)
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.ranks import RankExit, RankProcess
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
+from stalldoc.model.work import StallEpisode
 from stalldoc.report.read import read_report
 from stalldoc.store.db import RunStore
 

@@ -17,8 +17,10 @@ import support
 from markdown_it import MarkdownIt
 
 from stalldoc.findings.ledger import Ledger
-from stalldoc.model import (Finding, Frame, RankProcess, RankStacks, Severity, StallEpisode,
-                            ThreadStack)
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.ranks import RankProcess
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
+from stalldoc.model.work import StallEpisode
 from stalldoc.report.formats import FORMATS, reporter
 from stalldoc.report.formats.markdown import MAX_LINES
 from stalldoc.report.read import read_report

@@ -19,9 +19,11 @@ import pytest
 
 from support import demo_run, run_record, synthetic_tick
 from trace_consumers import chromium, devtools_parse, trace_errors
-from stalldoc.agent.state_reader import CollectiveRecord, GroupState
+from stalldoc.model.collectives import CollectiveRecord, GroupState
 from stalldoc.findings.ledger import Ledger
-from stalldoc.model import Finding, RankExit, RankProcess, Severity, StallEpisode
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.ranks import RankExit, RankProcess
+from stalldoc.model.work import StallEpisode
 from stalldoc.report.formats import FORMATS, reporter
 from stalldoc.report.read import read_report
 from stalldoc.report.records import RankRecord, Report

@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 
 from stalldoc.cluster.publish import Publisher
-from stalldoc.model import GroupState, RemoteRank
-from stalldoc.probes.peers import PeerReader, lost_after, read_spacing
+from stalldoc.model.cluster import RemoteRank
+from stalldoc.model.collectives import GroupState
+from stalldoc.cluster.peers import PeerReader, lost_after, read_spacing
 
 T0 = 1_000.0
 

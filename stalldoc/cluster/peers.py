@@ -20,7 +20,7 @@ from pathlib import Path
 
 from stalldoc.cluster.summary import MAX_BYTES, SUMMARY_FILE, BadSummary, Published, decode
 from stalldoc.launch.files import open_regular
-from stalldoc.model import PeerNode
+from stalldoc.model.cluster import PeerNode
 
 READ_PER_NODE = 0.01      # seconds of spacing per node: every = max(interval, nodes x this)
 FULL_READ_PER_NODE = 0.03   # the same for reads of every node (quiet_every)

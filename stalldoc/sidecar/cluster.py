@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from stalldoc.cluster.peers import PeerReader
 from stalldoc.cluster.publish import LocalView, Publisher, local_ranks
 from stalldoc.cluster.view import fresh, remote_work_at, remote_working
 from stalldoc.run.nodes import NodeIdentity
 from stalldoc.run.options import WatchOptions
-from stalldoc.model import AgentSnapshot, ClusterView, PeerNode
-from stalldoc.probes.peers import PeerReader
+from stalldoc.model.agent import AgentSnapshot
+from stalldoc.model.cluster import ClusterView, PeerNode
 
 DISCOVER = 60.0        # seconds between listings of nodes named by host (no node ranks)
 STALLED_EVERY = 30.0   # seconds between reads of every node during a stall (at least)

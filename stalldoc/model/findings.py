@@ -1,0 +1,24 @@
+"""What the rules conclude: a finding and its severity."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Mapping
+
+
+class Severity(str, Enum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+    CRITICAL = "critical"
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    name: str
+    severity: Severity
+    ranks: tuple[int, ...]
+    summary: str
+    evidence: Mapping[str, Any]
+    fix: str

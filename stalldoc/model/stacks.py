@@ -1,0 +1,79 @@
+"""Python stacks of a rank's threads, and which thread is its main one."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    filename: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.function} ({self.filename}:{self.line})"
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    """One thread's Python frames, innermost first."""
+
+    thread_id: int
+    name: str | None
+    active: bool
+    owns_gil: bool
+    frames: tuple[Frame, ...]
+
+
+@dataclass(frozen=True)
+class RankStacks:
+    """All Python threads of a rank at one moment, and how they were obtained."""
+
+    rank: int
+    pid: int
+    t: float
+    method: str                 # "py-spy", "py-spy-nonblocking", "faulthandler", "none"
+    threads: tuple[ThreadStack, ...]
+    error: str = ""
+
+    @property
+    def main(self) -> ThreadStack | None:
+        return main_thread(self.pid, self.threads)
+
+
+# Where a worker process's main thread idles, waiting for its next task, while the work it was
+# given runs on a thread of its own (Ray Train runs the training loop in a TrainingThread): the
+# innermost frame's function and the end of its file.
+IDLE_LOOPS = (("main_loop", "/ray/_private/worker.py"),)
+
+
+_STDLIB = re.compile(r"/lib/python\d\.\d+/")
+
+
+def main_thread(pid: int, threads: tuple[ThreadStack, ...]) -> ThreadStack | None:
+    """The thread a rank's work runs on: its main thread (the os thread id is the pid; py-spy
+    lists it first), unless that idles in a worker's task loop (``IDLE_LOOPS``) while another
+    thread runs code of the job's own (not the standard library's, not an installed
+    package's); then that thread, the one with the most such frames."""
+    main = next((t for t in threads if t.thread_id == pid), threads[0] if threads else None)
+    if main is None or not idles_in_task_loop(main):
+        return main
+    return max(threads, key=lambda t: (_own_frames(t), t is main))
+
+
+def idles_in_task_loop(thread: ThreadStack) -> bool:
+    """The thread waits in a worker's task loop for its next task (``IDLE_LOOPS``)."""
+    if not thread.frames:
+        return False
+    top = thread.frames[0]
+    return any(top.function.rsplit(".", 1)[-1] == name and top.filename.endswith(path)
+               for name, path in IDLE_LOOPS)
+
+
+def _own_frames(thread: ThreadStack) -> int:
+    """How many of a thread's frames are in the job's own files."""
+    return sum(1 for f in thread.frames if not (
+        "site-packages" in f.filename or "dist-packages" in f.filename
+        or _STDLIB.search(f.filename) or f.filename.startswith("<")
+        or "/stalldoc/agent/" in f.filename))   # the agent's own heartbeat thread

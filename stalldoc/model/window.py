@@ -1,0 +1,42 @@
+"""What the rules see at a check: the window over every part's records."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from stalldoc.model.agent import AgentSnapshot, CudaState, EngineSleepState
+from stalldoc.model.cluster import ClusterView
+from stalldoc.model.collectives import FlightDump
+from stalldoc.model.launch import LaunchConfig, Resources
+from stalldoc.model.ranks import RankExit, RankProcess
+from stalldoc.model.samples import GpuSample, HostMemory, HostSample, LogLine
+from stalldoc.model.stacks import RankStacks
+from stalldoc.model.work import RankWork, StallEpisode
+
+
+@dataclass(frozen=True)
+class Window:
+    """What the rules see: the latest view of every rank at the moment of a check."""
+
+    now: float
+    ranks: tuple[RankProcess, ...]
+    agents: Mapping[int, AgentSnapshot] = field(default_factory=dict)
+    host: Mapping[int, tuple[HostSample, ...]] = field(default_factory=dict)
+    stacks: Mapping[int, RankStacks] = field(default_factory=dict)
+    exits: tuple[RankExit, ...] = ()
+    stall: StallEpisode | None = None
+    last_progress: Mapping[int, float] = field(default_factory=dict)
+    log_tail: tuple[str, ...] = ()
+    gpus: Mapping[int, tuple[GpuSample, ...]] = field(default_factory=dict)   # recent, per GPU
+    node: tuple[HostMemory, ...] = ()                                         # recent
+    log: tuple[LogLine, ...] = ()        # lines not seen by the rules before (tick) / recent
+    peers: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # TCP peers outside the job
+    cuda: Mapping[int, tuple[tuple[float, CudaState], ...]] = field(default_factory=dict)  # recent
+    config: LaunchConfig | None = None       # what the command line and environment say
+    resources: Resources | None = None       # GPUs, their memory, dataset size (launch rules)
+    work: Mapping[int, RankWork] = field(default_factory=dict)   # each live rank's latest verdict
+    busy_timeout: float = 600.0              # busy in one stack this long: a possible livelock
+    floor: float = 45.0                      # the stall timeout: slow counts from there
+    vllm_sleep: tuple[EngineSleepState, ...] = ()   # engines' sleep state from their log lines
+    flight: Mapping[int, FlightDump] = field(default_factory=dict)   # rank -> its FR dump (stall)
+    cluster: ClusterView | None = None      # the job's other nodes (multi-node jobs only)
