@@ -5,6 +5,7 @@ machinery (only the files it publishes are the stages' business)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import stalldoc
@@ -134,3 +135,27 @@ def test_the_checks_see_a_planted_circle_and_a_planted_upward_arrow():
     graph = {name: set(targets) for name, targets in import_graph().items()}
     graph["stalldoc.model.window"].add("stalldoc.rules.base")
     assert circles(graph)                          # rules.base -> model.window -> rules.base
+
+
+def declared_imports(package: str) -> set[str] | None:
+    """What the package's docstring says it may import (its "May import:" paragraph): the
+    packages and top-level modules named there in double backquotes, ``stalldoc`` as ""."""
+    doc = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text())) or ""
+    said = re.search(r"May import:(.*?)(?:\n\n|$)", doc, re.S)
+    if said is None:
+        return None
+    return {"" if name == "stalldoc" else name.split(".")[0]
+            for name in re.findall(r"``([a-z_.]+)``", said.group(1))}
+
+
+def test_every_package_says_what_it_may_import_and_keeps_to_it():
+    packages = package_graph(import_graph())
+    for init in sorted(ROOT.glob("*/__init__.py")):
+        package = init.parent.name
+        declared = declared_imports(package)
+        assert declared is not None, f"stalldoc/{package}/__init__.py: no 'May import:'"
+        unknown = {name for name in declared
+                   if name and not (ROOT / name).is_dir() and not (ROOT / f"{name}.py").exists()}
+        assert not unknown, (package, unknown)
+        undeclared = packages.get(package, set()) - declared - {package}
+        assert not undeclared, f"stalldoc/{package} imports {sorted(undeclared)}, not declared"

@@ -3,5 +3,5 @@
 runs the same before the job starts), and their text form (``text.py``).
 
 May import: ``launch``, ``rules``, ``findings``, ``probes`` (NVML), ``report`` (the plan's
-rendering); no process package.
+rendering), ``model``, ``errors``, ``redact``; no process package.
 """

@@ -3,5 +3,6 @@
 reader; ``view.py``, what they say about the job's ranks). The sidecar's node in the cluster,
 which runs these each tick, is ``sidecar/cluster.py``.
 
-A stage: it imports the model, ``analysis``, ``detect`` and ``launch`` (to read files safely),
-never a process package (relay, sidecar, agent's runtime) or ``run``."""
+A stage. May import: ``model``, ``analysis``, ``detect``, ``launch`` (to read files safely),
+``private_files``; never a process package (relay, sidecar, agent's runtime) or ``run``.
+"""

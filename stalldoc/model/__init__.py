@@ -15,4 +15,6 @@ A leaf: these modules import the standard library and each other only, never ano
 module (tests/test_model.py pins it), so every part, the agent inside a rank too, can import
 them without dragging another part in. Import from the domain's module
 (``from stalldoc.model.findings import Finding``); this package itself exports nothing.
+
+May import: ``model`` (its own modules) only.
 """

@@ -3,6 +3,7 @@ through to the terminal unchanged (``streams.py``, ``foreground.py``, ``plain.py
 signals, starts the sidecar and feeds it (``sidecar_link.py``), ends what the job leaves behind
 (``leftovers.py``), and exits with the job's own status. It never waits on the sidecar.
 
-May import: ``run`` (the run directory, options, the channel, the terminal) and the standard
-library; never the sidecar, a stage or a rule (what can fail lives in the sidecar).
+May import: ``run`` (the run directory, options, the channel, the terminal), ``probes.exits``
+(decoding a wait status, nothing more), ``errors``, ``stalldoc`` (its location); never the
+sidecar, another stage or a rule (what can fail lives in the sidecar).
 """

@@ -1,4 +1,9 @@
-"""The rule catalogue (one file per rule) and the engine that runs it over a Window."""
+"""A stage of the sidecar (and of ``check``): the rule catalogue, one file per rule with
+a stable code, and the engine that runs it over a ``Window``.
+
+May import: ``model``, ``analysis``, ``launch`` (the launch rules' arithmetic), ``agent`` (the
+state file's status values), ``redact``.
+"""
 from __future__ import annotations
 
 import dataclasses

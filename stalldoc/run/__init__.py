@@ -2,7 +2,9 @@
 rules (``rundir.py``), the watch options (``options.py``), the agent's environment
 (``inject.py``), the relay-sidecar channel (``channel.py``), the job's process tree
 (``job.py``), the nodes of a multi-node run (``nodes.py``) and the terminal (``terminal.py``).
+Process-side: no stage imports it.
 
-May import: ``model``, ``errors``, ``redact``, ``agent`` (its file names and variables) and
-``store`` (the journal choice); no process package.
+May import: ``agent`` (its file names and variables), ``launch`` (the launcher's flags),
+``probes`` (the process table), ``store`` (the journal choice), ``private_files``, ``errors``,
+``stalldoc`` (its location, for the bootstrap).
 """

@@ -3,9 +3,12 @@ run as ``python -m stalldoc.sidecar`` by the relay). Everything that can fail ru
 the process the shell waits on. ``watcher.py`` is the tick loop: discover the ranks, sample
 (``sampling.py``: the probes), keep the histories (``history.py``), read the job's output
 (``log_feed.py``), decide on stalls (``detect``), diagnose (``analysis``, ``rules``), record
-(``findings``, ``store``), serve metrics (``metrics.py``). ``link.py`` talks to the relay.
+(``findings``, ``store``), serve metrics (``metrics.py``), publish to the other nodes
+(``cluster.py``). ``link.py`` talks to the relay.
 
-May import: the shared stages (probes, detect, analysis, rules, findings, store, cluster,
-report), ``run`` and ``launch``, ``check.preflight`` (the launch checks before the job);
-never the relay, and nothing imports it but ``attach`` (which runs a watcher without a relay).
+May import: the stages (``probes``, ``detect``, ``analysis``, ``rules``, ``findings``,
+``store``, ``cluster``, ``launch``, ``model``), ``report`` (its findings' text), ``run``,
+``check`` (the launch checks before the job), ``agent`` (what it publishes), ``errors``,
+``redact``; never the relay, and nothing imports it but ``attach`` (which runs a watcher without
+a relay).
 """

@@ -15,20 +15,12 @@ from typing import Iterable
 
 from stalldoc.agent.statefile import STATUS_EXCEPTION
 from stalldoc.check.preflight import failed, launch_checks, launch_document
-from stalldoc.sidecar.cluster import NodeCluster
 from stalldoc.cluster.publish import LocalView
 from stalldoc.detect.progress import ProgressTracker, latest_progress
 from stalldoc.detect.vllm_sleep import SleepLog
 from stalldoc.errors import StalldocError, log_traceback
 from stalldoc.findings.ledger import Changes, Ledger
-from stalldoc.sidecar.history import Histories, gpu_util_by_rank
 from stalldoc.launch.config import LaunchConfig, parse_command
-from stalldoc.run.inject import FLIGHT_DIR, flight_settings
-from stalldoc.run.job import JobTree
-from stalldoc.run.options import WatchOptions
-from stalldoc.run.terminal import RankLine, format_status
-from stalldoc.sidecar.log_feed import LogFeed
-from stalldoc.sidecar.metrics import Exporter, MetricsState, job_name
 from stalldoc.model.collectives import FlightDump
 from stalldoc.model.findings import Finding
 from stalldoc.model.ranks import RankExit, RankProcess
@@ -39,7 +31,6 @@ from stalldoc.probes.agent_state import StartupCosts
 from stalldoc.probes.connections import external_peers
 from stalldoc.probes.exits import DeathWatch, from_wait_status
 from stalldoc.probes.flight_dumps import FlightDumps
-from stalldoc.sidecar.link import RelayLink
 from stalldoc.probes.process_tree import task_executor
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
 from stalldoc.probes.versions import RunVersions
@@ -47,6 +38,15 @@ from stalldoc.redact import redact_text
 from stalldoc.report.text import render_findings
 from stalldoc.rules import ENDS_WITH_PROGRESS, STICKY, run_rules
 from stalldoc.rules.base import join_ranks
+from stalldoc.run.inject import FLIGHT_DIR, flight_settings
+from stalldoc.run.job import JobTree
+from stalldoc.run.options import WatchOptions
+from stalldoc.run.terminal import RankLine, format_status
+from stalldoc.sidecar.cluster import NodeCluster
+from stalldoc.sidecar.history import Histories, gpu_util_by_rank
+from stalldoc.sidecar.link import RelayLink
+from stalldoc.sidecar.log_feed import LogFeed
+from stalldoc.sidecar.metrics import Exporter, MetricsState, job_name
 from stalldoc.sidecar.sampling import Discovery, Sampler, Tick
 from stalldoc.store.db import RunStore
 
@@ -253,33 +253,48 @@ class Watcher:
     def _internal_error(self, what: str = "watching stopped (job runs on)") -> None:
         self.say(f"internal error, {what}: {log_traceback(self.run_dir / INTERNAL_ERRORS)}")
 
-    # ----- one tick ---------------------------------------------------------------------------
+    # ----- one tick: each step a call into a stage ----------------------------------------------
     def tick(self, now: float) -> None:
-        self._discover(now)
-        self._sweep(now)
+        self._discover(now)                      # probes: which processes are the ranks
+        self._sweep(now)                         # probes: state files of processes gone
+        sample = self._sample(now)               # probes: host, GPUs, agents; the histories
+        self._take_background_stacks()           # probes: stacks taken off the tick
+        self._drain_logs()                       # the job's output: progress, vLLM sleep
+        self._observe(now, sample)               # detect: each rank's work; the other nodes
+        self._request_stacks(now)                # probes: the stacks the detector wants next
+        self._collect_exits(now, final=False)    # rules: ranks that ended
+        self._check_stall(now, sample.agents)    # detect -> analysis -> rules: a stall
+        self._tick_rules(now, sample.agents)     # rules that watch over time
+        self._publish(now, sample)               # metrics
+        self._publish_node(now, sample.agents)   # cluster: our summary for the other nodes
+        self._status(now)                        # the terminal's live line
+        self._record(now, sample)                # store
+
+    def _sample(self, now: float) -> Tick:
         live = [r for r in self.ranks.values() if r.rank not in self.exits]
         sample = self.sampler.sample(now, live, list(self.ranks.values()), self.parents,
                                      self.found)
-        agents = sample.agents
         self.history.add(sample)
+        return sample
+
+    def _take_background_stacks(self) -> None:
         for stacks in self.background.done():   # taken off the tick since the last one
             rank = self.ranks.get(stacks.rank)
             if rank is not None and rank.pid == stacks.pid:   # not a process since replaced
                 self.tracker.stack_seen(stacks.rank, stacks, stacks.t)
-        self._drain_logs()
-        self.tracker.observe(now, agents, sample.host, gpu_util_by_rank(sample))
+
+    def _observe(self, now: float, sample: Tick) -> None:
+        self.tracker.observe(now, sample.agents, sample.host, gpu_util_by_rank(sample))
         self.cluster.refresh(now, self.tracker.quiet_for(now), self.tracker.threshold(),
                              self.tracker.episode is not None)
+
+    def _request_stacks(self, now: float) -> None:
         executors = {r.rank for r in self.ranks.values() if task_executor(r.cmdline)}
         for rank in self.tracker.stacks_due(now, executors):
             if rank in self.ranks:
                 self.background.request(self.ranks[rank])
-        self._collect_exits(now, final=False)
-        self._check_stall(now, agents)
-        self._tick_rules(now, agents)
-        self._publish(now, sample)
-        self._publish_node(now, agents)
-        self._status(now)
+
+    def _record(self, now: float, sample: Tick) -> None:
         self.store.add_tick(sample)
         self.store.compact(now, self.tracker.threshold() + self.store.policy.around_before)
 
