@@ -156,7 +156,8 @@ class Session:
 
     def _where(self, look: Look) -> dict[int, RankStacks]:
         """One stack per live rank, without pausing it, to say where each is."""
-        live = [r for r in self.watcher.ranks.values() if r.rank not in self.watcher.exits]
+        ended = self.watcher.exits.by_rank
+        live = [r for r in self.watcher.ranks.values() if r.rank not in ended]
         if not live:
             return {}
         probe = self.watcher.stack_probe

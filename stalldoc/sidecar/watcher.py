@@ -29,7 +29,7 @@ from stalldoc.model.window import Window
 from stalldoc.model.work import StallEpisode
 from stalldoc.probes.agent_state import StartupCosts
 from stalldoc.probes.connections import external_peers
-from stalldoc.probes.exits import DeathWatch, from_wait_status
+from stalldoc.probes.exits import from_wait_status
 from stalldoc.probes.flight_dumps import FlightDumps
 from stalldoc.probes.process_tree import task_executor
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
@@ -43,6 +43,7 @@ from stalldoc.run.job import JobTree
 from stalldoc.run.options import WatchOptions
 from stalldoc.run.terminal import RankLine, format_status
 from stalldoc.sidecar.cluster import NodeCluster
+from stalldoc.sidecar.exits import ExitBook
 from stalldoc.sidecar.history import Histories, gpu_util_by_rank
 from stalldoc.sidecar.link import RelayLink
 from stalldoc.sidecar.log_feed import LogFeed
@@ -50,7 +51,6 @@ from stalldoc.sidecar.metrics import Exporter, MetricsState, job_name
 from stalldoc.sidecar.sampling import Discovery, Sampler, Tick
 from stalldoc.store.db import RunStore
 
-EXIT_SETTLE_SECONDS = 2.0   # wait this long after a death for the launcher's report of it
 INTERNAL_ERRORS = "stalldoc-errors.log"
 SWEEP_SECONDS = 5.0
 LAUNCH_CHECK_SECONDS = 10.0   # the job launches after this even if a check has not finished
@@ -72,9 +72,7 @@ class Watcher:
         self.background = BackgroundStacks(self.stack_probe)
         self.tracker = ProgressTracker(options.stall_timeout)
         self.ranks: dict[int, RankProcess] = {}
-        self.exits: dict[int, RankExit] = {}
-        self.pending_exits: list[RankExit] = []
-        self.held_exits: list[RankExit] = []   # Ray workers': judged when the job has ended
+        self.exits = ExitBook(self.store)   # ranks that ended; its death watch
         self.logs = LogFeed()
         self.sleep_log = SleepLog()   # vLLM engines' sleep state from their log lines
         link.on_line = self.logs.put
@@ -82,7 +80,6 @@ class Watcher:
         self.ledger = Ledger(STICKY)   # every finding of the run
         self.killed_for_stall = False
         self.explained: set[str] = set()
-        self.deaths = DeathWatch()
         self.parents: dict[int, int] = {}
         self.found: Discovery | None = None   # this tick's processes, from one table scan
         self.config: LaunchConfig | None = None
@@ -216,7 +213,7 @@ class Watcher:
             self.store.close()
         except Exception:  # noqa: BLE001
             self._internal_error()
-        for part in (self.deaths, self.sampler, self.background, self.exporter):
+        for part in (self.exits, self.sampler, self.background, self.exporter):
             if part is not None:
                 part.close()
 
@@ -271,7 +268,7 @@ class Watcher:
         self._record(now, sample)                # store
 
     def _sample(self, now: float) -> Tick:
-        live = [r for r in self.ranks.values() if r.rank not in self.exits]
+        live = [r for r in self.ranks.values() if r.rank not in self.exits.by_rank]
         sample = self.sampler.sample(now, live, list(self.ranks.values()), self.parents,
                                      self.found)
         self.history.add(sample)
@@ -316,13 +313,13 @@ class Watcher:
                 continue
             if known is not None and not known.from_env:
                 self.store.drop_rank(known)     # a guess replaced: it never was a rank
-            if known is not None and known.rank not in self.exits:
-                self.deaths.unwatch(known.pid)  # replaced, not dead (e.g. taken before its launcher forked)
+            if known is not None and known.rank not in self.exits.by_rank:
+                self.exits.deaths.unwatch(known.pid)  # replaced, not dead (e.g. taken before its launcher forked)
             self.tracker.forget(rank.rank)
             self.ranks[rank.rank] = rank
-            self.exits.pop(rank.rank, None)
+            self.exits.forget(rank.rank)
             self.store.add_rank(rank, now)
-            self.deaths.watch(rank)
+            self.exits.deaths.watch(rank)
             if rank.from_env:   # a launched rank: the relay ends what is left in its session
                 self.link.send(rank_pid=rank.pid)
             self.say(f"rank {rank.rank}: pid {rank.pid}{_known_as(rank)}")
@@ -341,9 +338,9 @@ class Watcher:
             if number == key or (number is None and not claimed and not unguessed):
                 continue
             del self.ranks[key]
-            self.exits.pop(key, None)
+            self.exits.forget(key)
             self.tracker.forget(key)
-            self.deaths.unwatch(known.pid)
+            self.exits.deaths.unwatch(known.pid)
             self.store.drop_rank(known)
             self.say(f"pid {known.pid} is not rank {key}: " + (
                 f"it is rank {number}" if number is not None else
@@ -369,52 +366,22 @@ class Watcher:
         A status nobody saw (the launcher reaped the rank first) is taken from the launcher's
         report in the log, from the agent (an uncaught exception exits 1), or, once the launcher
         itself exited 0, is 0. Until then, unknown statuses alone raise no finding."""
-        for exit in self.deaths.drain():
+        for exit in self.exits.seen():
             self.tracker.mark_dead(exit.rank)
-            self.pending_exits.append(exit)
-        settled = final or (self.pending_exits
-                            and now - self.pending_exits[0].t >= EXIT_SETTLE_SECONDS)
-        new = self.pending_exits if settled else []
-        self.pending_exits = [] if settled else self.pending_exits
-        new = self._hold_executor_exits(new, final, job_code)
-        for exit in new:
-            self._record_exit(self._with_known_status(exit))
-        if final and job_code == 0:
-            for exit in [e for e in self.exits.values() if e.exit_code is None]:
-                self._record_exit(dataclasses.replace(exit, exit_code=0, source="launcher"))
-        judged = [e for e in self.exits.values()
-                  if e.exit_code != 0 and e.source != DRIVER_SHUTDOWN]
+        executors = {r.rank for r in self.ranks.values() if task_executor(r.cmdline)}
+        new = self.exits.settle(now, final, job_code, executors, self._with_known_status)
+        judged = self.exits.judged()
         if self.ending or not (new or final) or not judged:
             return
         if not final and all(e.exit_code is None for e in judged):
             return   # wait for the launcher's word
         self._report_exits(run_rules(self._window(time.time(), {}, None), "exit"))
 
-    def _hold_executor_exits(self, new: list[RankExit], final: bool, job_code: int | None
-                             ) -> list[RankExit]:
-        """Exits to record now. A Ray worker's exit waits for the job's end: Ray ends its workers
-        when the driver shuts down, with status 1 as often as 0. Once the job has exited 0, a
-        non-zero status seen from them is recorded as the driver's shutdown
-        (``DRIVER_SHUTDOWN``), not judged as a failure; with any other end, as they are."""
-        executors = {r.rank for r in self.ranks.values() if task_executor(r.cmdline)}
-        self.held_exits += [e for e in new if e.rank in executors]
-        new = [e for e in new if e.rank not in executors]
-        if not final:
-            return new
-        held = [self._with_known_status(e) for e in self.held_exits]
-        self.held_exits = []
-        return new + [dataclasses.replace(e, source=DRIVER_SHUTDOWN)
-                      if job_code == 0 and e.exit_code not in (0, None) else e for e in held]
-
     def _report_exits(self, findings: list[Finding]) -> None:
         """Exit findings: each (rule, ranks) once; when later deaths add to one already made
         (collateral ranks that settled after the first), its stored summary is brought up to
         date instead of a second diagnosis."""
         self._diagnosis(self._save(self.ledger.exits(time.time(), findings)))
-
-    def _record_exit(self, exit: RankExit) -> None:
-        self.exits[exit.rank] = exit
-        self.store.rank_exit(exit)
 
     def _with_known_status(self, exit: RankExit) -> RankExit:
         if exit.exit_code is not None:
@@ -522,10 +489,8 @@ class Watcher:
         if not agents:
             agents = self.agents_probe.sample(list(self.ranks.values()))
         host, gpus, node, cuda = self.history.frozen()
-        ended = {**self.exits, **{e.rank: e for e in self.pending_exits}}   # unsettled too
-        ended = {r: e for r, e in ended.items() if e.source != DRIVER_SHUTDOWN}
         return Window(now, tuple(self.ranks.values()), agents, host, stacks or {},
-                      tuple(ended.values()), episode, self.tracker.last_progress(),
+                      self.exits.for_rules(), episode, self.tracker.last_progress(),
                       tuple(self.logs.tail), gpus, node, tuple(self.logs.unread), {}, cuda,
                       self.config, work=self.tracker.work(), busy_timeout=self.opts.busy_timeout,
                       floor=self.opts.stall_timeout, vllm_sleep=self.sleep_log.states(),
@@ -578,7 +543,7 @@ class Watcher:
         """The job ended: state findings whose ranks all progressed after the last tick saw
         them (the agents' last words, a rank's exit 0) no longer hold."""
         progressed = latest_progress(self.agents_probe.sample(list(self.ranks.values())),
-                                     self.exits.values())
+                                     self.exits.by_rank.values())
         for entry in self._save(self.ledger.moved_on(now, progressed,
                                                      ENDS_WITH_PROGRESS)).resolved:
             self.say(f"resolved: {entry.finding.code} {entry.finding.summary} (its ranks went "
@@ -631,7 +596,7 @@ class Watcher:
         self.cluster.publish(LocalView(
             dict(self.ranks), self.tracker.work(), self.tracker.phases(), self.tracker.ages(now),
             agents, stacks if stacks is not None else self.stall_stacks,
-            frozenset(self.tracker.dead) | frozenset(self.exits)), stall, ended)
+            frozenset(self.tracker.dead) | frozenset(self.exits.by_rank)), stall, ended)
 
     def _say_cluster(self) -> None:
         shared = self.opts.shared_dir
@@ -662,7 +627,6 @@ class Watcher:
         self.link.send(say=redact_text(message))
 
 
-DRIVER_SHUTDOWN = "driver shutdown"   # a Ray worker's exit status while its job ended with 0
 
 
 def _known_as(rank: RankProcess) -> str:
