@@ -76,7 +76,7 @@ def main() -> None:
 @main.command(context_settings={"ignore_unknown_options": True}, epilog=EXIT_CODES_HELP)
 @click.option("--run-dir", type=click.Path(), default=None, callback=_run_dir,
               help="Where to store the run (default ./stalldoc-runs/<UTC time>-<id>): a new or "
-                   "empty directory, on a path no other user can change (see README). A job "
+                   "empty directory, on a path no other user can change (see docs/your-job.md). A job "
                    "on several nodes: give every node's watcher the same path on a shared "
                    "filesystem; each writes RUN_DIR/node-<rank> and reads the others "
                    "(docs/multi-node.md).")

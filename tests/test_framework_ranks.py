@@ -194,7 +194,7 @@ def test_two_worlds_hung_rank_is_named_with_its_world(tmp_path: Path, ray_env: d
 @contextlib.contextmanager
 def watched_ray_node(tmp_path: Path, ray_env: dict[str, str], *options: str
                      ) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """`stalldoc watch OPTIONS -- ray start --head --block`: the form README gives for a Ray
+    """`stalldoc watch OPTIONS -- ray start --head --block`: the form docs/launchers.md gives for a Ray
     cluster started apart (one per node, a run directory each). Yields the watcher and the
     cluster's address once the node is up; the watcher is ended with SIGINT (Ctrl-C) at the
     end if it still runs."""

@@ -41,7 +41,7 @@ except Exception:
 print({MARK!r} + json.dumps(out), flush=True)
 """
 FIX_BLIND = ("start python without -I / -E / -S, or put stalldoc's agent into the job another "
-             "way (see README: the agent)")
+             "way (see docs/your-job.md: the agent)")
 FIX_PATH = ("keep the PYTHONPATH that watch gives: `export PYTHONPATH=/my/code:$PYTHONPATH` "
             "instead of `export PYTHONPATH=/my/code`")
 

@@ -79,7 +79,7 @@ def judge_markers(run: Run) -> list[Check]:
     points = [p for p in run.report["timeseries"]["ranks"] if p["cuda_host_marker"]]
     if not points:
         markers = Check("cuda-markers", PROBLEM, "no CUDA marker was recorded",
-                        "see README: GPU and memory telemetry (the agent's CUDA markers)")
+                        "see docs/telemetry.md (the agent's CUDA markers)")
     else:
         last = points[-1]
         done = last["cuda_gpu_marker"] == last["cuda_host_marker"]

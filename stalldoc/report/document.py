@@ -1,5 +1,5 @@
 """The report document: the JSON contract of ``stalldoc report --format json``, written field by
-field from the typed records (README lists the fields; they are extended, never renamed).
+field from the typed records (docs/reports.md lists the fields; they are extended, never renamed).
 
 One run gives the document it always gave. Several (the nodes of one job) give ``nodes`` and each
 node's document under ``runs``, with ``ranks``, ``stalls``, ``findings`` and ``stacks`` merged at
