@@ -1,34 +1,43 @@
 """What redacting the job's output costs the sidecar, which runs ``redact_text`` on every line the
 job prints (``LogFeed.drain``).
 
-    python benchmarks/redact_cost.py [--lines 200000] [--repeats 5]
+    python benchmarks/redact_cost.py [--lines 200000] [--repeats 5] [--before REV]
 
 The lines are realistic: tqdm bars, swift's metric dicts and args dump, vLLM's throughput lines,
 torch / NCCL / DeepSpeed log lines and warnings (many hold ``tokens`` or ``key``, so they get past
 the cheap first search), and about 1 % with a secret (a credentialed URL, a token, ``api_key=``).
 
 Printed, from the same run (medians of interleaved repeats, in CPU time):
-- ``redact_text`` alone: lines/s, and its time against a baseline loop that only reads each line
-  (``len``), the floor of any per-line work in Python;
+- ``redact_text`` alone, per line, on ordinary training output and on lines that each hold a
+  secret (every kind the redactor knows), against a baseline loop that only reads each line
+  (``len``), the floor of any per-line work in Python, and against the redactor of git revision
+  ``--before`` (default: the one before the detect-secrets catalogue, issue 31), loaded from git
+  into this process;
 - what the sidecar does per line: ``LogFeed.put`` then ``drain`` (the queue, the tail, the progress
   and launcher-line parsers) with redaction, against the same with redaction switched off.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from stalldoc.sidecar import log_feed  # noqa: E402
-from stalldoc.sidecar.log_feed import LogFeed  # noqa: E402
-from stalldoc.model.samples import LogLine
+from stalldoc import redact  # noqa: E402
+from stalldoc.model.samples import LogLine  # noqa: E402
 from stalldoc.redact import redact_text  # noqa: E402
+from stalldoc.sidecar.log_feed import LogFeed  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+BEFORE = "437e0c6"   # the last revision with the hand-written list alone
 
 # (weight, line): a GRPO run's output, by how often each kind of line comes
 ORDINARY = [
@@ -66,6 +75,13 @@ SECRET = [
     "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ{n}In0.c2lnbmF0dXJl",
     "[INFO:swift] args: RLHFArguments(hub_token='hf_AbCdEfGhIjKlMnOpQrStUv{n}', "
     "max_new_tokens=512)",
+    "key = '-----BEGIN RSA PRIVATE KEY-----\\nMIIEowIBAAKCAQEA{n}xVb5NAZ1y\\n-----END RSA PRIVATE KEY-----'",
+    "posting to https://hooks.slack.com/services/T0{n}ABCD/B0456EFGH/abcdefghijABCDEFGHIJ1234",
+    "stripe: sk_live_4eC39HqLyjWDarjtT1zdp7dc{n}",
+    "twilio sid AC0123456789abcdef0123456789ab{n:04d}",
+    "sendgrid SG.ngeVfQFYQlKU0ufo8x5d1A.TwL2iGABf9DHoTf-09kqeF8tAmbihYzrnopKc-1s{n:04d}",
+    "AZURE_STORAGE=DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={n:04d}"
+    "aGVsbG8gd29ybGQgaGVsbG8gd29ybGQgaGVsbG8gd29ybGQgaGVsbG8gd29ybGQgaGVsbG8gd29ybGQgaGVsbG8=;",
 ]
 
 
@@ -92,9 +108,26 @@ def _baseline(lines: list[str]) -> None:
         len(line)
 
 
-def _redact_all(lines: list[str]) -> None:
+def _redact_all(lines: list[str], fn: Callable[[str], str] = redact_text) -> None:
     for line in lines:
-        redact_text(line)
+        fn(line)
+
+
+def redactor_at(rev: str) -> Callable[[str], str]:
+    """``redact_text`` as git revision ``rev`` had it (a module of its own in this process)."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:stalldoc/redact.py"],
+                            capture_output=True, text=True, check=True).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "redact_before.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location("redact_before", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module.redact_text
+
+
+def secret_lines(count: int) -> list[str]:
+    return [SECRET[i % len(SECRET)].format(n=1000 + i % 9000) for i in range(count)]
 
 
 def _feed(lines: list[LogLine]) -> None:
@@ -107,38 +140,55 @@ def _feed(lines: list[LogLine]) -> None:
 
 
 def _feed_unredacted(lines: list[LogLine]) -> None:
-    original = log_feed.redact_text
-    log_feed.redact_text = lambda text: text
+    original = redact.LineRedactor.line
+    redact.LineRedactor.line = lambda self, text: text   # type: ignore[method-assign]
     try:
         _feed(lines)
     finally:
-        log_feed.redact_text = original
+        redact.LineRedactor.line = original   # type: ignore[method-assign]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--lines", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--before", default=BEFORE, help="git revision of the baseline redactor")
     args = parser.parse_args()
+    before = redactor_at(args.before)
+    weights, templates = zip(*ORDINARY)
+    rng = random.Random(0)
+    ordinary = [rng.choices(templates, weights)[0].format(pct=i % 100, step=i % 1000,
+                                                          n=rng.randrange(10_000), r=i % 8)
+                for i in range(args.lines)]
+    secrets = secret_lines(args.lines // 10)
     lines = corpus(args.lines)
     logged = [LogLine(float(i), "stdout", text) for i, text in enumerate(lines)]
-    cases: dict[str, Callable[[], object]] = {
-        "baseline loop": lambda: _baseline(lines), "redact_text": lambda: _redact_all(lines),
-        "feed, no redaction": lambda: _feed_unredacted(logged),
-        "feed, redacted": lambda: _feed(logged)}
+    cases: dict[str, tuple[int, Callable[[], object]]] = {
+        "baseline loop, ordinary": (len(ordinary), lambda: _baseline(ordinary)),
+        f"before ({args.before}), ordinary": (len(ordinary), lambda: _redact_all(ordinary, before)),
+        "redact_text, ordinary": (len(ordinary), lambda: _redact_all(ordinary)),
+        f"before ({args.before}), secrets": (len(secrets), lambda: _redact_all(secrets, before)),
+        "redact_text, secrets": (len(secrets), lambda: _redact_all(secrets)),
+        "feed, no redaction": (len(logged), lambda: _feed_unredacted(logged)),
+        "feed, redacted": (len(logged), lambda: _feed(logged))}
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.repeats):
-        for name, fn in cases.items():
+        for name, (_, fn) in cases.items():
             times[name].append(_time(fn))
-    median = {name: statistics.median(values) for name, values in times.items()}
-    changed = sum(redact_text(line) != line for line in lines)
-    print(f"{len(lines)} lines, {changed} changed by redaction, {args.repeats} repeats (median)")
-    for name, seconds in median.items():
-        per_line = seconds * 1e6 / len(lines)
-        print(f"  {name:20s} {len(lines) / seconds:12,.0f} lines/s  {per_line:6.2f} us/line")
-    print(f"redact_text / baseline loop: {median['redact_text'] / median['baseline loop']:.1f}x")
-    feed_ratio = median["feed, redacted"] / median["feed, no redaction"]
-    print(f"feed redacted / feed without: {feed_ratio:.2f}x")
+    per_line = {name: statistics.median(times[name]) * 1e6 / count
+                for name, (count, _) in cases.items()}
+    missed = sum(before(line) == line for line in secrets)
+    print(f"{len(ordinary)} ordinary lines, {len(secrets)} lines with a secret "
+          f"({missed} of them left whole by {args.before}, "
+          f"{sum(redact_text(line) == line for line in secrets)} by this one), "
+          f"{args.repeats} repeats (median CPU time)")
+    for name, micros in per_line.items():
+        print(f"  {name:32s} {micros:6.2f} us/line")
+    for kind in ("ordinary", "secrets"):
+        now, then = per_line[f"redact_text, {kind}"], per_line[f"before ({args.before}), {kind}"]
+        print(f"{kind}: this redactor / {args.before}: {now / then:.2f}x")
+    print(f"feed redacted / feed without: "
+          f"{per_line['feed, redacted'] / per_line['feed, no redaction']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -4,10 +4,20 @@ findings and messages.
 ``redact_argv`` keeps a command line's structure (a secret flag's value becomes ``***``, so do
 ``--flag=value`` and environment-style ``NAME=value`` words) and then runs every argument through
 ``redact_text``, which finds secrets inside free text: URL credentials (``scheme://***@host``),
-known token shapes (Hugging Face, OpenAI, GitHub, AWS access key ids, Slack, JWTs),
-``Authorization`` headers and bearer tokens, and the values of secret-named settings
-(``name=value``, ``name: value``, ``"name": "value"``, ``--name value``). ``redact_json`` does the
-same to every string inside a finding's evidence.
+private key blocks (PEM, OpenSSH, PGP: from the BEGIN line to the END line), webhook URLs (Slack,
+Discord), known token shapes, ``Authorization`` headers and bearer tokens, and the values of
+secret-named settings (``name=value``, ``name: value``, ``"name": "value"``, ``--name value``).
+``redact_json`` does the same to every string inside a finding's evidence. ``LineRedactor`` is
+``redact_text`` for a stream of lines: a private key printed over many lines is hidden from its
+BEGIN line to its END line, whatever output chunks the lines came in.
+
+The token shapes follow the detector catalogue of Yelp's detect-secrets (its plugins: private
+keys, Slack, Stripe, Twilio, SendGrid, Discord, Mailchimp, Azure storage keys, npm, PyPI,
+GitLab, Telegram, Square, Artifactory, JWT, basic auth, keywords; ``tests/test_redact.py`` runs
+those plugins as the oracle over one real-shaped example of each), written here so that the agent
+can import this module inside a job with the standard library only. The high-entropy detectors
+are left out on purpose: on training output (hashes, run ids, base64 tensors) they would hide what
+the diagnosis needs; a high-entropy value after a secret-looking name is hidden by its name.
 
 A name is secret by its words (split on ``_ - .``, digits and case): its last word is a secret word
 (``hf_token``, ``OPENAI_API_KEY``, ``--pass``) or it holds ``password`` / ``secret`` anywhere;
@@ -38,10 +48,20 @@ _KEPT_VALUES = frozenset({"", "None", "null", MASK})
 # substring test, or an expression that starts with a literal, costs a fraction of an alternation
 # over the line (a case-insensitive one: ten times more again). A word common in ordinary output
 # counts only where its expression confirms it: ``tokens`` and ``key_value`` name no secret.
-_SHAPE_WORDS = frozenset({"hf_", "sk-", "gh", "github_pat_", "akia", "asia", "xox", "eyj"})
+_SHAPE_WORDS = frozenset({"hf_", "sk-", "gh", "github_pat_", "akia", "asia", "xox", "eyj",
+                          "_live_", "sg.", "-us", "npm_", "pypi-", "glpat-", "sq0", "eaaa",
+                          "akc"})
+# Shapes with no lower-case literal: looked for where the line holds these, as printed (a Twilio
+# sid begins AC or SK, a Telegram bot token holds ":AA"), or says "discord" (a bot token alone has
+# no mark at all: a scan of every line for its shape would double the cost of every line)
+_CASE_WORDS = frozenset({"AC", "SK", ":AA"})
+_OPAQUE_WORDS = _CASE_WORDS | {"discord"}
+_BLOCK_WORDS = frozenset({"-----begin"})
 _NAME_WORDS = frozenset({"pass", "pwd", "secret", "cred", "auth", "token", "key", "-p"})
 _CONFIRM = {"token": re.compile(r"token(?![a-z])"), "key": re.compile(r"key(?![a-z])"),
-            "-p": re.compile(r"-p(?<![\w.-]-p)[ \t]"), "gh": re.compile(r"gh[pousr]_")}
+            "-p": re.compile(r"-p(?<![\w.-]-p)[ \t]"), "gh": re.compile(r"gh[pousr]_"),
+            "-us": re.compile(r"-us[0-9]"), "sg.": re.compile(r"(?<![a-z0-9])sg\."),
+            "hooks": re.compile(r"hooks(?:\.slack\.com/|/)")}
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+")
 _URL_USERINFO = re.compile(r"(?P<scheme>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://)"
                            r"[^\s/@'\"<>]+@")
@@ -52,13 +72,33 @@ _BEARER = re.compile(r"(?i)\b(?P<head>bearer[ \t]+)"
                      r"(?=[A-Za-z0-9._~+/-]*[\d._~+/-])[A-Za-z0-9._~+/-]{8,}=*")
 _TOKEN_SHAPES = re.compile(r"""\b(?:
       hf_[A-Za-z0-9]{16,}
-    | sk-[A-Za-z0-9_-]{20,}
+    | sk-[A-Za-z0-9_-]{20,}                         # OpenAI
     | gh[pousr]_[A-Za-z0-9]{20,}
     | github_pat_[A-Za-z0-9_]{20,}
-    | (?:AKIA|ASIA)[A-Z0-9]{16}
-    | xox[abposr]-[A-Za-z0-9-]{10,}
-    | eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*
+    | (?:AKIA|ASIA)[A-Z0-9]{16}                     # AWS access key ids
+    | xox[abposr]-[A-Za-z0-9-]{10,}                 # Slack tokens
+    | eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*          # JWT
+    | (?:sk|rk)_live_[0-9A-Za-z]{16,}               # Stripe
+    | SG\.[\w-]{16,32}\.[\w-]{30,64}               # SendGrid
+    | [0-9a-f]{32}-us[0-9]{1,2}                     # Mailchimp
+    | npm_[A-Za-z0-9]{36}                           # npm
+    | pypi-AgEIcHlwaS5vcmc[\w-]{40,}                # PyPI (a macaroon for pypi.org)
+    | glpat-[\w-]{20,}                              # GitLab
+    | sq0(?:atp|csp)-[\w-]{22,43} | EAAA[\w-]{60}   # Square
+    | AKC[A-Za-z0-9]{10,}                           # Artifactory
     )(?![A-Za-z0-9])""", re.X)
+# Shapes with no lower-case literal of their own (``_OPAQUE_WORDS``)
+_OPAQUE_SHAPES = re.compile(r"""\b(?:
+      (?:AC|SK)[0-9a-f]{32}                          # Twilio account / API key sids
+    | [MNO][\w-]{23,25}\.[\w-]{6}\.[\w-]{27,38}     # Discord bot tokens
+    | [0-9]{8,10}:AA[\w-]{33}                        # Telegram bot tokens
+    )(?![\w-])""", re.X)
+_WEBHOOK = re.compile(r"""(?P<head>https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)
+    | (?:[\w-]+\.)?discord(?:app)?\.com/api/webhooks)/)[\w/-]+""", re.X | re.I)
+# A private key: its BEGIN line, the body, its END line (real newlines, or "\n" escapes inside a
+# JSON string: a GCP service account's "private_key"); with no END in the text, to its end
+_KEY_BLOCK = re.compile(r"""(?P<begin>-----BEGIN[ ](?P<kind>[A-Z0-9 ]*?PRIVATE[ ]KEY(?:[ ]BLOCK)?)
+    -----)(?:.*?(?P<end>-----END[ ](?P=kind)-----)|.*)""", re.X | re.S)
 # A name that may be secret (the words decide), then how its value follows. Found without the
 # value, so that a name that is not secret never swallows the next one. The stem is looked for in
 # a lookahead, which never backtracks: a long word made of stems is scanned once, not once per
@@ -100,13 +140,55 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
 
 def redact_text(text: str) -> str:
     """``text`` with every secret found in it replaced by ``***`` (the same object when none)."""
-    hints = _hints(text.lower())
+    hints = _hints(text)
     if not hints:
         return text
     for words, redact in _PASSES:
         if not hints.isdisjoint(words):
             text = redact(text)
     return text
+
+
+class LineRedactor:
+    """``redact_text`` line by line, for one stream of output: the lines of a private key printed
+    over many lines are hidden from the BEGIN line to the END line (the lines in between have no
+    mark of their own). A block ends early at a line that cannot be key material (it does not
+    end in base64 and is no ``Name: value`` header), and after ``MAX_KEY_LINES``, so a BEGIN line
+    printed alone never hides the rest of the output."""
+
+    def __init__(self) -> None:
+        self.in_key = ""         # the kind of the key block the stream is inside ("" outside)
+        self.lines = 0           # lines hidden in it so far
+
+    def line(self, text: str) -> str:
+        if self.in_key:
+            end = f"-----END {self.in_key}-----"
+            at = text.find(end)
+            if at >= 0:
+                self.in_key = ""
+                return MASK + redact_text(text[at:])
+            self.lines += 1
+            if self.lines <= MAX_KEY_LINES and _KEY_LINE.search(text) is not None:
+                return MASK
+            self.in_key = ""
+        redacted = redact_text(text)
+        if "-----BEGIN " in text:
+            self.in_key, self.lines = _open_key(text), 0
+        return redacted
+
+
+MAX_KEY_LINES = 256      # an RSA 8192 key is about 100 lines of 64 characters
+# a line of a key's body (base64, after whatever prefix a launcher adds), a header of an
+# encrypted PEM (``Proc-Type: 4,ENCRYPTED``), or a blank line
+_KEY_LINE = re.compile(r"[A-Za-z0-9+/]{4,}={0,2}\s*$|^\s*$|^[^:]*[A-Za-z-]+: \S+\s*$")
+
+
+def _open_key(text: str) -> str:
+    """The kind of the private key block ``text`` begins and does not end ("": none open)."""
+    kind = ""
+    for block in _KEY_BLOCK.finditer(text):
+        kind = "" if block["end"] else block["kind"]
+    return kind
 
 
 def redact_json(value: Any) -> Any:
@@ -190,20 +272,41 @@ def _substitute(pattern: re.Pattern[str], replacement: str) -> Callable[[str], s
     return lambda text: pattern.sub(replacement, text)
 
 
+def _key_block(block: re.Match[str]) -> str:
+    """A key block with its body hidden (a BEGIN line with nothing after it stays as it is)."""
+    end = block["end"] or ""
+    body = block[0][len(block["begin"]):len(block[0]) - len(end)]
+    return block[0] if not end and not body.strip() else f"{block['begin']}{MASK}{end}"
+
+
 _PASSES: tuple[tuple[frozenset[str], Callable[[str], str]], ...] = (
+    (_BLOCK_WORDS, lambda text: _KEY_BLOCK.sub(_key_block, text)),
+    (frozenset({"hooks"}), _substitute(_WEBHOOK, rf"\g<head>{MASK}")),
     (frozenset({"@"}), _substitute(_URL_USERINFO, rf"\g<scheme>{MASK}@")),
     (frozenset({"auth"}), _substitute(_AUTH_HEADER, rf"\g<head>{MASK}")),
     (frozenset({"bearer"}), _substitute(_BEARER, rf"\g<head>{MASK}")),
     (_SHAPE_WORDS, _substitute(_TOKEN_SHAPES, MASK)),
+    (_OPAQUE_WORDS, _substitute(_OPAQUE_SHAPES, MASK)),
     (_NAME_WORDS, _redact_named),
 )
-_HINT_WORDS = tuple(sorted(frozenset().union(*(words for words, _ in _PASSES))))
+_HINT_WORDS = tuple(sorted(frozenset().union(*(words for words, _ in _PASSES)) - _CASE_WORDS))
 
 
-def _hints(lower: str) -> set[str]:
-    """The hint words in the lower-cased line; a common one only where its expression finds it."""
-    return {word for word in _HINT_WORDS if word in lower
-            and (word not in _CONFIRM or _CONFIRM[word].search(lower) is not None)}
+# One scan for all of them first: most lines hold none, and one expression of literals rules that
+# out in about half the time of a substring test per word
+_ANY_HINT = re.compile("|".join(map(re.escape, _HINT_WORDS)))
+
+
+def _hints(text: str) -> set[str]:
+    """The hint words in the line (lower-cased; ``_CASE_WORDS`` as printed); a common one only
+    where its expression finds it."""
+    found = {word for word in _CASE_WORDS if word in text}
+    lower = text.lower()
+    if _ANY_HINT.search(lower) is None:
+        return found
+    found.update(word for word in _HINT_WORDS if word in lower
+                 and (word not in _CONFIRM or _CONFIRM[word].search(lower) is not None))
+    return found
 
 
 def _masked(value: re.Match[str]) -> str:

@@ -12,10 +12,14 @@ from support import SCENARIOS, watch
 
 sys.path.insert(0, str(SCENARIOS))
 import leaky_job  # noqa: E402
+from secret_kinds import KINDS, PEM_BODY  # noqa: E402
 
 HF_TOKEN = "hf_CmdLineToken0123456789abcdefXYZ"
+STRIPE_ENV = "sk_live_EnvOnly0123456789abcdefGH"
+SLACK_ARG = "https://hooks.slack.com/services/T0ARGV0001/B0ARGV0002/ArgvOnlyWebhookSecret99"
 SECRETS = [HF_TOKEN, leaky_job.URL_PASSWORD, leaky_job.API_KEY, leaky_job.JWT,
-           leaky_job.ROLLOUT_PASSWORD]
+           leaky_job.ROLLOUT_PASSWORD, STRIPE_ENV, "ArgvOnlyWebhookSecret99",
+           *[kind.secret for kind in KINDS], *PEM_BODY]
 STALLDOC = [sys.executable, "-m", "stalldoc"]
 
 
@@ -38,9 +42,9 @@ def test_no_secret_reaches_the_run_directory_the_report_or_stalldocs_messages(tm
     # line that opens a finding (SD507)
     run_dir = tmp_path / "run"
     job = (f"python {SCENARIOS / 'leaky_job.py'} {run_dir} --hf_token {HF_TOKEN} "
-           "--max_new_tokens 512")
-    # WHEN stalldoc watches it
-    result = watch(tmp_path, ["bash", "-c", job])
+           f"--notify {SLACK_ARG} --max_new_tokens 512")
+    # WHEN stalldoc watches it, with a key in its environment too
+    result = watch(tmp_path, ["bash", "-c", job], env={"STRIPE_API_KEY": STRIPE_ENV})
     # THEN the job ran and the finding was made
     assert result.code == 0, result.stderr
     report = result.report()
@@ -53,6 +57,11 @@ def test_no_secret_reaches_the_run_directory_the_report_or_stalldocs_messages(tm
     places["run.db rows"] = _database_text(run_dir / "run.db")
     places["report json"] = _report(run_dir, "--format", "json")
     places["report text"] = _report(run_dir)
+    places["report markdown"] = _report(run_dir, "--format", "markdown")
+    for kind, name in (("html", "report.html"), ("perfetto", "trace.json")):
+        out = tmp_path / name
+        _report(run_dir, "--format", kind, "-o", str(out))
+        places[f"report {kind}"] = out.read_text(encoding="utf-8")
     places["stalldoc stderr"] = result.stderr
     leaks = {(place, secret) for place, text in places.items() for secret in SECRETS
              if secret in text}
@@ -60,11 +69,19 @@ def test_no_secret_reaches_the_run_directory_the_report_or_stalldocs_messages(tm
     # AND the stored command line keeps its structure and what is not secret
     command = report["run"]["command"]
     assert command[:2] == ["bash", "-c"]
-    assert "--hf_token *** --max_new_tokens 512" in command[2]
+    assert "--hf_token *** --notify https://hooks.slack.com/services/*** --max_new_tokens 512" \
+        in command[2]
     assert "rollout server not reachable" in result.stderr   # the live print of the finding
     # AND the job's own output went through untouched, secrets and all
     assert [line for line in leaky_job.LINES if line not in result.stdout] == []
     assert f"hf_token='{HF_TOKEN}'" in result.stdout
+    assert all(kind.line in result.stdout for kind in KINDS) and PEM_BODY[0] in result.stdout
+    # AND the key block was hidden line by line in the stored log, around its own lines
+    logs = [row[0] for row in sqlite3.connect(run_dir / "run.db").execute(
+        "SELECT line FROM logs ORDER BY rowid")]
+    start = logs.index("deploy key:")
+    assert logs[start + 1] == "-----BEGIN RSA PRIVATE KEY-----"
+    assert logs[start + 2:start + 2 + len(PEM_BODY)] == ["***"] * len(PEM_BODY)
 
 
 def test_the_agent_records_an_uncaught_exception_redacted(tmp_path):

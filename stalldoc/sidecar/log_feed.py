@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from stalldoc.detect.progress_lines import ProgressLines
 from stalldoc.model.samples import LogLine
 from stalldoc.probes.exits import parse_launcher_line
-from stalldoc.redact import redact_text
+from stalldoc.redact import LineRedactor
 
 TAIL_LINES = 200
 QUEUE_LINES = 50_000   # lines waiting for the next tick; past this they are counted, not kept
@@ -32,6 +32,7 @@ class LogFeed:
     launcher_codes: dict[int, int] = field(default_factory=dict)   # pid -> Popen returncode
     progress: ProgressLines = field(default_factory=ProgressLines)
     dropped: int = 0
+    redactors: dict[str, LineRedactor] = field(default_factory=dict)   # per stream: key blocks
 
     def put(self, line: LogLine) -> None:
         """Called by the thread reading the relay: never blocks, and holds at most
@@ -46,7 +47,7 @@ class LogFeed:
         progress_at = None
         while True:
             try:
-                line = _redacted(self.lines.get_nowait())
+                line = self._redacted(self.lines.get_nowait())
             except queue.Empty:
                 return Drained(batch, progress_at)
             batch.append(line)
@@ -62,7 +63,9 @@ class LogFeed:
         unread, self.unread = tuple(self.unread), []
         return unread
 
-
-def _redacted(line: LogLine) -> LogLine:
-    text = redact_text(line.text)
-    return line if text is line.text else LogLine(line.t, line.stream, text)
+    def _redacted(self, line: LogLine) -> LogLine:
+        redactor = self.redactors.get(line.stream)
+        if redactor is None:
+            redactor = self.redactors[line.stream] = LineRedactor()
+        text = redactor.line(line.text)
+        return line if text is line.text else LogLine(line.t, line.stream, text)

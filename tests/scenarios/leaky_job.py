@@ -1,12 +1,20 @@
 """A job that prints secrets on stdout, as careless jobs do: its arguments (``--hf_token``), a URL
-with credentials, ``api_key=``, a bearer JWT, and the rollout-server line SD507 turns into a finding
-with credentials in it. Usage: ``leaky_job.py RUN_DIR [args...]``.
+with credentials, ``api_key=``, a bearer JWT, one line of each kind of ``tests/secret_kinds.py``
+(webhooks, cloud and service keys), a private key line by line with a pause between lines (so
+its lines reach stalldoc in separate chunks of output), the environment's ``STRIPE_API_KEY`` and
+the rollout-server line SD507 turns into a finding with credentials in it. Usage:
+``leaky_job.py RUN_DIR [args...]``.
 
 It then waits (60 s at most) until the watcher has stored that finding, so that the test does not
 depend on how soon the sidecar's next tick comes, and exits 0. Nothing goes to stderr."""
+import os
 import sqlite3
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from secret_kinds import KINDS, PEM  # noqa: E402
 
 URL_PASSWORD = "Pa55w0rd-URL-7f3a"
 API_KEY = "0123456789abcdef0123456789abcdefAPIKEY"
@@ -40,6 +48,13 @@ def main() -> None:
     print(f"args: Namespace(hf_token='{token}', max_new_tokens=512)", flush=True)
     for line in LINES:
         print(line, flush=True)
+    for kind in KINDS:
+        print(kind.line, flush=True)
+    print("deploy key:", flush=True)
+    for line in PEM:           # one write, and one chunk of output, per line
+        print(line, flush=True)
+        time.sleep(0.05)
+    print(f"billing configured with {os.environ.get('STRIPE_API_KEY', '')}", flush=True)
     deadline = time.time() + 60
     while not finding_stored(sys.argv[1]) and time.time() < deadline:
         time.sleep(0.2)
