@@ -162,14 +162,18 @@ def test_two_worlds_healthy_every_rank_of_both(tmp_path: Path, ray_env: dict[str
     result = run(tmp_path, "ray_two_worlds.py", env, loaded, "--on-stall", "kill")
     ranks = assert_healthy(result, 5)
     # THEN each (world, rank) is there once, under its own number; their exit is no failure:
-    # a status 1 seen (it races the raylet reaping the worker) is a rank that ended after
-    # leaving its world (SD115, a warning), never a dead rank
+    # a status 1 seen (it races the raylet reaping the worker) is the driver's shutdown (the
+    # job exited 0: the exit's source says so, nothing is judged) or a rank that ended after
+    # leaving its world (SD115, a warning), never a dead rank. (CI saw the first once: rank 0's
+    # status 1 read before the raylet reaped it, recorded as "driver shutdown".)
     findings = result.report()["findings"]
     assert [f["summary"] for f in findings if f["code"] == "SD103"] == []
     ended_1 = {r["rank"] for r in ranks if r["exit_code"] == 1}
     left = {rank for f in findings if f["code"] == "SD115" for rank in f["ranks"]}
-    assert ended_1 == left and all("exited with status 1 after destroy_process_group" in
-                                   f["summary"] for f in findings if f["code"] == "SD115")
+    shutdown = {r["rank"] for r in ranks if r["exit_source"] == "driver shutdown"}
+    assert ended_1 == left | shutdown and not left & shutdown
+    assert all("exited with status 1 after destroy_process_group" in f["summary"]
+               for f in findings if f["code"] == "SD115")
     assert sorted((r["world"], r["world_rank"]) for r in ranks) == sorted(
         [(ports["actor"], n) for n in range(2)] + [(ports["rollout"], n) for n in range(3)])
 

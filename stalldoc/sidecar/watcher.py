@@ -87,6 +87,7 @@ class Watcher:
         self.versions = RunVersions(self.agent_dir, self.sampler.nvml.driver_version())
         self.stall_stacks: dict[int, RankStacks] = {}   # taken at its diagnosis, for tick rules
         self.stall_flight: dict[int, FlightDump] = {}   # the Flight Recorder dumps, likewise
+        self.stall_over = False   # the stall ended this tick: its stacks go after the tick rules
         self.gpu_peaks: dict[int, int] = {}
         self.exporter: Exporter | None = None
         self.job = JobTree(0, os.getppid())
@@ -262,6 +263,7 @@ class Watcher:
         self._collect_exits(now, final=False)    # rules: ranks that ended
         self._check_stall(now, sample.agents)    # detect -> analysis -> rules: a stall
         self._tick_rules(now, sample.agents)     # rules that watch over time
+        self._forget_ended_stall()
         self._publish(now, sample)               # metrics
         self._publish_node(now, sample.agents)   # cluster: our summary for the other nodes
         self._status(now)                        # the terminal's live line
@@ -290,6 +292,13 @@ class Watcher:
         for rank in self.tracker.stacks_due(now, executors):
             if rank in self.ranks:
                 self.background.request(self.ranks[rank])
+
+    def _forget_ended_stall(self) -> None:
+        """A stall that ended this tick: its stacks and dumps served this tick's rules (a
+        watchdog line printed as the ranks died names the frames seen in the stall); now they
+        go."""
+        if self.stall_over:
+            self.stall_stacks, self.stall_flight, self.stall_over = {}, {}, False
 
     def _record(self, now: float, sample: Tick) -> None:
         self.store.add_tick(sample)
@@ -409,7 +418,7 @@ class Watcher:
         if ended is not None:
             self.store.save_stall(ended)
             self._save(self.ledger.stall_ended(now, ended.id))
-            self.stall_stacks, self.stall_flight = {}, {}
+            self.stall_over = True    # its stacks stay for this tick's rules (a line about it)
             self.say(f"progress resumed after stall #{ended.id}")
         if started is None:
             return
@@ -438,7 +447,7 @@ class Watcher:
                                      peers=external_peers(live, self.parents.keys()),
                                      flight=flight)
         self.store.add_stacks(episode.id, stacks.values())
-        self.stall_stacks, self.stall_flight = stacks, flight
+        self.stall_stacks, self.stall_flight, self.stall_over = stacks, flight, False
         self._diagnosis(self._save(self.ledger.stall(now, episode.id,
                                                       run_rules(window, "stall"))))
 
