@@ -26,8 +26,8 @@ from typing import Dict, Iterator, List, Set
 
 # spins until its parent is gone: a test run that is killed (no ``finally``) leaves no burner
 # behind to load every later run on the machine
-_BURN = ("import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n"
-         "    for _ in range(200000):\n        pass\n")
+_BURN = ("import os\nparent = os.getppid()\nprint(flush=True)\n"
+         "while os.getppid() == parent:\n    for _ in range(200000):\n        pass\n")
 
 # the same, on one CPU (argv[1])
 _BURN_ON = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\n" + _BURN
@@ -96,13 +96,25 @@ def _chunk_for(rate_bytes_per_s: float) -> int:
     return int(min(1 << 20, max(4096, rate_bytes_per_s / 20)))
 
 
+def _spinning(procs: List[subprocess.Popen]) -> None:
+    """Wait until every spinner has started its loop (its one empty line; EOF if it died): on a
+    loaded machine, starting a Python process takes seconds, and a block that ran before its
+    load was there would test an idle machine."""
+    for proc in procs:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        proc.stdout.close()
+
+
 @contextlib.contextmanager
 def cpu_burner(processes: int = 2) -> Iterator[List[subprocess.Popen]]:
-    """``processes`` separate Python processes, each spinning on one core, while the block runs."""
+    """``processes`` separate Python processes, each spinning on one core, while the block runs
+    (it starts once they spin)."""
     procs: List[subprocess.Popen] = []
     try:
         for _ in range(processes):
-            procs.append(_spawn(_BURN))
+            procs.append(_spawn(_BURN, stdout=subprocess.PIPE))
+        _spinning(procs)
         yield procs
     finally:
         for proc in procs:
@@ -148,7 +160,8 @@ def starved(root: int, spinners: int = 16, cpu: int = 0) -> Iterator[None]:
     before: Dict[int, Set[int]] = {}
     try:
         for _ in range(spinners):
-            procs.append(_spawn(_BURN_ON, cpu))
+            procs.append(_spawn(_BURN_ON, cpu, stdout=subprocess.PIPE))
+        _spinning(procs)
         before = _pin_tree(root, {cpu})
         yield
     finally:

@@ -95,8 +95,8 @@ def run_with_agent(run_dir: Path, code: str) -> Any:
     from stalldoc.agent.state_reader import read_state
     from stalldoc.run.inject import agent_environment
     env = agent_environment(run_dir, dict(os.environ), os.getpid())
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
     return read_state(str(run_dir / "agents" / f"agent-{out.stdout.split()[-1]}.state"))
 
 
