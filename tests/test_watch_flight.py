@@ -37,6 +37,9 @@ def test_ddp_hang_is_named_from_the_flight_recorder(run_watch):
     assert any(f.startswith("backward (") for f in evidence["waiting_at"]["0"]["frames"])
     assert evidence["frame"].startswith("load_shard (")
     assert f"#{evidence['seq']}" in finding["summary"]
+    # AND no cause is claimed: rank 2 is in no collective at all (its own code holds it), so the
+    # Flight Recorder shows nothing it was doing instead
+    assert "cause" not in evidence and "uneven" not in finding["summary"], evidence
     # AND the dumps are in the run directory, listed in the report, in torch's layout
     report = result.report()
     assert report["flight_dumps"] == ["flight/rank_0", "flight/rank_1", "flight/rank_2"]

@@ -1,13 +1,13 @@
 """SD101 rank-outside-collective."""
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
+from stalldoc.analysis.causes import Cause, issued_at, missing_rank_cause
 from stalldoc.analysis.flight_recorder import FlightGap, flight_gaps
 from stalldoc.analysis.rings import (MissingFromCollective, groups_by_rank, missing_ranks,
                                      wrapped_evidence)
 from stalldoc.analysis.stacks import in_collective, is_library
-from stalldoc.model.collectives import FlightEntry
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, describe, join_ranks, rank_evidence
@@ -38,7 +38,12 @@ class RankOutsideCollective(Rule):
         waiting ranks' Python frames of the collective (when the dumps hold frames; else the
         first waiting rank's user frame from its stack) and ranks that sent no dump; from the
         agent, ``wrapped_collectives``: per rank, the collectives of the group its agent's ring
-        overwrote before the watcher read them (only when some were).
+        overwrote before the watcher read them (only when some were). ``cause``, only where the
+        Flight Recorder decides one: a culprit that waits in another collective at the sequence
+        number a waiting rank waits at (``kind`` "uneven_steps" when DDP issued the culprit's
+        from ``backward()``: the ranks ran different numbers of steps; else
+        "collective_order"), with ``says``, ``group``, ``seq``, each side's ``ops`` and
+        ``frames``; the summary adds ``says`` and the fix is the cause's own.
 
     Fix
         Look at the culprit's frame and find out why it is there instead of in the collective: a
@@ -48,8 +53,15 @@ class RankOutsideCollective(Rule):
 
         Code that runs only on rank 0 must not be followed by a collective the others enter early.
 
+        Uneven inputs (the culprit waits in DDP's gradient all-reduce from ``backward()`` while
+        the others wait in the collective after their loop): give every rank the same number of
+        batches (``DistributedSampler(drop_last=True)``, ``--dataloader_drop_last true``), or use
+        ``model.join()`` / ``torch.distributed.algorithms.Join``.
+
     References
-        torch Flight Recorder "Not all ranks joining collective N"; anchors.md.
+        torch Flight Recorder "Not all ranks joining collective N"; anchors.md; PyTorch's
+        "Distributed Training with Uneven Inputs Using the Join Context Manager";
+        pytorch/pytorch#38174; Lightning-AI/pytorch-lightning#20404.
     """
 
     code = "SD101"
@@ -88,7 +100,17 @@ class RankOutsideCollective(Rule):
         if window.cluster is not None:
             evidence["nodes"] = {str(r): node_tag(window, r)[2:-1]
                                  for r in sorted({*gap.missing, *waiting})}
-        return self.finding(gap.missing, summary, evidence)
+        return self._with_cause(gap.missing, summary, evidence,
+                                missing_rank_cause(window.flight, window.stacks, gap.missing,
+                                                   waiting))
+
+    def _with_cause(self, ranks: tuple[int, ...], summary: str, evidence: dict[str, Any],
+                    cause: Cause | None) -> Finding:
+        """The finding, with its cause and the cause's fix where the evidence decided one."""
+        if cause is None:
+            return self.finding(ranks, summary, evidence)
+        return self.finding(ranks, f"{summary}; {cause.says}",
+                            {**evidence, "cause": cause.evidence()}, cause.fix)
 
     @staticmethod
     def _outside(window: Window, ranks: tuple[int, ...]) -> tuple[int, ...]:
@@ -100,7 +122,7 @@ class RankOutsideCollective(Rule):
     def _from_flight(self, window: Window, gap: FlightGap) -> Finding:
         culprits = gap.missing or self._outside(window, gap.silent)
         waiting = sorted(gap.waiting)
-        where = collective_frame(gap.waiting[waiting[0]])
+        where = issued_at(gap.waiting[waiting[0]])
         where_from = "flight_recorder" if where else "stacks"
         where = where or rank_evidence(window, waiting[0])["frame"]
         said = ", ".join(f"rank {r} is {describe(window, r)}" for r in gap.missing)
@@ -110,7 +132,7 @@ class RankOutsideCollective(Rule):
                    f"{':' + gap.group_desc if gap.group_desc else ''}, from the Flight Recorder) "
                    f"that {join_ranks(waiting)} wait in{' at ' + where if where else ''}"
                    f"{'; ' + said if said else ''}{silent}")
-        return self.finding(culprits, summary, {
+        return self._with_cause(culprits, summary, {
             **rank_evidence(window, culprits[0]), "source": "flight_recorder",
             "group": gap.group, "group_desc": gap.group_desc, "seq": gap.seq, "op": gap.op,
             "waiting_ranks": waiting, "missing_ranks": list(gap.missing),
@@ -121,7 +143,8 @@ class RankOutsideCollective(Rule):
                                     "frames": [str(f) for f in e.frames]}
                            for r, e in sorted(gap.waiting.items())},
             "dumps": sorted(d.path for d in window.flight.values()),
-            "culprits": {str(r): rank_evidence(window, r) for r in culprits}})
+            "culprits": {str(r): rank_evidence(window, r) for r in culprits}},
+            missing_rank_cause(window.flight, window.stacks, culprits, waiting))
 
     def _from_stacks(self, window: Window, live: set[int]) -> Iterator[Finding]:
         inside = {r for r in live if r in window.stacks and in_collective(window.stacks[r].main)}
@@ -134,8 +157,3 @@ class RankOutsideCollective(Rule):
                                                   "source": "stacks",
                                                   "waiting_ranks": sorted(inside)})
 
-
-def collective_frame(entry: FlightEntry) -> str:
-    """The innermost frame outside libraries where the collective was issued ('' if none)."""
-    frame = next((f for f in entry.frames if not is_library(f.filename)), None)
-    return str(frame) if frame else ""
