@@ -45,3 +45,47 @@ def test_uneven_inputs_are_named_as_ranks_that_ran_different_numbers_of_steps(
                               "--format", fmt], capture_output=True, text=True, check=True)
         said = out.stdout.replace("\\", "")
         assert "different numbers of steps" in said and "drop_last" in said, fmt
+
+
+@pytest.mark.parametrize("nproc,sees", [(2, "0"), (4, "0,1")])
+def test_a_collective_on_a_branch_some_ranks_take_is_named_with_the_branch(
+        run_watch, tmp_path, nproc, sees):
+    # GIVEN a resume from a checkpoint that only the ranks in SEES see (KempnerForge#49): they
+    # broadcast it in load(), the others skip the branch and start training
+    result = run_watch(torchrun(nproc, "resume_seen_by_some.py"), "--on-stall", "kill",
+                       env={"SEES": sees, "CKPT_DIR": str(tmp_path / "ckpt")}, timeout=200)
+    assert result.code == 124, result.stderr
+    # THEN the ranks that skipped it are missing from the broadcast, and the cause names the
+    # branch: the broadcast's frames in load(), on a rank that sees the file
+    seeing = [int(r) for r in sees.split(",")]
+    [finding] = result.findings("SD101")
+    assert finding["ranks"] == sorted(set(range(nproc)) - set(seeing)), finding["summary"]
+    cause = finding["evidence"]["cause"]
+    assert cause["kind"] == "some_ranks_only", cause
+    assert cause["branch_rank"] in seeing
+    assert cause["branch_frames"][0].startswith("load (") and \
+        cause["branch_frames"][1].startswith("main ("), cause
+    assert "only some ranks take" in finding["summary"] and "uneven" not in finding["summary"]
+    assert "load (" in finding["fix"] and "every rank" in finding["fix"]
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_a_barrier_on_rank_zero_only_is_named_with_the_branch_it_sits_in(run_watch, nproc):
+    # GIVEN rank 0 waiting on a barrier inside its save branch while the others all-reduce
+    result = run_watch(torchrun(nproc, "rank_zero_save.py"), "--on-stall", "kill", timeout=200)
+    assert result.code == 124, result.stderr
+    # THEN SD102 names rank 0, and the cause: its barrier was issued from save_checkpoint, a
+    # line no other rank issued a collective from, while the others' all_reduce in
+    # average_gradients is one rank 0 made every step (the dumps hold the frames: importing
+    # torch.optim brings in what torch records them with)
+    [finding] = result.findings("SD102")
+    assert finding["ranks"] == [0], finding["summary"]
+    cause = finding["evidence"]["cause"]
+    assert cause["kind"] == "some_ranks_only", cause
+    assert cause["ops"] == {"0": "barrier", "1": "all_reduce"}
+    assert cause["branch_rank"] == 0
+    assert [f.split(" (")[0] for f in cause["branch_frames"]] == ["save_checkpoint", "main",
+                                                                  "<module>"]
+    assert cause["frames"]["1"].startswith("average_gradients (")
+    assert "only some ranks take" in finding["summary"] and "uneven" not in finding["summary"]
+    assert "save_checkpoint (" in finding["fix"]

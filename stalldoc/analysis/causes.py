@@ -7,11 +7,21 @@ finding then says what is known and no more.
 
 - ``uneven_steps``: the missing rank is not stuck in its own code; it waits in a collective too,
   one DDP issued from ``backward()`` (the gradient all-reduce), at the very sequence number where
-  the waiting ranks sit in another collective (a barrier, an all-reduce of metrics after the
-  loop). The ranks ran different numbers of steps: uneven inputs.
-- ``collective_order``: the same, but neither side's collective comes from ``backward()``: the
-  ranks call different collectives at the same point (one called on some ranks only, or in a
-  different order).
+  the waiting ranks, after training steps of their own, sit in another collective (a barrier,
+  an all-reduce of metrics after the loop). The ranks ran different numbers of steps: uneven
+  inputs (or the waiting ranks left the loop on a branch the others did not take: the dumps
+  cannot tell the two apart, and the finding says both). Waiting ranks that ran no step yet are
+  not this cause (they wait in loading or set-up code).
+- ``some_ranks_only``: one side's collective was issued where the other rank never issued one
+  (no entry of its Flight Recorder comes from that line), while the other side's is on the path
+  every rank takes (the first rank made it before too, or it is DDP's gradient all-reduce): a
+  collective under a branch only some ranks take (``if rank == 0: ...``, a check of a file that
+  only some ranks see). The frames of that call, innermost first, name the branch.
+- ``collective_order``: different collectives at the same point, each issued where the other
+  rank also issues collectives: the ranks call them in a different order.
+- ``different_collectives``: different collectives at the same point, and the dumps hold too
+  few frames to tell which of the two above: the culprit is not stuck in its own code, and the
+  finding says where each side waits and no more.
 """
 from __future__ import annotations
 
@@ -19,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
 from stalldoc.analysis.flight_recorder import op_name
-from stalldoc.analysis.stacks import is_library
+from stalldoc.analysis.stacks import in_collective, is_library
 from stalldoc.model.collectives import FlightDump, FlightEntry
 from stalldoc.model.stacks import RankStacks
 
@@ -29,11 +39,12 @@ UNEVEN_STEPS_FIX = (
     "multiple of the world size before sharding it; where ranks must run out of data at "
     "different times, wrap the loop in `with model.join():` (DDP) or "
     "`torch.distributed.algorithms.Join`, which shadows the missing collectives of the ranks "
-    "that are done.")
+    "that are done. If those ranks left the loop on purpose (evaluation or a checkpoint on one "
+    "rank), make every rank leave it at the same step.")
 COLLECTIVE_ORDER_FIX = (
-    "Make every rank call the same collectives in the same order: a collective under a branch "
-    "on the rank (`if rank == 0:`) or on the data must be called by every rank, or moved out of "
-    "the branch; compare the two frames named.")
+    "Make every rank call the same collectives in the same order: compare the two frames named, "
+    "and find the code path (a branch on the rank or on the data) that runs them in another "
+    "order on some ranks.")
 _BACKWARD_FUNCTIONS = {"_engine_run_backward", "run_backward"}
 
 
@@ -51,13 +62,13 @@ class Cause:
         return {"kind": self.kind, "says": self.says, **self.facts}
 
 
-def missing_rank_cause(flight: Mapping[int, FlightDump], stacks: Mapping[int, RankStacks],
+def difference_cause(flight: Mapping[int, FlightDump], stacks: Mapping[int, RankStacks],
                        culprits: Iterable[int], waiting: Iterable[int]) -> Cause | None:
     """The cause of ``culprits`` missing from the collective ``waiting`` sit in, from their
     Flight Recorder dumps: a culprit pending in another collective at a sequence number a
-    waiting rank is pending at (None when no dump shows one). A dump without frames (torch
-    records them only in some set-ups) is completed by the rank's stack: a main thread inside
-    autograd's backward issued its pending collective from there."""
+    waiting rank is pending at (None when no dump shows one). A pending entry without frames
+    (torch records them only in some set-ups) takes the rank's stack: a main thread waiting in
+    a collective or in autograd's backward issued the pending one from there."""
     waiting = sorted(waiting)
     for culprit in sorted(culprits):
         mine = _pending(flight.get(culprit), stacks.get(culprit))
@@ -65,7 +76,7 @@ def missing_rank_cause(flight: Mapping[int, FlightDump], stacks: Mapping[int, Ra
             for key, theirs in _pending(flight.get(other), stacks.get(other)).items():
                 entry = mine.get(key)
                 if entry is not None and _differ(entry, theirs):
-                    return _cause(culprit, entry, other, theirs)
+                    return _cause((culprit, entry), (other, theirs), flight)
     return None
 
 
@@ -78,32 +89,88 @@ def _differ(entry: FlightEntry, theirs: FlightEntry) -> bool:
 def _pending(dump: FlightDump | None, stacks: RankStacks | None
              ) -> dict[tuple[str, int], FlightEntry]:
     """(group, seq) -> the pending collective there, of one rank's dump (frames from the
-    rank's main thread where the dump has none and that thread is in a backward pass)."""
+    rank's main thread where the dump has none and that thread waits in a collective or in a
+    backward pass: where it issued the pending one)."""
     if dump is None:
         return {}
     main = stacks.main if stacks is not None else None
-    backward = main.frames if main is not None and any(
-        f.function in _BACKWARD_FUNCTIONS for f in main.frames) else ()
-    return {(e.group, e.seq): e if e.frames else replace(e, frames=backward)
+    waits = main.frames if main is not None and (in_collective(main) or any(
+        f.function in _BACKWARD_FUNCTIONS for f in main.frames)) else ()
+    return {(e.group, e.seq): e if e.frames else replace(e, frames=waits)
             for e in dump.entries if e.pending and not e.p2p and e.seq > 0}
 
 
-def _cause(culprit: int, entry: FlightEntry, other: int, theirs: FlightEntry) -> Cause:
+def _cause(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry],
+           flight: Mapping[int, FlightDump]) -> Cause:
+    (culprit, entry), (other, their) = mine, theirs
     facts = {"source": "flight_recorder", "group": entry.group, "seq": entry.seq,
-             "ops": {str(culprit): op_name(entry), str(other): op_name(theirs)},
-             "frames": {str(culprit): issued_at(entry), str(other): issued_at(theirs)}}
+             "ops": {str(culprit): op_name(entry), str(other): op_name(their)},
+             "frames": {str(culprit): issued_at(entry), str(other): issued_at(their)}}
     group = "world" if entry.group_desc == "default_pg" else entry.group_desc or entry.group
     where = f"#{entry.seq} of group {group} in the Flight Recorder"
-    if from_backward(entry) and not from_backward(theirs):
+    if from_backward(entry) and not from_backward(their) and stepped(flight[other], their):
         says = (f"rank {culprit} waits in DDP's gradient {op_name(entry)} ({where}), issued by "
-                f"backward() at {issued_at(entry) or 'an unknown frame'}, where rank {other} is "
-                f"in {op_name(theirs)}{_at(theirs)}: the ranks ran different numbers of steps "
-                "(uneven inputs)")
+                f"backward() at {issued_at(entry) or 'an unknown frame'}, where rank {other}, "
+                f"out of its training steps, is in {op_name(their)}{_at(their)}: the ranks ran "
+                f"different numbers of steps (uneven inputs), or rank {other} left the loop on "
+                "a branch the others did not take")
         return Cause("uneven_steps", says, UNEVEN_STEPS_FIX, facts)
-    says = (f"rank {culprit} is in {op_name(entry)}{_at(entry)} and rank {other} in "
-            f"{op_name(theirs)}{_at(theirs)}, both {where}: the ranks call different collectives "
-            "at the same point (one called on some ranks only, or in a different order)")
-    return Cause("collective_order", says, COLLECTIVE_ORDER_FIX, facts)
+    known = {culprit: call_sites(flight[culprit]), other: call_sites(flight[other])}
+    for (alone, call), (never, common) in ((mine, theirs), (theirs, mine)):
+        if _on_a_branch(call, known[never], common, known[alone]):
+            return _some_ranks_only(alone, call, never, where, facts)
+    both = f"rank {culprit} is in {op_name(entry)}{_at(entry)} and rank {other} in " \
+           f"{op_name(their)}{_at(their)}, both {where}"
+    if issued_at(entry) in known[other] and issued_at(their) in known[culprit]:
+        return Cause("collective_order", f"{both}: the ranks call the same collectives in a "
+                     "different order", COLLECTIVE_ORDER_FIX, facts)
+    return Cause("different_collectives", f"{both}: the ranks wait in different collectives "
+                 "(the dumps hold too few frames to tell whether one is called on some ranks "
+                 "only or the order differs)", COLLECTIVE_ORDER_FIX, facts)
+
+
+def _some_ranks_only(alone: int, call: FlightEntry, never: int, where: str,
+                     facts: dict[str, Any]) -> Cause:
+    """Rank ``alone`` waits in a collective issued where rank ``never`` never issued one."""
+    path = " called from ".join(user_frames(call))
+    says = (f"rank {alone} is in {op_name(call)} ({where}) at {path}, a call that rank {never} "
+            "never made (not in its Flight Recorder): a collective under a branch that only "
+            "some ranks take")
+    fix = (f"Call the collective on every rank, or move it out of the branch: {path} runs on "
+           f"rank {alone} and not on rank {never} (e.g. `if rank == 0: save(...)` followed by "
+           "`dist.barrier()` on every rank, not inside the branch).")
+    return Cause("some_ranks_only", says, fix,
+                 {**facts, "branch_rank": alone, "branch_frames": user_frames(call)})
+
+
+def _on_a_branch(call: FlightEntry, others_sites: set[str], common: FlightEntry,
+                 own_sites: set[str]) -> bool:
+    """Whether ``call`` was made on a path the other rank never took, where the other rank's
+    ``common`` is on the path every rank takes: ``call``'s line is nowhere in the other rank's
+    history (which has frames), and ``common``'s line is in the calling rank's history too, or
+    ``common`` is DDP's gradient all-reduce (every training step makes it)."""
+    site = issued_at(call)
+    return bool(site and others_sites and site not in others_sites
+                and (issued_at(common) in own_sites
+                     or (from_backward(common) and not from_backward(call))))
+
+
+def stepped(dump: FlightDump, pending: FlightEntry) -> bool:
+    """Whether the rank ran training steps before its pending collective: its Flight Recorder
+    holds a gradient all-reduce from backward() of the same group before it (a rank that waits
+    in a collective before its first step, in loading or set-up code, ran none)."""
+    return any(from_backward(e) for e in dump.entries
+               if e.group == pending.group and not e.p2p and 0 < e.seq < pending.seq)
+
+
+def call_sites(dump: FlightDump) -> set[str]:
+    """Where the rank issued the collectives its Flight Recorder still holds."""
+    return {issued_at(e) for e in dump.entries if not e.p2p} - {""}
+
+
+def user_frames(entry: FlightEntry) -> list[str]:
+    """The frames outside libraries where the collective was issued, innermost first."""
+    return [str(f) for f in entry.frames if not is_library(f.filename)]
 
 
 def from_backward(entry: FlightEntry) -> bool:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from stalldoc.analysis.causes import Cause, issued_at, missing_rank_cause
+from stalldoc.analysis.causes import Cause, issued_at, difference_cause
 from stalldoc.analysis.flight_recorder import FlightGap, flight_gaps
 from stalldoc.analysis.rings import (MissingFromCollective, groups_by_rank, missing_ranks,
                                      wrapped_evidence)
@@ -41,9 +41,11 @@ class RankOutsideCollective(Rule):
         overwrote before the watcher read them (only when some were). ``cause``, only where the
         Flight Recorder decides one: a culprit that waits in another collective at the sequence
         number a waiting rank waits at (``kind`` "uneven_steps" when DDP issued the culprit's
-        from ``backward()``: the ranks ran different numbers of steps; else
-        "collective_order"), with ``says``, ``group``, ``seq``, each side's ``ops`` and
-        ``frames``; the summary adds ``says`` and the fix is the cause's own.
+        from ``backward()``: the ranks ran different numbers of steps; "some_ranks_only" when
+        one side's was issued from a line the other rank never issued one from, with
+        ``branch_rank`` and ``branch_frames``; else "collective_order"), with ``says``,
+        ``group``, ``seq``, each side's ``ops`` and ``frames``; the summary adds ``says`` and
+        the fix is the cause's own.
 
     Fix
         Look at the culprit's frame and find out why it is there instead of in the collective: a
@@ -90,7 +92,7 @@ class RankOutsideCollective(Rule):
                              f"{describe_rank(window, r)}" for r in gap.missing)
         missing = join_ranks(gap.missing) + (node_tag(window, gap.missing[0]) if one else "")
         summary = (f"{missing} not in {gap.op} #{gap.seq} (group {gap.group}) that "
-                   f"{join_ranks(waiting)} wait in; {culprits}")
+                   f"{join_ranks(waiting)} {_wait(waiting)} in; {culprits}")
         evidence = {**evidence_of(window, gap.missing[0]), "source": "agent",
                     "group": gap.group, "seq": gap.seq, "op": gap.op, "waiting_ranks": waiting,
                     "waiting_at": {str(r): {"seq": rec.seq, "op": rec.op}
@@ -101,7 +103,7 @@ class RankOutsideCollective(Rule):
             evidence["nodes"] = {str(r): node_tag(window, r)[2:-1]
                                  for r in sorted({*gap.missing, *waiting})}
         return self._with_cause(gap.missing, summary, evidence,
-                                missing_rank_cause(window.flight, window.stacks, gap.missing,
+                                difference_cause(window.flight, window.stacks, gap.missing,
                                                    waiting))
 
     def _with_cause(self, ranks: tuple[int, ...], summary: str, evidence: dict[str, Any],
@@ -130,7 +132,8 @@ class RankOutsideCollective(Rule):
                   if gap.silent else "")
         summary = (f"{join_ranks(culprits)} not in {gap.op} #{gap.seq} (group {gap.group}"
                    f"{':' + gap.group_desc if gap.group_desc else ''}, from the Flight Recorder) "
-                   f"that {join_ranks(waiting)} wait in{' at ' + where if where else ''}"
+                   f"that {join_ranks(waiting)} {_wait(waiting)} in"
+                   f"{' at ' + where if where else ''}"
                    f"{'; ' + said if said else ''}{silent}")
         return self._with_cause(culprits, summary, {
             **rank_evidence(window, culprits[0]), "source": "flight_recorder",
@@ -144,7 +147,7 @@ class RankOutsideCollective(Rule):
                            for r, e in sorted(gap.waiting.items())},
             "dumps": sorted(d.path for d in window.flight.values()),
             "culprits": {str(r): rank_evidence(window, r) for r in culprits}},
-            missing_rank_cause(window.flight, window.stacks, culprits, waiting))
+            difference_cause(window.flight, window.stacks, culprits, waiting))
 
     def _from_stacks(self, window: Window, live: set[int]) -> Iterator[Finding]:
         inside = {r for r in live if r in window.stacks and in_collective(window.stacks[r].main)}
@@ -152,8 +155,11 @@ class RankOutsideCollective(Rule):
         if inside and outside:
             culprits = ", ".join(f"rank {r} is {describe(window, r)}" for r in outside)
             summary = (f"{join_ranks(outside)} not in the collective that {join_ranks(inside)} "
-                       f"wait in (seen from stacks); {culprits}")
+                       f"{_wait(sorted(inside))} in (seen from stacks); {culprits}")
             yield self.finding(outside, summary, {**rank_evidence(window, outside[0]),
                                                   "source": "stacks",
                                                   "waiting_ranks": sorted(inside)})
 
+
+def _wait(ranks: list[int]) -> str:
+    return "waits" if len(ranks) == 1 else "wait"

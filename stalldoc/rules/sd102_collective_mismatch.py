@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from stalldoc.analysis.causes import Cause, difference_cause
 from stalldoc.analysis.rings import mismatches, wrapped_evidence
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
@@ -14,7 +15,10 @@ class CollectiveMismatch(Rule):
 
     What it does
         Compares, per process group, the collective each rank recorded under the same sequence
-        number and reports the first one where the op, element count or dtype differ.
+        number and reports the first one where the op, element count or dtype differ. The ranks
+        named are those on the branch the cause names (see Evidence), else those outside a strict
+        majority; with no majority (two ranks, or halves) every rank of the collective: which
+        side is odd is not guessed.
 
     Why is this bad?
         Collectives are matched by order, not by name. When rank 0's call #7 is an all_reduce of
@@ -25,7 +29,11 @@ class CollectiveMismatch(Rule):
         group, seq, and each rank's (op, numel, dtype) for that call; frames of the odd ranks;
         ``wrapped_collectives``: per rank, the collectives of the group its agent's ring
         overwrote before the watcher read them (only when some were: an earlier mismatch may
-        have been among them).
+        have been among them). ``cause``, where the ranks' Flight Recorder dumps decide one (see
+        SD101): "some_ranks_only" (one side's collective was issued from a line the other rank
+        never issued one from: a branch only some ranks take; ``branch_frames`` name it),
+        "collective_order" or "uneven_steps"; the summary adds its sentence and the fix is the
+        cause's own.
 
     Fix
         Make every rank issue the same sequence of collectives: find the code path that differs
@@ -45,15 +53,33 @@ class CollectiveMismatch(Rule):
             counts: dict[tuple[str, int, str], list[int]] = {}
             for rank, call in mismatch.calls.items():
                 counts.setdefault(call, []).append(rank)
-            majority = max(counts.values(), key=len)
-            odd = sorted(r for r in mismatch.calls if r not in majority)
             calls = "; ".join(f"{join_ranks(rs)}: {op}({numel} x {dtype})"
                               for (op, numel, dtype), rs in counts.items())
             summary = (f"collective #{mismatch.seq} of group {mismatch.group} differs between "
                        f"ranks: {calls}")
-            yield self.finding(odd or sorted(mismatch.calls), summary, {
-                **rank_evidence(window, (odd or sorted(mismatch.calls))[0]),
-                "group": mismatch.group, "seq": mismatch.seq,
-                "calls": {str(r): {"op": c[0], "numel": c[1], "dtype": c[2]}
-                          for r, c in mismatch.calls.items()},
-                **wrapped_evidence(mismatch.wrapped)})
+            sides = sorted(counts.values(), key=len)
+            cause = difference_cause(window.flight, window.stacks, sides[0],
+                                     [r for side in sides[1:] for r in side])
+            ranks = self._culprits(mismatch.calls, sides, cause)
+            evidence = {**rank_evidence(window, ranks[0]),
+                        "group": mismatch.group, "seq": mismatch.seq,
+                        "calls": {str(r): {"op": c[0], "numel": c[1], "dtype": c[2]}
+                                  for r, c in mismatch.calls.items()},
+                        **wrapped_evidence(mismatch.wrapped)}
+            if cause is None:
+                yield self.finding(ranks, summary, evidence)
+            else:
+                yield self.finding(ranks, f"{summary}; {cause.says}",
+                                   {**evidence, "cause": cause.evidence()}, cause.fix)
+
+    @staticmethod
+    def _culprits(calls: dict[int, tuple[str, int, str]], sides: list[list[int]],
+                  cause: Cause | None) -> list[int]:
+        """The ranks on the branch the cause names; else the ranks outside a strict majority;
+        else (a tie: two ranks, or halves) every rank, no side guessed."""
+        if cause is not None and cause.kind == "some_ranks_only":
+            branch = calls[cause.facts["branch_rank"]]
+            return sorted(r for r, call in calls.items() if call == branch)
+        if len(sides) > 1 and len(sides[-1]) > len(sides[-2]):
+            return sorted(r for side in sides[:-1] for r in side)
+        return sorted(calls)

@@ -1,7 +1,7 @@
-"""Causes decided from Flight Recorder entries (the end-to-end cases: tests/test_classic_hangs.py)."""
+"""Causes decided from Flight Recorder entries (end to end: tests/test_classic_hangs.py)."""
 from __future__ import annotations
 
-from stalldoc.analysis.causes import missing_rank_cause
+from stalldoc.analysis.causes import difference_cause
 from stalldoc.model.collectives import FlightDump, FlightEntry
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
@@ -33,7 +33,7 @@ def test_a_gradient_all_reduce_against_a_barrier_is_uneven_steps():
                       entry(11, "barrier", BARRIER, ())),
               1: dump(1, entry(10, "all_reduce", BACKWARD, pending=False),
                       entry(11, "all_reduce", BACKWARD))}
-    cause = missing_rank_cause(flight, {}, [1], [0])
+    cause = difference_cause(flight, {}, [1], [0])
     assert cause is not None and cause.kind == "uneven_steps"
     assert cause.evidence()["ops"] == {"1": "all_reduce", "0": "barrier"}
     assert cause.evidence()["frames"] == {"1": "train (/job/train.py:51)",
@@ -41,26 +41,82 @@ def test_a_gradient_all_reduce_against_a_barrier_is_uneven_steps():
     assert "#11 of group world" in cause.says
 
 
-def test_dumps_without_frames_take_the_backward_pass_from_the_ranks_stack():
-    flight = {0: dump(0, entry(11, "barrier", sizes=())), 1: dump(1, entry(11, "all_reduce"))}
-    without = missing_rank_cause(flight, {}, [1], [0])
-    assert without is not None and without.kind == "collective_order"   # all it can tell
-    cause = missing_rank_cause(flight, {1: stacks(1, BACKWARD), 0: stacks(0, BARRIER)}, [1], [0])
+def test_pending_entries_without_frames_take_them_from_the_ranks_stack():
+    # the pending entries hold no frames (torch did not record them); the history does
+    history = entry(10, "all_reduce", BACKWARD, pending=False)
+    flight = {0: dump(0, history, entry(11, "barrier", sizes=())),
+              1: dump(1, history, entry(11, "all_reduce"))}
+    without = difference_cause(flight, {}, [1], [0])
+    assert without is not None and without.kind == "different_collectives"   # all it can tell
+    assert "too few frames" in without.says and "different collectives" in without.says
+    cause = difference_cause(flight, {1: stacks(1, BACKWARD), 0: stacks(0, BARRIER)}, [1], [0])
     assert cause is not None and cause.kind == "uneven_steps"
 
 
-def test_a_broadcast_against_an_all_reduce_outside_backward_is_collective_order():
-    flight = {0: dump(0, entry(7, "broadcast", (Frame("save", "/job/ckpt.py", 9),))),
-              1: dump(1, entry(7, "all_reduce", (Frame("log_metrics", "/job/m.py", 3),)))}
-    cause = missing_rank_cause(flight, {}, [0], [1])
+def test_a_rank_waiting_before_its_first_step_did_not_run_fewer_steps():
+    # KempnerForge#49: rank 0 sees the checkpoint and broadcasts it from load(); rank 1 does not,
+    # skips the branch and is in its first backward() already
+    load = (Frame("broadcast", f"{TORCH}/distributed/distributed_c10d.py", 2800),
+            Frame("load", "/job/ckpt.py", 30), Frame("main", "/job/train.py", 60))
+    flight = {0: dump(0, entry(3, "broadcast", load, sizes=((1,),))),
+              1: dump(1, entry(3, "all_reduce", BACKWARD))}
+    cause = difference_cause(flight, {}, [1], [0])
+    assert cause is not None and cause.kind == "some_ranks_only", cause
+    assert cause.evidence()["branch_rank"] == 0
+    assert cause.evidence()["branch_frames"] == ["load (/job/ckpt.py:30)",
+                                                 "main (/job/train.py:60)"]
+
+
+SAVE = (Frame("barrier", f"{TORCH}/distributed/distributed_c10d.py", 5349),
+        Frame("save_checkpoint", "/job/train.py", 7), Frame("main", "/job/train.py", 19))
+STEP = (Frame("main", "/job/train.py", 17),)
+METRICS = (Frame("log_metrics", "/job/metrics.py", 3), Frame("main", "/job/train.py", 21))
+
+
+def test_a_collective_the_other_rank_never_called_is_on_a_branch_of_some_ranks():
+    # rank 0 calls a barrier inside save_checkpoint (only rank 0 saves); rank 1 went on to the
+    # next step's all_reduce, which rank 0 called too, earlier
+    flight = {0: dump(0, entry(6, "all_reduce", STEP, pending=False), entry(7, "barrier", SAVE)),
+              1: dump(1, entry(6, "all_reduce", STEP, pending=False), entry(7, "all_reduce", STEP))}
+    for culprits, others in (([0], [1]), ([1], [0])):      # whichever side a rule blames
+        cause = difference_cause(flight, {}, culprits, others)
+        assert cause is not None and cause.kind == "some_ranks_only"
+        facts = cause.evidence()
+        assert facts["branch_rank"] == 0
+        assert facts["branch_frames"] == ["save_checkpoint (/job/train.py:7)",
+                                          "main (/job/train.py:19)"]
+        assert "called from main (/job/train.py:19)" in cause.fix
+
+
+def test_collectives_both_ranks_issue_elsewhere_too_are_in_a_different_order():
+    flight = {0: dump(0, entry(6, "all_reduce", METRICS, pending=False),
+                      entry(7, "broadcast", STEP)),
+              1: dump(1, entry(6, "broadcast", STEP, pending=False),
+                      entry(7, "all_reduce", METRICS))}
+    cause = difference_cause(flight, {}, [0], [1])
     assert cause is not None and cause.kind == "collective_order"
-    assert "save (/job/ckpt.py:9)" in cause.says and "log_metrics (/job/m.py:3)" in cause.says
+    assert "main (/job/train.py:17)" in cause.says and "log_metrics (/job/metrics.py:3)" in \
+        cause.says
+
+
+def test_frames_from_the_stacks_name_where_each_side_waits_but_decide_no_branch():
+    # a job without DDP: the dumps hold no frames, the stacks show where each rank waits; the
+    # other rank's history has no frames either, so "never called there" cannot be told
+    flight = {0: dump(0, entry(6, "all_reduce", sizes=((4,),), pending=False),
+                      entry(7, "barrier", sizes=())),
+              1: dump(1, entry(6, "all_reduce", sizes=((4,),), pending=False),
+                      entry(7, "all_reduce", sizes=((4,),)))}
+    cause = difference_cause(flight, {0: stacks(0, SAVE), 1: stacks(1, (
+        Frame("all_reduce", f"{TORCH}/distributed/distributed_c10d.py", 2950),) + STEP)}, [0], [1])
+    assert cause is not None and cause.kind == "different_collectives"
+    assert cause.evidence()["frames"] == {"0": "save_checkpoint (/job/train.py:7)",
+                                          "1": "main (/job/train.py:17)"}
 
 
 def test_no_cause_without_a_pending_collective_on_the_culprit_or_a_difference():
     same = entry(5, "all_reduce", BACKWARD)
-    assert missing_rank_cause({0: dump(0, same), 1: dump(1, same)}, {}, [1], [0]) is None
+    assert difference_cause({0: dump(0, same), 1: dump(1, same)}, {}, [1], [0]) is None
     behind = {0: dump(0, entry(5, "all_reduce", BACKWARD)),
               1: dump(1, entry(4, "all_reduce", BACKWARD, pending=False))}
-    assert missing_rank_cause(behind, {}, [1], [0]) is None        # stuck in its own code
-    assert missing_rank_cause({0: dump(0, same)}, {}, [1], [0]) is None   # no dump of rank 1
+    assert difference_cause(behind, {}, [1], [0]) is None        # stuck in its own code
+    assert difference_cause({0: dump(0, same)}, {}, [1], [0]) is None   # no dump of rank 1
