@@ -1,5 +1,6 @@
 """The classic hangs, each a real torchrun (gloo) job under watch: the cause stalldoc names against
-the one the scenario was built with, whether the culprit ranks are right, and the latency from
+the one the scenario was built with (for a rank waiting on its own processes: the function its
+child is in), whether the culprit ranks are right, and the latency from
 the stall's start to the finding (the baseline: the stall timeout, measured in the same run).
 Target: every cause named right, none claimed where the evidence is missing (the controls: a
 rank stuck in its own code, in a DDP job and in a plain one).
@@ -26,7 +27,7 @@ class Case:
     name: str
     script: str
     ranks: int
-    cause: str                  # "" where none may be claimed
+    cause: str                  # "" where none may be claimed; "child: F" the child's function
     culprits: tuple[int, ...]
     env: dict[str, str] = field(default_factory=dict)
 
@@ -41,6 +42,8 @@ CASES = (
     Case("checkpoint seen by some ranks", "resume_seen_by_some.py", 3, "some_ranks_only",
          (1, 2), {"SEES": "0"}),
     Case("barrier in rank 0's save branch", "rank_zero_save.py", 3, "some_ranks_only", (0,)),
+    Case("DataLoader worker deadlocked after fork", "fork_lock_worker.py", 3, "child: tokenize",
+         (2,), {"STUCK_RANK": "2"}),
     Case("control: DDP rank stuck in its code", "ddp_wait.py", 3, "", (2,),
          {"STUCK_RANK": "2", "STUCK_STEP": "2"}),
     Case("control: rank stuck before all_reduce", "collective_wait.py", 2, "", (1,),
@@ -65,19 +68,22 @@ def run(case: Case, timeout: float) -> tuple[str, tuple[int, ...], float]:
         return "(no finding)", (), float("nan")
     first = findings[0]
     cause = first["evidence"].get("cause", {}).get("kind", "")
+    child = first["evidence"].get("waits_on_child")
+    if child:
+        cause = f"child: {child['frame'].split(' (')[0]}"
     return cause, tuple(first["ranks"]), first["t"] - report["stalls"][0]["started_at"]
 
 
 def main() -> None:
     timeout = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
-    print(f"{'scenario':38} {'expected':16} {'named':16} culprits  latency (x timeout "
+    print(f"{'scenario':40} {'expected':16} {'named':16} culprits  latency (x timeout "
           f"{timeout:.0f} s)")
     right = 0
     for case in CASES:
         cause, ranks, latency = run(case, timeout)
         ok = cause == case.cause and ranks == case.culprits
         right += ok
-        print(f"{case.name:38} {case.cause or '(none)':16} {cause or '(none)':16} "
+        print(f"{case.name:40} {case.cause or '(none)':16} {cause or '(none)':16} "
               f"{'right' if ranks == case.culprits else 'WRONG ' + str(list(ranks)):9} "
               f"{latency:5.1f} s ({latency / timeout:.2f} x)")
     print(f"{right} of {len(CASES)} scenarios: cause and culprits right")

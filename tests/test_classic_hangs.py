@@ -89,3 +89,31 @@ def test_a_barrier_on_rank_zero_only_is_named_with_the_branch_it_sits_in(run_wat
     assert cause["frames"]["1"].startswith("average_gradients (")
     assert "only some ranks take" in finding["summary"] and "uneven" not in finding["summary"]
     assert "save_checkpoint (" in finding["fix"]
+
+
+@pytest.mark.parametrize("nproc,stuck", [(2, 1), (3, 2)])
+def test_a_rank_waiting_on_its_deadlocked_dataloader_worker_names_the_workers_frame(
+        run_watch, nproc, stuck):
+    # GIVEN a rank whose DataLoader workers were forked while another thread held the tokenizer
+    # cache lock (pytorch/pytorch#130610): each worker waits on it forever in __getitem__
+    result = run_watch(torchrun(nproc, "fork_lock_worker.py"), "--on-stall", "kill",
+                       env={"STUCK_RANK": str(stuck)}, timeout=200)
+    assert result.code == 124, result.stderr
+    # THEN the rank is named, and so is where its worker is: the lock in tokenize(), which the
+    # rank's own stack (the DataLoader's queue) does not show
+    [finding] = result.findings("SD101")
+    assert finding["ranks"] == [stuck], finding["summary"]
+    evidence = finding["evidence"]
+    assert evidence["frame"].startswith("train ("), evidence
+    child = evidence["waits_on_child"]
+    assert child["what"] == "DataLoader worker" and child["waits_on_lock"], child
+    assert child["frame"].startswith("tokenize (") and "fork_lock_worker.py" in child["frame"]
+    assert any(f.startswith("PromptDataset.__getitem__ (") for f in child["frames"]), child
+    report = result.report()
+    rank_pids = {r["pid"] for r in report["ranks"]}
+    assert child["pid"] not in rank_pids
+    assert (f"waiting for its DataLoader worker {child['pid']}, which waits on a lock in "
+            "tokenize (") in finding["summary"]
+    text = subprocess.run([sys.executable, "-m", "stalldoc", "report", str(result.run_dir)],
+                          capture_output=True, text=True, check=True).stdout
+    assert "which waits on a lock in tokenize (" in text

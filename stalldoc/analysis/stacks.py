@@ -8,11 +8,16 @@ import re
 from collections import defaultdict
 from typing import Mapping
 
-from stalldoc.detect.stack_kind import COLLECTIVE_FILES, NETWORK_FILES, is_library
+from stalldoc.detect.stack_kind import COLLECTIVE_FILES, NETWORK_FILES, frame_wait, is_library
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
 __all__ = ["is_library", "user_frame", "frame_strings", "in_collective", "waits_on_network",
-           "waits_on_lock", "signature", "group_by_main_stack"]
+           "waits_on_lock", "signature", "group_by_main_stack", "child_wait", "CHILD_WAITS"]
+
+# What a thread waits for when it waits on the rank's own processes, and what they are called
+# (the most specific first).
+CHILD_WAITS = {"dataloader workers": "DataLoader worker", "worker pool": "pool worker",
+               "child process": "child process", "subprocess": "subprocess"}
 
 # Waits for a lock or for another thread to end; Event / Condition waits are waits for a signal.
 _LOCK_FUNCTIONS = {"acquire", "_wait_for_tstate_lock", "join", "Thread.join",
@@ -89,3 +94,18 @@ def group_by_main_stack(stacks: Mapping[int, RankStacks]) -> list[tuple[tuple, l
         key = tuple((f.function, f.filename) for f in main.frames) if main else ()
         groups[key].append(rank)
     return sorted(groups.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
+
+
+def child_wait(thread: ThreadStack | None) -> str:
+    """What the thread waits for among the rank's own processes ("DataLoader worker", "pool
+    worker", "child process", "subprocess"), from any of its frames (the innermost ones may be
+    the select / poll under the wait; the most specific wins: a DataLoader's fetch sits on a
+    child's pipe); '' when it waits on none."""
+    found = {frame_wait(_bare(f)) for f in thread.frames} if thread is not None else set()
+    return next((name for why, name in CHILD_WAITS.items() if why in found), "")
+
+
+def _bare(frame: Frame) -> Frame:
+    """The frame with its function's own name: py-spy names methods by their qualified name on
+    Python 3.11+ (``_MultiProcessingDataLoaderIter._try_get_data``)."""
+    return Frame(frame.function.rsplit(".", 1)[-1], frame.filename, frame.line)

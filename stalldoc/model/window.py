@@ -40,3 +40,5 @@ class Window:
     vllm_sleep: tuple[EngineSleepState, ...] = ()   # engines' sleep state from their log lines
     flight: Mapping[int, FlightDump] = field(default_factory=dict)   # rank -> its FR dump (stall)
     cluster: ClusterView | None = None      # the job's other nodes (multi-node jobs only)
+    # rank -> stacks of the child processes it waits on (DataLoader workers, a pool; stall only)
+    children: Mapping[int, tuple[RankStacks, ...]] = field(default_factory=dict)

@@ -7,7 +7,7 @@ import signal
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Iterator
 
-from stalldoc.analysis.stacks import frame_strings, user_frame
+from stalldoc.analysis.stacks import child_wait, frame_strings, user_frame, waits_on_lock
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 
@@ -100,16 +100,40 @@ def rank_evidence(window: Window, rank: int) -> dict[str, Any]:
     stacks = window.stacks.get(rank)
     main = stacks.main if stacks else None
     frame = user_frame(main) if main else None
-    return {"frames": frame_strings(main), "frame": str(frame) if frame else "",
-            "phase": phase_of(window, rank), "phase_stack": phase_stack_of(window, rank),
-            "seconds_without_progress": stuck_for(window, rank),
-            "stack_method": stacks.method if stacks else "none"}
+    evidence = {"frames": frame_strings(main), "frame": str(frame) if frame else "",
+                "phase": phase_of(window, rank), "phase_stack": phase_stack_of(window, rank),
+                "seconds_without_progress": stuck_for(window, rank),
+                "stack_method": stacks.method if stacks else "none"}
+    child = waited_child(window, rank)
+    return {**evidence, "waits_on_child": child} if child else evidence
+
+
+def waited_child(window: Window, rank: int) -> dict[str, Any] | None:
+    """The first child process the rank waits on whose stack is in code outside libraries (a
+    DataLoader worker in the dataset's ``__getitem__``): its pid, frame and frames; None when
+    the rank waits on no child or no child's stack says more than the library's wait loop."""
+    rank_stacks = window.stacks.get(rank)
+    what = child_wait(rank_stacks.main if rank_stacks else None) or "child process"
+    for child in window.children.get(rank, ()):
+        main = child.main
+        frame = user_frame(main) if main else None
+        if frame is not None:
+            return {"pid": child.pid, "what": what, "frame": str(frame),
+                    "waits_on_lock": waits_on_lock(main) is not None,
+                    "frames": frame_strings(main), "stack_method": child.method}
+    return None
 
 
 def describe(window: Window, rank: int) -> str:
-    """'in load_shard (data.py:88), phase rollout, for 14 s' — as much as is known."""
+    """'in load_shard (data.py:88), phase rollout, for 14 s' — as much as is known; for a rank
+    waiting on a child process, where that child is."""
     ev = rank_evidence(window, rank)
     parts = [f"in {ev['frame']}" if ev["frame"] else "at an unknown frame"]
+    if ev.get("waits_on_child"):
+        child = ev["waits_on_child"]
+        lock = "waits on a lock in" if child["waits_on_lock"] else "is in"
+        parts[0] += (f" waiting for its {child['what']} {child['pid']}, which {lock} "
+                     f"{child['frame']}")
     if ev["phase"]:
         parts.append(f"phase {ev['phase']}")
     if ev["seconds_without_progress"] is not None:

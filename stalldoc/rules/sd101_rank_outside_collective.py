@@ -45,7 +45,10 @@ class RankOutsideCollective(Rule):
         one side's was issued from a line the other rank never issued one from, with
         ``branch_rank`` and ``branch_frames``; else "collective_order"), with ``says``,
         ``group``, ``seq``, each side's ``ops`` and ``frames``; the summary adds ``says`` and
-        the fix is the cause's own.
+        the fix is the cause's own. ``waits_on_child``, for a culprit whose main thread waits on
+        its own processes (DataLoader workers, a pool, a child, a subprocess): the first such
+        child whose stack, taken on the stall, is in code outside libraries (``pid``, ``what``,
+        ``frame``, ``frames``, ``waits_on_lock``); the summary says where that child is.
 
     Fix
         Look at the culprit's frame and find out why it is there instead of in the collective: a

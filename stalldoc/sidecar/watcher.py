@@ -42,6 +42,7 @@ from stalldoc.run.inject import FLIGHT_DIR, flight_settings
 from stalldoc.run.job import JobTree
 from stalldoc.run.options import WatchOptions
 from stalldoc.run.terminal import RankLine, format_status
+from stalldoc.sidecar.children import child_stacks
 from stalldoc.sidecar.cluster import NodeCluster
 from stalldoc.sidecar.exits import ExitBook
 from stalldoc.sidecar.history import Histories, gpu_util_by_rank
@@ -445,7 +446,8 @@ class Watcher:
         now = time.time()
         window = dataclasses.replace(self._window(now, agents, episode, stacks),
                                      peers=external_peers(live, self.parents.keys()),
-                                     flight=flight)
+                                     flight=flight, children=child_stacks(
+                                         self.stack_probe, self.ranks, stacks, self.parents))
         self.store.add_stacks(episode.id, stacks.values())
         self.stall_stacks, self.stall_flight, self.stall_over = stacks, flight, False
         self._diagnosis(self._save(self.ledger.stall(now, episode.id,
