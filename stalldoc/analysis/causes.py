@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping
 from stalldoc.analysis.flight_recorder import op_name
 from stalldoc.analysis.stacks import in_collective, is_library
 from stalldoc.model.collectives import FlightDump, FlightEntry
-from stalldoc.model.stacks import RankStacks
+from stalldoc.model.stacks import Frame, RankStacks
 
 UNEVEN_STEPS_FIX = (
     "Give every rank the same number of batches: a DistributedSampler with drop_last=True "
@@ -63,17 +63,17 @@ class Cause:
 
 
 def difference_cause(flight: Mapping[int, FlightDump], stacks: Mapping[int, RankStacks],
-                       culprits: Iterable[int], waiting: Iterable[int]) -> Cause | None:
+                     culprits: Iterable[int], waiting: Iterable[int]) -> Cause | None:
     """The cause of ``culprits`` missing from the collective ``waiting`` sit in, from their
     Flight Recorder dumps: a culprit pending in another collective at a sequence number a
     waiting rank is pending at (None when no dump shows one). A pending entry without frames
     (torch records them only in some set-ups) takes the rank's stack: a main thread waiting in
     a collective or in autograd's backward issued the pending one from there."""
-    waiting = sorted(waiting)
+    others = {other: _pending(flight.get(other), stacks.get(other)) for other in sorted(waiting)}
     for culprit in sorted(culprits):
         mine = _pending(flight.get(culprit), stacks.get(culprit))
-        for other in waiting:
-            for key, theirs in _pending(flight.get(other), stacks.get(other)).items():
+        for other, pending in others.items():
+            for key, theirs in pending.items():
                 entry = mine.get(key)
                 if entry is not None and _differ(entry, theirs):
                     return _cause((culprit, entry), (other, theirs), flight)
@@ -94,8 +94,8 @@ def _pending(dump: FlightDump | None, stacks: RankStacks | None
     if dump is None:
         return {}
     main = stacks.main if stacks is not None else None
-    waits = main.frames if main is not None and (in_collective(main) or any(
-        f.function in _BACKWARD_FUNCTIONS for f in main.frames)) else ()
+    waits = main.frames if main is not None and (
+        in_collective(main) or _in_backward(main.frames)) else ()
     return {(e.group, e.seq): e if e.frames else replace(e, frames=waits)
             for e in dump.entries if e.pending and not e.p2p and e.seq > 0}
 
@@ -175,13 +175,16 @@ def user_frames(entry: FlightEntry) -> list[str]:
 
 def from_backward(entry: FlightEntry) -> bool:
     """Whether the collective was issued inside autograd's backward pass (DDP's reducer)."""
-    return any(f.function in _BACKWARD_FUNCTIONS for f in entry.frames)
+    return _in_backward(entry.frames)
+
+
+def _in_backward(frames: tuple[Frame, ...]) -> bool:
+    return any(f.function in _BACKWARD_FUNCTIONS for f in frames)
 
 
 def issued_at(entry: FlightEntry) -> str:
     """The innermost frame outside libraries where the collective was issued ('' if none)."""
-    frame = next((f for f in entry.frames if not is_library(f.filename)), None)
-    return str(frame) if frame else ""
+    return next(iter(user_frames(entry)), "")
 
 
 def _at(entry: FlightEntry) -> str:

@@ -7,6 +7,7 @@ import signal
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Iterator
 
+from stalldoc.analysis.causes import Cause
 from stalldoc.analysis.stacks import child_wait, frame_strings, user_frame, waits_on_lock
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
@@ -72,6 +73,15 @@ class Rule(ABC):
         return Finding(self.code, self.name, severity or self.severity, tuple(sorted(ranks)),
                        summary, evidence, fix or self.fix)
 
+    def caused(self, ranks: tuple[int, ...] | list[int], summary: str,
+               evidence: dict[str, Any], cause: Cause | None) -> Finding:
+        """The finding, with its cause (its sentence, ``evidence.cause``) and the cause's fix
+        where the evidence decided one."""
+        if cause is None:
+            return self.finding(ranks, summary, evidence)
+        return self.finding(ranks, f"{summary}; {cause.says}",
+                            {**evidence, "cause": cause.evidence()}, cause.fix)
+
     @classmethod
     def doc(cls) -> str:
         return inspect.getdoc(cls) or ""
@@ -112,9 +122,12 @@ def waited_child(window: Window, rank: int) -> dict[str, Any] | None:
     """The first child process the rank waits on whose stack is in code outside libraries (a
     DataLoader worker in the dataset's ``__getitem__``): its pid, frame and frames; None when
     the rank waits on no child or no child's stack says more than the library's wait loop."""
+    children = window.children.get(rank, ())
+    if not children:
+        return None
     rank_stacks = window.stacks.get(rank)
     what = child_wait(rank_stacks.main if rank_stacks else None) or "child process"
-    for child in window.children.get(rank, ()):
+    for child in children:
         main = child.main
         frame = user_frame(main) if main else None
         if frame is not None:

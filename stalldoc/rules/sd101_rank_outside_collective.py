@@ -1,9 +1,9 @@
 """SD101 rank-outside-collective."""
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Iterator
 
-from stalldoc.analysis.causes import Cause, issued_at, difference_cause
+from stalldoc.analysis.causes import difference_cause, issued_at
 from stalldoc.analysis.flight_recorder import FlightGap, flight_gaps
 from stalldoc.analysis.rings import (MissingFromCollective, groups_by_rank, missing_ranks,
                                      wrapped_evidence)
@@ -43,7 +43,8 @@ class RankOutsideCollective(Rule):
         number a waiting rank waits at (``kind`` "uneven_steps" when DDP issued the culprit's
         from ``backward()``: the ranks ran different numbers of steps; "some_ranks_only" when
         one side's was issued from a line the other rank never issued one from, with
-        ``branch_rank`` and ``branch_frames``; else "collective_order"), with ``says``,
+        ``branch_rank`` and ``branch_frames``; "collective_order" when each side's line is in
+        the other's history; else "different_collectives"), with ``says``,
         ``group``, ``seq``, each side's ``ops`` and ``frames``; the summary adds ``says`` and
         the fix is the cause's own. ``waits_on_child``, for a culprit whose main thread waits on
         its own processes (DataLoader workers, a pool, a child, a subprocess): the first such
@@ -105,17 +106,8 @@ class RankOutsideCollective(Rule):
         if window.cluster is not None:
             evidence["nodes"] = {str(r): node_tag(window, r)[2:-1]
                                  for r in sorted({*gap.missing, *waiting})}
-        return self._with_cause(gap.missing, summary, evidence,
-                                difference_cause(window.flight, window.stacks, gap.missing,
-                                                   waiting))
-
-    def _with_cause(self, ranks: tuple[int, ...], summary: str, evidence: dict[str, Any],
-                    cause: Cause | None) -> Finding:
-        """The finding, with its cause and the cause's fix where the evidence decided one."""
-        if cause is None:
-            return self.finding(ranks, summary, evidence)
-        return self.finding(ranks, f"{summary}; {cause.says}",
-                            {**evidence, "cause": cause.evidence()}, cause.fix)
+        return self.caused(gap.missing, summary, evidence,
+                           difference_cause(window.flight, window.stacks, gap.missing, waiting))
 
     @staticmethod
     def _outside(window: Window, ranks: tuple[int, ...]) -> tuple[int, ...]:
@@ -138,7 +130,7 @@ class RankOutsideCollective(Rule):
                    f"that {join_ranks(waiting)} {_wait(waiting)} in"
                    f"{' at ' + where if where else ''}"
                    f"{'; ' + said if said else ''}{silent}")
-        return self._with_cause(culprits, summary, {
+        return self.caused(culprits, summary, {
             **rank_evidence(window, culprits[0]), "source": "flight_recorder",
             "group": gap.group, "group_desc": gap.group_desc, "seq": gap.seq, "op": gap.op,
             "waiting_ranks": waiting, "missing_ranks": list(gap.missing),

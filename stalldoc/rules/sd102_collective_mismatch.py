@@ -32,8 +32,8 @@ class CollectiveMismatch(Rule):
         have been among them). ``cause``, where the ranks' Flight Recorder dumps decide one (see
         SD101): "some_ranks_only" (one side's collective was issued from a line the other rank
         never issued one from: a branch only some ranks take; ``branch_frames`` name it),
-        "collective_order" or "uneven_steps"; the summary adds its sentence and the fix is the
-        cause's own.
+        "collective_order", "different_collectives" or "uneven_steps"; the summary adds its
+        sentence and the fix is the cause's own.
 
     Fix
         Make every rank issue the same sequence of collectives: find the code path that differs
@@ -66,11 +66,7 @@ class CollectiveMismatch(Rule):
                         "calls": {str(r): {"op": c[0], "numel": c[1], "dtype": c[2]}
                                   for r, c in mismatch.calls.items()},
                         **wrapped_evidence(mismatch.wrapped)}
-            if cause is None:
-                yield self.finding(ranks, summary, evidence)
-            else:
-                yield self.finding(ranks, f"{summary}; {cause.says}",
-                                   {**evidence, "cause": cause.evidence()}, cause.fix)
+            yield self.caused(ranks, summary, evidence, cause)
 
     @staticmethod
     def _culprits(calls: dict[int, tuple[str, int, str]], sides: list[list[int]],
