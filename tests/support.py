@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -17,10 +18,27 @@ SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 STALL_TIMEOUT = "3"
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port free now and below the kernel's ephemeral range, so that no process binding port 0
+    (Ray's servers, gRPC, another job's store) takes it between this check and the job's own bind.
+    CI saw that race once: Ray's cluster took a gloo world's port while it started."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, max(_ephemeral_low(), 20001))
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def torchrun(nproc: int, scenario: str) -> list[str]:
