@@ -7,7 +7,9 @@ checkpoint to slow storage while the others wait in a barrier, evaluation readin
 preprocessing in worker processes (a pool, ``datasets.map(num_proc=2)``, DataLoader workers),
 loading shards from slow storage. "Slow storage" is a FIFO served at a few MB/s by a process
 outside the job, so the rank blocks in read / write with little CPU, as on a busy NFS. Every
-case runs once on an idle machine and once with both cores saturated by other processes.
+case runs once on an idle machine and once with both cores saturated by other processes; the
+healthy phases run one after another in one job for each, as a long job meets its slow parts,
+and each phase's test reads the findings opened while it ran.
 """
 from __future__ import annotations
 
@@ -17,38 +19,31 @@ import re
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from load import cpu_burner, silent_server, slow_reader, slow_writer, starved
-from support import STALL_TIMEOUT, Result, start_watch, torchrun, wait_for_line, why_no_schedstat
+from support import (STALL_TIMEOUT, Result, start_watch, torchrun, wait_for_line, watch,
+                     why_no_schedstat)
 
 pytestmark = pytest.mark.timeout(240) if hasattr(pytest.mark, "timeout") else []
 
 MB = 1 << 20
 RATE = 3 * MB            # slow storage: 3 MB/s
 PHASE_MB = 24            # about 8 s of slow storage
-# kind -> (ranks, environment)
-HEALTHY = {
-    "matmul_loop": (2, {}),
-    "long_forward": (3, {}),
-    "c_extension_call": (2, {}),
-    "checkpoint_one_rank": (3, {"PHASE_MB": str(PHASE_MB)}),
-    "evaluation_one_rank": (2, {}),
-    "pool_preprocess": (2, {}),
-    "datasets_map": (2, {}),
-    "dataloader_workers": (3, {}),
-    "slow_storage_load": (2, {}),
-}
+KINDS = ["matmul_loop", "checkpoint_one_rank", "long_forward", "pool_preprocess",
+         "evaluation_one_rank", "c_extension_call", "datasets_map", "slow_storage_load",
+         "dataloader_workers"]   # one job runs them in this order, 2 training steps between
 ONE_RANK = {"checkpoint_one_rank", "evaluation_one_rank"}   # the others wait for rank 0
+SLOW_KINDS = ("checkpoint_one_rank", "evaluation_one_rank", "slow_storage_load")
 
 
 @contextlib.contextmanager
-def storage(kind: str, nproc: int, tmp_path: Path) -> Iterator[dict[str, str]]:
-    """The slow storage a kind reads or writes, served by processes outside the job."""
-    path = str(tmp_path / "slow")
+def storage(kind: str, nproc: int, path: str) -> Iterator[None]:
+    """The slow storage a kind reads or writes at ``path``, served by processes outside the job."""
     with contextlib.ExitStack() as stack:
         if kind == "checkpoint_one_rank":
             stack.enter_context(slow_reader(path, RATE))
@@ -57,35 +52,74 @@ def storage(kind: str, nproc: int, tmp_path: Path) -> Iterator[dict[str, str]]:
         elif kind == "slow_storage_load":
             for rank in range(nproc):
                 stack.enter_context(slow_writer(f"{path}.{rank}", PHASE_MB * MB, RATE))
-        yield {"SLOW_PATH": path}
+        yield
 
 
 def load(loaded: bool) -> contextlib.AbstractContextManager:
     return cpu_burner(2) if loaded else contextlib.nullcontext()
 
 
-@pytest.mark.parametrize("kind", sorted(HEALTHY))
-@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "loaded"])   # idle ones first
-def test_healthy_long_phase_is_never_a_stall(run_watch, tmp_path, kind, loaded):
-    nproc, env = HEALTHY[kind]
-    env = {**env, "PHASE": kind, "PHASE_SECONDS": "8"}
-    with storage(kind, nproc, tmp_path) as paths, load(loaded):
-        result = run_watch(torchrun(nproc, "healthy_phases.py"), "--on-stall", "kill",
-                           env={**env, **paths}, timeout=200)
+@dataclass(frozen=True)
+class PhasesRun:
+    """One watched job that ran every healthy phase in turn, and where each phase lay in time."""
+    result: Result
+    windows: dict[str, tuple[float, float]]   # kind -> (first rank started, last rank done)
+
+    def findings_in(self, kind: str) -> list[dict]:
+        """The stall, exit and progress findings opened while phase ``kind`` ran."""
+        first, last = self.windows[kind]
+        return [f for f in self.result.report()["findings"]
+                if f["severity"] != "info" and (f["code"].startswith("SD1")
+                                                or f["trigger"] in ("stall", "exit"))
+                and first <= f["t"] <= last + 1.0]
+
+
+def phase_windows(stdout: str) -> dict[str, tuple[float, float]]:
+    starts: dict[str, list[float]] = {}
+    ends: dict[str, list[float]] = {}
+    for kind, what, at in re.findall(r"\] (\w+): (started|done in [\d.]+ s) at ([\d.]+)", stdout):
+        (starts if what == "started" else ends).setdefault(kind, []).append(float(at))
+    return {kind: (min(starts[kind]), max(ends[kind])) for kind in starts if kind in ends}
+
+
+@pytest.fixture(scope="module", params=[(False, 3), (True, 2)], ids=["idle", "loaded"])
+def healthy_phases(request, tmp_path_factory) -> PhasesRun:
+    """Every healthy kind in one real torchrun job (3 ranks on an idle machine, 2 with both
+    cores saturated), each phase 8 s, as a long job goes through its slow parts one by one."""
+    loaded, nproc = request.param
+    tmp = tmp_path_factory.mktemp("healthy_loaded" if loaded else "healthy_idle")
+    paths = {f"SLOW_PATH_{kind.upper()}": str(tmp / kind) for kind in SLOW_KINDS}
+    env = {"PHASE": ",".join(KINDS), "PHASE_SECONDS": "8", "PHASE_MB": str(PHASE_MB), **paths}
+    with contextlib.ExitStack() as stack:
+        for kind in SLOW_KINDS:
+            stack.enter_context(storage(kind, nproc, str(tmp / kind)))
+        stack.enter_context(load(loaded))
+        result = watch(tmp, torchrun(nproc, "healthy_phases.py"), "--on-stall", "kill",
+                       env=env, timeout=400)
+    return PhasesRun(result, phase_windows(result.stdout))
+
+
+@pytest.mark.timeout(480)
+def test_healthy_phases_job_runs_to_its_end_without_a_stall(healthy_phases):
     # THEN the job ran to its end, untouched, and no stall was declared
+    result = healthy_phases.result
     assert result.code == 0, result.stderr
+    assert result.report()["stalls"] == [], result.report()["stalls"]
+    assert sorted(healthy_phases.windows) == sorted(KINDS), result.stdout
+
+
+@pytest.mark.timeout(480)
+@pytest.mark.parametrize("kind", KINDS)
+def test_healthy_long_phase_is_never_a_stall(healthy_phases, kind):
+    result = healthy_phases.result
     phase = re.search(rf"{kind}: done in ([\d.]+) s", result.stdout)
     assert phase and float(phase.group(1)) > 2 * float(STALL_TIMEOUT), result.stdout
-    report = result.report()
-    assert report["stalls"] == [], report["stalls"]
-    # stall, exit and progress findings (SD1xx); the machine-load ones (SD302 on a loaded
-    # machine) say true things about the machine, not about the job being stuck
-    findings = [(f["code"], f["ranks"], f["summary"], f["resolved_at"])
-                for f in report["findings"]
-                if f["severity"] != "info" and (f["code"].startswith("SD1")
-                                                or f["trigger"] in ("stall", "exit"))]
-    # a rank that works on while others wait is slow, not hung: SD108, resolved when it is done
+    # stall, exit and progress findings (SD1xx) while it ran; the machine-load ones (SD302 on a
+    # loaded machine) say true things about the machine, not about the job being stuck.
+    # A rank that works on while others wait is slow, not hung: SD108, resolved when it is done
     # (ranks doing the same phase finish at different times, most of all on a loaded machine)
+    findings = [(f["code"], f["ranks"], f["summary"], f["resolved_at"])
+                for f in healthy_phases.findings_in(kind)]
     assert all(code == "SD108" and resolved for code, _, _, resolved in findings), findings
     if kind in ONE_RANK:   # the others wait for rank 0: said once
         assert len(findings) == 1, findings
@@ -97,10 +131,11 @@ def test_a_slow_rank_is_resolved_when_its_phase_ends_right_before_the_job_exits(
                                                                                tmp_path):
     # rank 0 writes its checkpoint to slow storage while rank 1 waits, then both leave at once:
     # ticks 5 s apart, so the phase's end and the exit fall between two ticks almost always
-    env = {"PHASE": "checkpoint_one_rank", "PHASE_SECONDS": "8", "STEPS_AFTER": "0"}
-    with storage("checkpoint_one_rank", 2, tmp_path) as paths:
-        result = run_watch(torchrun(2, "healthy_phases.py"), "--interval", "5",
-                           env={**env, **paths}, timeout=200)
+    env = {"PHASE": "checkpoint_one_rank", "PHASE_SECONDS": "8", "STEPS_AFTER": "0",
+           "SLOW_PATH": str(tmp_path / "slow")}
+    with storage("checkpoint_one_rank", 2, env["SLOW_PATH"]):
+        result = run_watch(torchrun(2, "healthy_phases.py"), "--interval", "5", env=env,
+                           timeout=200)
     assert result.code == 0, result.stderr
     [slow] = result.findings("SD108")
     assert slow["ranks"] == [0] and slow["state"] == "resolved", slow

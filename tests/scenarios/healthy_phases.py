@@ -1,18 +1,20 @@
 """A healthy data-parallel training job with one long, legitimate phase in the middle.
 
-It trains 3 steps (a small linear model, gradients all-reduced over gloo), then runs ONE long
-phase of the kind named by PHASE on the ranks in PHASE_RANKS -- the slow parts of real jobs that
+It trains 3 steps (a small linear model, gradients all-reduced over gloo), then runs the long
+phase(s) named by PHASE, one after the other with STEPS_AFTER training steps after each, on the
+ranks in PHASE_RANKS -- the slow parts of real jobs that
 are not hangs: an evaluation that is one big matmul loop or a deep forward pass, a key derivation
 inside a C extension, rank 0 writing a checkpoint to slow storage while the others sit in a
 barrier, rank 0 reading an eval set from slow storage while the others wait for the metrics
 broadcast, tokenizing in a multiprocessing pool, ``datasets.map(num_proc=2)``, a DataLoader with
 worker processes, loading model shards from slow storage. The other ranks meanwhile wait inside
-a torch.distributed call. Then 2 more steps, and the job exits 0.
+a torch.distributed call. Then 2 more steps, and the job exits 0. Each phase logs
+``<kind>: started at <time>`` and ``<kind>: done in <s> s at <time>`` (wall-clock seconds).
 
 Environment:
   PHASE          matmul_loop | long_forward | c_extension_call | checkpoint_one_rank |
                  evaluation_one_rank | pool_preprocess | datasets_map | dataloader_workers |
-                 slow_storage_load                                  (default matmul_loop)
+                 slow_storage_load, or a comma list of them         (default matmul_loop)
   PHASE_SECONDS  how long the compute phases last                   (default 10)
   PHASE_RANKS    comma list of ranks that run the phase, or "all"   (default "all"; "0" for
                  checkpoint_one_rank and evaluation_one_rank)
@@ -20,6 +22,8 @@ Environment:
   SLOW_PATH      checkpoint_one_rank: FIFO written to; evaluation_one_rank: FIFO read from;
                  slow_storage_load: FIFOs SLOW_PATH.<rank> read from (created and served by the
                  test harness, see tests/load.py)
+  SLOW_PATH_<KIND>  that kind's path instead of SLOW_PATH (a job with several phases)
+  STEPS_AFTER    training steps after each phase                    (default 2)
 """
 import hashlib
 import multiprocessing
@@ -35,11 +39,11 @@ from torch import nn
 from data_parallel import train_step
 from exit_race import leave
 
-PHASE = os.environ.get("PHASE", "matmul_loop")
+PHASES = [kind.strip() for kind in os.environ.get("PHASE", "matmul_loop").split(",")]
 PHASE_SECONDS = float(os.environ.get("PHASE_SECONDS", "10"))
 PHASE_MB = int(os.environ.get("PHASE_MB", "40"))
 SLOW_PATH = os.environ.get("SLOW_PATH", "")
-STEPS_AFTER = int(os.environ.get("STEPS_AFTER", "2"))   # training steps after the phase
+STEPS_AFTER = int(os.environ.get("STEPS_AFTER", "2"))   # training steps after each phase
 ONE_RANK_KINDS = ("checkpoint_one_rank", "evaluation_one_rank")
 
 
@@ -219,61 +223,67 @@ def load_shards(path: str) -> int:
 
 
 # ---------------------------------------------------------------- the phase
-def phase_ranks() -> "set[int]":
-    spec = os.environ.get("PHASE_RANKS", "0" if PHASE in ONE_RANK_KINDS else "all")
+def phase_ranks(kind: str) -> "set[int]":
+    spec = os.environ.get("PHASE_RANKS", "0" if kind in ONE_RANK_KINDS else "all")
     if spec.strip() == "all":
         return set(range(dist.get_world_size()))
     return {int(r) for r in spec.split(",") if r.strip()}
 
 
-def run_phase(ranks: "set[int]") -> None:
-    """Run PHASE on the ranks in ``ranks``; the others wait in the collective that ends it."""
+def slow_path(kind: str) -> str:
+    return os.environ.get(f"SLOW_PATH_{kind.upper()}", SLOW_PATH)
+
+
+def run_phase(kind: str, ranks: "set[int]") -> None:
+    """Run phase ``kind`` on the ranks in ``ranks``; the others wait in the collective that
+    ends it."""
     rank, busy = dist.get_rank(), dist.get_rank() in ranks
-    metrics = torch.zeros(1)
-    if busy and PHASE == "c_extension_call":  # calibrated under the load the phase will see,
+    metrics, path = torch.zeros(1), slow_path(kind)
+    if busy and kind == "c_extension_call":  # calibrated under the load the phase will see,
         # with room: under a CPU burner the 0.3 s sample may see more contention than the call
         pbkdf2_iterations = calibrate_pbkdf2(1.5 * PHASE_SECONDS)
     start = time.monotonic()
     if busy:
-        log(f"{PHASE}: started")
-    if PHASE == "matmul_loop":
+        log(f"{kind}: started at {time.time():.3f}")
+    if kind == "matmul_loop":
         metrics = evaluate_retrieval(PHASE_SECONDS) if busy else metrics
         dist.all_reduce(metrics)
-    elif PHASE == "long_forward":
+    elif kind == "long_forward":
         metrics = evaluate(PHASE_SECONDS) if busy else metrics
         dist.all_reduce(metrics)
-    elif PHASE == "c_extension_call":
+    elif kind == "c_extension_call":
         if busy:
             derive_checkpoint_key(pbkdf2_iterations)
         dist.barrier()
-    elif PHASE == "checkpoint_one_rank":
+    elif kind == "checkpoint_one_rank":
         if busy:
-            save_checkpoint(build_state_dict(PHASE_MB), SLOW_PATH)
+            save_checkpoint(build_state_dict(PHASE_MB), path)
         dist.barrier()
-    elif PHASE == "evaluation_one_rank":
+    elif kind == "evaluation_one_rank":
         src = min(ranks)
         metrics = torch.zeros(2, dtype=torch.float64)
         if rank == src:
-            metrics = evaluate_from_storage(SLOW_PATH)
+            metrics = evaluate_from_storage(path)
         dist.broadcast(metrics, src=src)
-    elif PHASE == "pool_preprocess":
+    elif kind == "pool_preprocess":
         if busy:
             tokenize_dataset(PHASE_SECONDS)
         dist.barrier()
-    elif PHASE == "datasets_map":
+    elif kind == "datasets_map":
         if busy:
             preprocess_dataset(PHASE_SECONDS)
         dist.barrier()
-    elif PHASE == "dataloader_workers":
+    elif kind == "dataloader_workers":
         metrics = compute_dataset_statistics(PHASE_SECONDS) if busy else metrics
         dist.all_reduce(metrics)
-    elif PHASE == "slow_storage_load":
+    elif kind == "slow_storage_load":
         if busy:
-            load_shards(f"{SLOW_PATH}.{rank}")
+            load_shards(f"{path}.{rank}")
         dist.barrier()
     else:
-        raise SystemExit(f"unknown PHASE {PHASE!r}")
-    log(f"{PHASE}: {'done' if busy else 'waited'} in {time.monotonic() - start:.2f} s")
+        raise SystemExit(f"unknown PHASE {kind!r}")
+    log(f"{kind}: {'done' if busy else 'waited'} in {time.monotonic() - start:.2f} s"
+        f" at {time.time():.3f}")
 
 
 def main() -> None:
@@ -283,9 +293,11 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(1, 4):
         train_step(model, optimizer, step)
-    run_phase(phase_ranks())
-    for step in range(4, 4 + STEPS_AFTER):
-        train_step(model, optimizer, step)
+    for number, kind in enumerate(PHASES):
+        run_phase(kind, phase_ranks(kind))
+        first = 4 + number * STEPS_AFTER
+        for step in range(first, first + STEPS_AFTER):
+            train_step(model, optimizer, step)
     dist.destroy_process_group()
     # torch 2.13's own exit race (seen here in 2 of 12 plain torchrun runs of this scenario under
     # load, no stalldoc): the phases are what this scenario is about, so it leaves without it
