@@ -47,6 +47,35 @@ def test_uneven_inputs_are_named_as_ranks_that_ran_different_numbers_of_steps(
         assert "different numbers of steps" in said and "drop_last" in said, fmt
 
 
+@pytest.mark.parametrize("nproc,skipper,variant,said", [
+    (3, 1, "oom", "| WARNING: ran out of memory, skipping this batch."),      # pytorch#44353
+    (2, 0, "anchors", "rank 0: skipping micro-batch 2: NoValidAnchorsError"),  # Automodel#2468
+])
+def test_a_rank_that_skipped_a_batch_after_an_exception_is_named_as_a_skipped_step(
+        run_watch, nproc, skipper, variant, said):
+    # GIVEN DDP where one rank catches an exception in its step and skips that batch alone,
+    # then all ranks meet in a barrier after the loop
+    result = run_watch(torchrun(nproc, "skip_on_exception.py"), "--on-stall", "kill",
+                       env={"SKIP_RANK": str(skipper), "VARIANT": variant}, timeout=200)
+    assert result.code == 124, result.stderr
+    # THEN the others wait in their last gradient all-reduce from backward() while the skipper
+    # waits in the barrier, and the cause quotes the log's skip and says to skip together
+    [finding] = result.findings("SD101")
+    others = sorted(set(range(nproc)) - {skipper})
+    assert finding["ranks"] == others, finding["summary"]
+    cause = finding["evidence"]["cause"]
+    assert cause["kind"] == "skipped_step", cause
+    assert cause["log_line"].startswith(said), cause
+    assert cause["ops"] == {str(others[0]): "all_reduce", str(skipper): "barrier"}, cause
+    assert cause["frames"][str(others[0])].startswith("train ("), cause
+    assert "batch skipped after an error" in finding["summary"]
+    assert "ReduceOp.MAX" in finding["fix"] and "drop_last" not in finding["fix"]
+    for fmt in ("text", "markdown"):
+        out = subprocess.run([sys.executable, "-m", "stalldoc", "report", str(result.run_dir),
+                              "--format", fmt], capture_output=True, text=True, check=True)
+        assert "batch skipped after an error" in out.stdout.replace("\\", ""), fmt
+
+
 @pytest.mark.parametrize("nproc,sees", [(2, "0"), (4, "0,1")])
 def test_a_collective_on_a_branch_some_ranks_take_is_named_with_the_branch(
         run_watch, tmp_path, nproc, sees):

@@ -12,6 +12,11 @@ finding then says what is known and no more.
   inputs (or the waiting ranks left the loop on a branch the others did not take: the dumps
   cannot tell the two apart, and the finding says both). Waiting ranks that ran no step yet are
   not this cause (they wait in loading or set-up code).
+- ``skipped_step``: the same evidence, and the job's log shows a batch skipped after an error
+  (``ran out of memory, skipping this batch``, a caught exception and ``continue``): a rank that
+  skips a step alone issues one gradient all-reduce fewer than the others. Which rank printed
+  the line the log does not say; the finding quotes it. Skips every rank makes together (the
+  fp16 loss scaler's "OVERFLOW ... skipping step") are not this.
 - ``some_ranks_only``: one side's collective was issued where the other rank never issued one
   (no entry of its Flight Recorder comes from that line), while the other side's is on the path
   every rank takes (the first rank made it before too, or it is DDP's gradient all-reduce): a
@@ -25,8 +30,9 @@ finding then says what is known and no more.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from stalldoc.analysis.flight_recorder import op_name
 from stalldoc.analysis.stacks import in_collective, is_library
@@ -40,12 +46,26 @@ UNEVEN_STEPS_FIX = (
     "different times, wrap the loop in `with model.join():` (DDP) or "
     "`torch.distributed.algorithms.Join`, which shadows the missing collectives of the ranks "
     "that are done. If those ranks left the loop on purpose (evaluation or a checkpoint on one "
-    "rank), make every rank leave it at the same step.")
+    "rank), make every rank leave it at the same step; if a rank skips a batch on its own (an "
+    "exception it caught), decide the skip on every rank together.")
+SKIPPED_STEP_FIX = (
+    "Decide a skip on every rank together: where one rank must skip a batch (an exception it "
+    "caught, an out-of-memory, a NaN or spiking loss, a micro-batch with nothing to learn "
+    "from), all_reduce a flag (ReduceOp.MAX) and let every rank skip that batch or none, so "
+    "each rank's backward() issues the same gradient all-reduces; never `continue` past "
+    "backward() on one rank alone. An out-of-memory inside backward() cannot be skipped safely "
+    "under DDP: lower the batch or sequence length instead.")
 COLLECTIVE_ORDER_FIX = (
     "Make every rank call the same collectives in the same order: compare the two frames named, "
     "and find the code path (a branch on the rank or on the data) that runs them in another "
     "order on some ranks.")
 _BACKWARD_FUNCTIONS = {"_engine_run_backward", "run_backward"}
+_SKIP = re.compile(r"\bskip(?:s|ped|ping)?\b", re.IGNORECASE)
+_ERROR = re.compile(r"out of memory|\bOOM\b|error|exception|\bnan\b", re.IGNORECASE)
+# skips every rank makes together: the fp16 loss scaler's overflow, and Megatron's counters of
+# them ("number of skipped iterations: 0 | number of nan iterations: 0")
+_ALL_RANKS = re.compile(r"overflow|loss.?scal|skipped iterations", re.IGNORECASE)
+LOG_LINE_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -63,12 +83,14 @@ class Cause:
 
 
 def difference_cause(flight: Mapping[int, FlightDump], stacks: Mapping[int, RankStacks],
-                     culprits: Iterable[int], waiting: Iterable[int]) -> Cause | None:
+                     culprits: Iterable[int], waiting: Iterable[int],
+                     log: Sequence[str] = ()) -> Cause | None:
     """The cause of ``culprits`` missing from the collective ``waiting`` sit in, from their
     Flight Recorder dumps: a culprit pending in another collective at a sequence number a
     waiting rank is pending at (None when no dump shows one). A pending entry without frames
     (torch records them only in some set-ups) takes the rank's stack: a main thread waiting in
-    a collective or in autograd's backward issued the pending one from there."""
+    a collective or in autograd's backward issued the pending one from there. ``log``: the
+    job's latest output lines (redacted), read for a batch skipped after an error."""
     others = {other: _pending(flight.get(other), stacks.get(other)) for other in sorted(waiting)}
     for culprit in sorted(culprits):
         mine = _pending(flight.get(culprit), stacks.get(culprit))
@@ -76,7 +98,7 @@ def difference_cause(flight: Mapping[int, FlightDump], stacks: Mapping[int, Rank
             for key, theirs in pending.items():
                 entry = mine.get(key)
                 if entry is not None and _differ(entry, theirs):
-                    return _cause((culprit, entry), (other, theirs), flight)
+                    return _cause((culprit, entry), (other, theirs), flight, log)
     return None
 
 
@@ -101,7 +123,7 @@ def _pending(dump: FlightDump | None, stacks: RankStacks | None
 
 
 def _cause(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry],
-           flight: Mapping[int, FlightDump]) -> Cause:
+           flight: Mapping[int, FlightDump], log: Sequence[str]) -> Cause:
     (culprit, entry), (other, their) = mine, theirs
     facts = {"source": "flight_recorder", "group": entry.group, "seq": entry.seq,
              "ops": {str(culprit): op_name(entry), str(other): op_name(their)},
@@ -109,12 +131,7 @@ def _cause(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry],
     group = "world" if entry.group_desc == "default_pg" else entry.group_desc or entry.group
     where = f"#{entry.seq} of group {group} in the Flight Recorder"
     if from_backward(entry) and not from_backward(their) and stepped(flight[other], their):
-        says = (f"rank {culprit} waits in DDP's gradient {op_name(entry)} ({where}), issued by "
-                f"backward() at {issued_at(entry) or 'an unknown frame'}, where rank {other}, "
-                f"out of its training steps, is in {op_name(their)}{_at(their)}: the ranks ran "
-                f"different numbers of steps (uneven inputs), or rank {other} left the loop on "
-                "a branch the others did not take")
-        return Cause("uneven_steps", says, UNEVEN_STEPS_FIX, facts)
+        return _uneven(mine, theirs, where, facts, skip_line(log))
     known = {culprit: call_sites(flight[culprit]), other: call_sites(flight[other])}
     for (alone, call), (never, common) in ((mine, theirs), (theirs, mine)):
         if _on_a_branch(call, known[never], common, known[alone]):
@@ -127,6 +144,34 @@ def _cause(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry],
     return Cause("different_collectives", f"{both}: the ranks wait in different collectives "
                  "(the dumps hold too few frames to tell whether one is called on some ranks "
                  "only or the order differs)", COLLECTIVE_ORDER_FIX, facts)
+
+
+def _uneven(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry], where: str,
+            facts: dict[str, Any], skipped: str) -> Cause:
+    """The culprit waits in DDP's gradient all-reduce where the other rank, out of its training
+    steps, waits in another collective; ``skipped``: a log line of a batch skipped after an
+    error ('' when none)."""
+    (culprit, entry), (other, their) = mine, theirs
+    waits = (f"rank {culprit} waits in DDP's gradient {op_name(entry)} ({where}), issued by "
+             f"backward() at {issued_at(entry) or 'an unknown frame'}, where rank {other}, out "
+             f"of its training steps, is in {op_name(their)}{_at(their)}")
+    if skipped:
+        says = (f"{waits}: the ranks ran different numbers of steps, and the job's log shows a "
+                f"batch skipped after an error ({skipped!r}): a rank that skips a step alone "
+                "issues one gradient all-reduce fewer than the others")
+        return Cause("skipped_step", says, SKIPPED_STEP_FIX, {**facts, "log_line": skipped})
+    says = (f"{waits}: the ranks ran different numbers of steps (uneven inputs), some ranks "
+            f"skipped a step, or rank {other} left the loop on a branch the others did not take")
+    return Cause("uneven_steps", says, UNEVEN_STEPS_FIX, facts)
+
+
+def skip_line(log: Sequence[str]) -> str:
+    """The job's latest line that says a batch or step was skipped after an error ('' when
+    none); skips every rank makes together (the fp16 loss scaler's overflow) are not read."""
+    for line in reversed(log):
+        if _SKIP.search(line) and _ERROR.search(line) and not _ALL_RANKS.search(line):
+            return line.strip()[:LOG_LINE_CHARS]
+    return ""
 
 
 def _some_ranks_only(alone: int, call: FlightEntry, never: int, where: str,

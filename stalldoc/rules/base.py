@@ -5,9 +5,9 @@ import inspect
 import re
 import signal
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Iterable, Iterator
 
-from stalldoc.analysis.causes import Cause
+from stalldoc.analysis.causes import Cause, difference_cause
 from stalldoc.analysis.stacks import child_wait, frame_strings, user_frame, waits_on_lock
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
@@ -85,6 +85,12 @@ class Rule(ABC):
     @classmethod
     def doc(cls) -> str:
         return inspect.getdoc(cls) or ""
+
+
+def cause_of(window: Window, culprits: Iterable[int], waiting: Iterable[int]) -> Cause | None:
+    """Why ``culprits`` are missing from the collective ``waiting`` sit in, from the window's
+    Flight Recorder dumps, stacks and the job's latest output (None where they do not say)."""
+    return difference_cause(window.flight, window.stacks, culprits, waiting, window.log_tail)
 
 
 def phase_of(window: Window, rank: int) -> str:

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.analysis.causes import difference_cause, issued_at
+from stalldoc.analysis.causes import issued_at
 from stalldoc.analysis.flight_recorder import FlightGap, flight_gaps
 from stalldoc.analysis.rings import (MissingFromCollective, groups_by_rank, missing_ranks,
                                      wrapped_evidence)
 from stalldoc.analysis.stacks import in_collective, is_library
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
-from stalldoc.rules.base import Rule, describe, join_ranks, rank_evidence
+from stalldoc.rules.base import Rule, cause_of, describe, join_ranks, rank_evidence
 from stalldoc.rules.remote import describe_rank, evidence_of, node_tag, remote_ranks
 
 
@@ -41,7 +41,9 @@ class RankOutsideCollective(Rule):
         overwrote before the watcher read them (only when some were). ``cause``, only where the
         Flight Recorder decides one: a culprit that waits in another collective at the sequence
         number a waiting rank waits at (``kind`` "uneven_steps" when DDP issued the culprit's
-        from ``backward()``: the ranks ran different numbers of steps; "some_ranks_only" when
+        from ``backward()``: the ranks ran different numbers of steps; "skipped_step" when,
+        besides, the job's latest output shows a batch skipped after an error, quoted in
+        ``log_line``: one rank skipped a step alone; "some_ranks_only" when
         one side's was issued from a line the other rank never issued one from, with
         ``branch_rank`` and ``branch_frames``; "collective_order" when each side's line is in
         the other's history; else "different_collectives"), with ``says``,
@@ -107,7 +109,7 @@ class RankOutsideCollective(Rule):
             evidence["nodes"] = {str(r): node_tag(window, r)[2:-1]
                                  for r in sorted({*gap.missing, *waiting})}
         return self.caused(gap.missing, summary, evidence,
-                           difference_cause(window.flight, window.stacks, gap.missing, waiting))
+                           cause_of(window, gap.missing, waiting))
 
     @staticmethod
     def _outside(window: Window, ranks: tuple[int, ...]) -> tuple[int, ...]:
@@ -142,7 +144,7 @@ class RankOutsideCollective(Rule):
                            for r, e in sorted(gap.waiting.items())},
             "dumps": sorted(d.path for d in window.flight.values()),
             "culprits": {str(r): rank_evidence(window, r) for r in culprits}},
-            difference_cause(window.flight, window.stacks, culprits, waiting))
+            cause_of(window, culprits, waiting))
 
     def _from_stacks(self, window: Window, live: set[int]) -> Iterator[Finding]:
         inside = {r for r in live if r in window.stacks and in_collective(window.stacks[r].main)}

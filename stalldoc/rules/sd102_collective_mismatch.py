@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.analysis.causes import Cause, difference_cause
+from stalldoc.analysis.causes import Cause
 from stalldoc.analysis.rings import mismatches, wrapped_evidence
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
-from stalldoc.rules.base import Rule, join_ranks, rank_evidence
+from stalldoc.rules.base import Rule, cause_of, join_ranks, rank_evidence
 
 
 class CollectiveMismatch(Rule):
@@ -32,7 +32,8 @@ class CollectiveMismatch(Rule):
         have been among them). ``cause``, where the ranks' Flight Recorder dumps decide one (see
         SD101): "some_ranks_only" (one side's collective was issued from a line the other rank
         never issued one from: a branch only some ranks take; ``branch_frames`` name it),
-        "collective_order", "different_collectives" or "uneven_steps"; the summary adds its
+        "collective_order", "different_collectives", "uneven_steps" or "skipped_step"; the
+        summary adds its
         sentence and the fix is the cause's own.
 
     Fix
@@ -58,8 +59,7 @@ class CollectiveMismatch(Rule):
             summary = (f"collective #{mismatch.seq} of group {mismatch.group} differs between "
                        f"ranks: {calls}")
             sides = sorted(counts.values(), key=len)
-            cause = difference_cause(window.flight, window.stacks, sides[0],
-                                     [r for side in sides[1:] for r in side])
+            cause = cause_of(window, sides[0], [r for side in sides[1:] for r in side])
             ranks = self._culprits(mismatch.calls, sides, cause)
             evidence = {**rank_evidence(window, ranks[0]),
                         "group": mismatch.group, "seq": mismatch.seq,

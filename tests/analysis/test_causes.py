@@ -1,7 +1,9 @@
 """Causes decided from Flight Recorder entries (end to end: tests/test_classic_hangs.py)."""
 from __future__ import annotations
 
-from stalldoc.analysis.causes import difference_cause
+import pytest
+
+from stalldoc.analysis.causes import difference_cause, skip_line
 from stalldoc.model.collectives import FlightDump, FlightEntry
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
@@ -39,6 +41,61 @@ def test_a_gradient_all_reduce_against_a_barrier_is_uneven_steps():
     assert cause.evidence()["frames"] == {"1": "train (/job/train.py:51)",
                                           "0": "main (/job/train.py:64)"}
     assert "#11 of group world" in cause.says
+
+
+# lines users' jobs print when one rank skips a batch after an error (each from its thread)
+SKIPS = [
+    "| WARNING: ran out of memory, skipping this batch.",                    # pytorch#44353
+    "Ran out of memory in the backward pass. Skipping batch due to: CUDA out of memory. Tried "
+    "to allocate 1.20 GiB",                                                  # Lightning#5243
+    "rank 1: skipping micro-batch 2: NoValidAnchorsError: no sample is long enough",  # Automodel
+    "[rank3]: WARNING nan loss at step 812, skipping the update",
+]
+# skips every rank makes together, and lines that are not skips after an error
+NOT_SKIPS = [
+    "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768",
+    "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0",   # apex
+    # Megatron-LM's training_log line: it counts the overflow skips every rank makes together
+    " iteration      100/    1000 | consumed samples:         3200 | lm loss: 7.512E+00 | "
+    "loss scale: 65536.0 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+    "Skipping 3 shards already tokenized",
+    "eval error rate 0.12 at step 400",
+    "{'loss': 0.41, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.5}",
+]
+
+
+@pytest.mark.parametrize("line", SKIPS)
+def test_a_batch_skipped_after_an_error_is_read_from_the_log(line):
+    assert skip_line(["step 3 loss 0.2", line, "step 4 loss 0.1"]) == line
+
+
+@pytest.mark.parametrize("line", NOT_SKIPS)
+def test_skips_every_rank_makes_and_other_lines_are_not(line):
+    assert skip_line(["step 3 loss 0.2", line]) == ""
+
+
+def test_uneven_steps_with_a_skip_in_the_log_is_a_skipped_step():
+    flight = {0: dump(0, entry(10, "all_reduce", BACKWARD, pending=False),
+                      entry(11, "barrier", BARRIER, ())),
+              1: dump(1, entry(10, "all_reduce", BACKWARD, pending=False),
+                      entry(11, "all_reduce", BACKWARD))}
+    log = ["step 2 loss 0.3", SKIPS[0], "step 3 loss 0.2"]
+    cause = difference_cause(flight, {}, [1], [0], log)
+    assert cause is not None and cause.kind == "skipped_step", cause
+    assert cause.evidence()["log_line"] == SKIPS[0]
+    assert "ReduceOp.MAX" in cause.fix and "drop_last" not in cause.fix
+    # the same dumps with a log that shows no such skip: uneven steps, the skip one reading
+    quiet = difference_cause(flight, {}, [1], [0], ["step 2 loss 0.3", NOT_SKIPS[0]])
+    assert quiet is not None and quiet.kind == "uneven_steps"
+    assert "some ranks skipped a step" in quiet.says and "drop_last" in quiet.fix
+
+
+def test_a_skip_in_the_log_decides_nothing_without_uneven_steps():
+    # a branch of some ranks (rank 0 saves) with a skip line in the log: still the branch
+    flight = {0: dump(0, entry(6, "all_reduce", STEP, pending=False), entry(7, "barrier", SAVE)),
+              1: dump(1, entry(6, "all_reduce", STEP, pending=False), entry(7, "all_reduce", STEP))}
+    cause = difference_cause(flight, {}, [1], [0], [SKIPS[0]])
+    assert cause is not None and cause.kind == "some_ranks_only", cause
 
 
 def test_pending_entries_without_frames_take_them_from_the_ranks_stack():
