@@ -43,6 +43,10 @@ CASES = (
          (0, 2), {"SKIP_RANK": "1"}),
     Case("NoValidAnchorsError, rank continues", "skip_on_exception.py", 4,
          "skipped_step", (0, 1, 2), {"SKIP_RANK": "3", "VARIANT": "anchors"}),
+    Case("FSDP generate, lengths differ", "sharded_generate.py", 3, "forward_count_differs",
+         (2,), {"MODE": "lengths"}),
+    Case("FSDP generate on rank 0 alone", "sharded_generate.py", 2, "forward_on_some_ranks",
+         (0,), {"MODE": "rank0"}),
     Case("checkpoint seen by some ranks", "resume_seen_by_some.py", 3, "some_ranks_only",
          (1, 2), {"SEES": "0"}),
     Case("barrier in rank 0's save branch", "rank_zero_save.py", 3, "some_ranks_only", (0,)),
@@ -80,14 +84,14 @@ def run(case: Case, timeout: float) -> tuple[str, tuple[int, ...], float]:
 
 def main() -> None:
     timeout = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
-    print(f"{'scenario':40} {'expected':16} {'named':16} culprits  latency (x timeout "
+    print(f"{'scenario':40} {'expected':22} {'named':22} culprits  latency (x timeout "
           f"{timeout:.0f} s)")
     right = 0
     for case in CASES:
         cause, ranks, latency = run(case, timeout)
         ok = cause == case.cause and ranks == case.culprits
         right += ok
-        print(f"{case.name:40} {case.cause or '(none)':16} {cause or '(none)':16} "
+        print(f"{case.name:40} {case.cause or '(none)':22} {cause or '(none)':22} "
               f"{'right' if ranks == case.culprits else 'WRONG ' + str(list(ranks)):9} "
               f"{latency:5.1f} s ({latency / timeout:.2f} x)")
     print(f"{right} of {len(CASES)} scenarios: cause and culprits right")

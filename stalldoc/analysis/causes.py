@@ -17,6 +17,15 @@ finding then says what is known and no more.
   skips a step alone issues one gradient all-reduce fewer than the others. Which rank printed
   the line the log does not say; the finding quotes it. Skips every rank makes together (the
   fp16 loss scaler's "OVERFLOW ... skipping step") are not this.
+- ``forward_on_some_ranks``: one side gathers a layer's sharded parameters for a forward (FSDP's
+  unshard, ZeRO-3's fetch; not inside backward()) issued from a line the other rank never ran:
+  a forward, ``generate()`` or ``summon_full_params`` on some ranks only (rank 0 samples or
+  evaluates alone). Under FSDP / ZeRO-3 every forward needs every rank.
+- ``forward_count_differs``: the same gather, from a line the other rank ran too before it moved
+  on (to a barrier, the next phase): the ranks run different numbers of forward passes, as
+  ``generate()`` without ``synced_gpus`` does when ranks stop at different lengths. Where the
+  line is the training step's forward and the other rank ran steps and is out of them, it is
+  ``uneven_steps``.
 - ``some_ranks_only``: one side's collective was issued where the other rank never issued one
   (no entry of its Flight Recorder comes from that line), while the other side's is on the path
   every rank takes (the first rank made it before too, or it is DDP's gradient all-reduce): a
@@ -55,11 +64,20 @@ SKIPPED_STEP_FIX = (
     "each rank's backward() issues the same gradient all-reduces; never `continue` past "
     "backward() on one rank alone. An out-of-memory inside backward() cannot be skipped safely "
     "under DDP: lower the batch or sequence length instead.")
+FORWARD_COUNT_FIX = (
+    "Make every rank run the same number of forward passes under FSDP / ZeRO-3: with Hugging "
+    "Face generate() pass synced_gpus=True (transformers sets it for ZeRO-3, not always for "
+    "FSDP), which keeps a rank that has finished running forward passes until every rank has; "
+    "in a decoding loop of your own, all_reduce a 'done' flag each step and stop when every "
+    "rank is done; give every rank the same number of evaluation batches.")
 COLLECTIVE_ORDER_FIX = (
     "Make every rank call the same collectives in the same order: compare the two frames named, "
     "and find the code path (a branch on the rank or on the data) that runs them in another "
     "order on some ranks.")
 _BACKWARD_FUNCTIONS = {"_engine_run_backward", "run_backward"}
+# where FSDP (1 and 2) and DeepSpeed ZeRO-3 gather sharded parameters: (path part, function names)
+_SHARDED = (("FSDP", "/torch/distributed/fsdp/", ("unshard",)),
+            ("ZeRO-3", "/deepspeed/runtime/zero/", ("fetch_sub_module", "all_gather")))
 _SKIP = re.compile(r"\bskip(?:s|ped|ping)?\b", re.IGNORECASE)
 _ERROR = re.compile(r"out of memory|\bOOM\b|error|exception|\bnan\b", re.IGNORECASE)
 # skips every rank makes together: the fp16 loss scaler's overflow, and Megatron's counters of
@@ -131,8 +149,13 @@ def _cause(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry],
     group = "world" if entry.group_desc == "default_pg" else entry.group_desc or entry.group
     where = f"#{entry.seq} of group {group} in the Flight Recorder"
     if from_backward(entry) and not from_backward(their) and stepped(flight[other], their):
-        return _uneven(mine, theirs, where, facts, skip_line(log))
+        return _uneven(mine, theirs, _gradient(entry, where), facts, skip_line(log))
     known = {culprit: call_sites(flight[culprit]), other: call_sites(flight[other])}
+    for forward, other_side in ((mine, theirs), (theirs, mine)):
+        if sharded_gather(forward[1]) and not _same_call(forward[1], other_side[1]):
+            sharded = _sharded_forward(forward, other_side, flight, where, facts, log)
+            if sharded is not None:
+                return sharded
     for (alone, call), (never, common) in ((mine, theirs), (theirs, mine)):
         if _on_a_branch(call, known[never], common, known[alone]):
             return _some_ranks_only(alone, call, never, where, facts)
@@ -146,15 +169,19 @@ def _cause(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry],
                  "only or the order differs)", COLLECTIVE_ORDER_FIX, facts)
 
 
-def _uneven(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry], where: str,
+def _gradient(entry: FlightEntry, where: str) -> str:
+    return (f"waits in DDP's gradient {op_name(entry)} ({where}), issued by backward() at "
+            f"{issued_at(entry) or 'an unknown frame'}")
+
+
+def _uneven(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry], doing: str,
             facts: dict[str, Any], skipped: str) -> Cause:
-    """The culprit waits in DDP's gradient all-reduce where the other rank, out of its training
-    steps, waits in another collective; ``skipped``: a log line of a batch skipped after an
-    error ('' when none)."""
-    (culprit, entry), (other, their) = mine, theirs
-    waits = (f"rank {culprit} waits in DDP's gradient {op_name(entry)} ({where}), issued by "
-             f"backward() at {issued_at(entry) or 'an unknown frame'}, where rank {other}, out "
-             f"of its training steps, is in {op_name(their)}{_at(their)}")
+    """Rank ``mine`` is in a training step (``doing`` says how) where rank ``theirs``, out of
+    its training steps, waits in another collective; ``skipped``: a log line of a batch skipped
+    after an error ('' when none)."""
+    (culprit, _), (other, their) = mine, theirs
+    waits = (f"rank {culprit} {doing}, where rank {other}, out of its training steps, is in "
+             f"{op_name(their)}{_at(their)}")
     if skipped:
         says = (f"{waits}: the ranks ran different numbers of steps, and the job's log shows a "
                 f"batch skipped after an error ({skipped!r}): a rank that skips a step alone "
@@ -163,6 +190,75 @@ def _uneven(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry], wher
     says = (f"{waits}: the ranks ran different numbers of steps (uneven inputs), some ranks "
             f"skipped a step, or rank {other} left the loop on a branch the others did not take")
     return Cause("uneven_steps", says, UNEVEN_STEPS_FIX, facts)
+
+
+def _sharded_forward(forward: tuple[int, FlightEntry], other_side: tuple[int, FlightEntry],
+                     flight: Mapping[int, FlightDump], where: str, facts: dict[str, Any],
+                     log: Sequence[str]) -> Cause | None:
+    """Rank ``forward`` gathers sharded parameters for a forward where the other rank is in
+    another collective: a forward the other never ran (a frame of its path is nowhere in the
+    other's history), or one it ran fewer times. None when the other's history holds no
+    frames to compare with."""
+    (rank, entry), (other, their) = forward, other_side
+    ran = frames_run(flight[other])
+    if not ran:
+        return None
+    lib, path = sharded_gather(entry), " called from ".join(user_frames(entry))
+    gathers = (f"rank {rank} gathers its layers' sharded parameters ({lib}: {op_name(entry)}, "
+               f"{where}) for a forward at {path or 'an unknown frame'}")
+    facts = {**facts, "sharding": lib, "forward_rank": rank, "forward_frames": user_frames(entry)}
+    if set(user_frames(entry)) <= ran:
+        if not _generating(entry) and stepped(flight[other], their):
+            return _uneven(forward, other_side, f"{gathers} in a training step", facts,
+                           skip_line(log))
+        says = (f"{gathers}, a forward rank {other} ran too and has left: it is in "
+                f"{op_name(their)}{_at(their)}. Under {lib} every forward gathers each layer's "
+                "parameters from all ranks, so ranks that run different numbers of forward "
+                "passes (generate() stopping at different lengths without synced_gpus) wait "
+                "for each other")
+        return Cause("forward_count_differs", says, FORWARD_COUNT_FIX, facts)
+    says = (f"{gathers}, which rank {other} never ran (not in its Flight Recorder): it is in "
+            f"{op_name(their)}{_at(their)}. "
+            f"Under {lib} every forward gathers each layer's parameters from all ranks: a "
+            "forward, generate() or summon_full_params() on some ranks only waits for ranks "
+            "that never join")
+    fix = (f"Run the forward on every rank: {path or 'the forward'} runs on rank {rank} and not "
+           f"on rank {other}. Generate or evaluate on all ranks (each on its own share of the "
+           "prompts) and gather the results; for a sample on rank 0 only, gather a full copy "
+           "of the parameters first on every rank (FSDP's summon_full_params, rank0_only "
+           "included, and deepspeed.zero.GatheredParameters must be entered by every rank), or "
+           "keep an unsharded copy of the model for sampling.")
+    return Cause("forward_on_some_ranks", says, fix, facts)
+
+
+def frames_run(dump: FlightDump) -> set[str]:
+    """Every frame outside libraries on the path of a collective the rank's Flight Recorder
+    still holds."""
+    return {frame for e in dump.entries if not e.p2p for frame in user_frames(e)}
+
+
+def sharded_gather(entry: FlightEntry) -> str:
+    """'FSDP' or 'ZeRO-3' where the collective gathers sharded parameters outside backward()
+    (for a forward, or summon_full_params / GatheredParameters); '' otherwise."""
+    if from_backward(entry):
+        return ""
+    for frame in entry.frames:
+        name, path = frame.function.rsplit(".", 1)[-1], frame.filename.replace("\\", "/")
+        for lib, part, names in _SHARDED:
+            if part in path and any(n in name for n in names):
+                return lib
+    return ""
+
+
+def _generating(entry: FlightEntry) -> bool:
+    """Whether the forward runs inside a generate() (Hugging Face's or the job's own)."""
+    return any(f.function.rsplit(".", 1)[-1] in ("generate", "_sample", "_greedy_search",
+                                                 "_beam_search") for f in entry.frames)
+
+
+def _same_call(entry: FlightEntry, their: FlightEntry) -> bool:
+    """Both ranks' collectives were issued from one line (the same gather out of step)."""
+    return bool(issued_at(entry)) and issued_at(entry) == issued_at(their)
 
 
 def skip_line(log: Sequence[str]) -> str:

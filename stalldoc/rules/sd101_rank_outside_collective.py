@@ -43,7 +43,10 @@ class RankOutsideCollective(Rule):
         number a waiting rank waits at (``kind`` "uneven_steps" when DDP issued the culprit's
         from ``backward()``: the ranks ran different numbers of steps; "skipped_step" when,
         besides, the job's latest output shows a batch skipped after an error, quoted in
-        ``log_line``: one rank skipped a step alone; "some_ranks_only" when
+        ``log_line``: one rank skipped a step alone; "forward_on_some_ranks" when one side
+        gathers sharded parameters (FSDP, ZeRO-3) for a forward on a path the other never ran,
+        with ``forward_rank``, ``forward_frames`` and ``sharding``; "forward_count_differs"
+        when the other ran that forward too, fewer times; "some_ranks_only" when
         one side's was issued from a line the other rank never issued one from, with
         ``branch_rank`` and ``branch_frames``; "collective_order" when each side's line is in
         the other's history; else "different_collectives"), with ``says``,

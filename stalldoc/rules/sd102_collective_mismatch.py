@@ -9,6 +9,9 @@ from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, cause_of, join_ranks, rank_evidence
 
+# causes that name the ranks on a path the others never took, and the fact that holds one of them
+_BRANCH_RANK = {"some_ranks_only": "branch_rank", "forward_on_some_ranks": "forward_rank"}
+
 
 class CollectiveMismatch(Rule):
     """Ranks called different collectives (op, size or dtype) at the same sequence number.
@@ -32,6 +35,8 @@ class CollectiveMismatch(Rule):
         have been among them). ``cause``, where the ranks' Flight Recorder dumps decide one (see
         SD101): "some_ranks_only" (one side's collective was issued from a line the other rank
         never issued one from: a branch only some ranks take; ``branch_frames`` name it),
+        "forward_on_some_ranks" (a forward under FSDP / ZeRO-3 on a path the other ranks never
+        ran; the ranks named are those of ``forward_rank``'s call), "forward_count_differs",
         "collective_order", "different_collectives", "uneven_steps" or "skipped_step"; the
         summary adds its
         sentence and the fix is the cause's own.
@@ -73,8 +78,9 @@ class CollectiveMismatch(Rule):
                   cause: Cause | None) -> list[int]:
         """The ranks on the branch the cause names; else the ranks outside a strict majority;
         else (a tie: two ranks, or halves) every rank, no side guessed."""
-        if cause is not None and cause.kind == "some_ranks_only":
-            branch = calls[cause.facts["branch_rank"]]
+        branch_rank = _BRANCH_RANK.get(cause.kind, "") if cause is not None else ""
+        if branch_rank:
+            branch = calls[cause.facts[branch_rank]]
             return sorted(r for r, call in calls.items() if call == branch)
         if len(sides) > 1 and len(sides[-1]) > len(sides[-2]):
             return sorted(r for side in sides[:-1] for r in side)

@@ -177,3 +177,106 @@ def test_no_cause_without_a_pending_collective_on_the_culprit_or_a_difference():
               1: dump(1, entry(4, "all_reduce", BACKWARD, pending=False))}
     assert difference_cause(behind, {}, [1], [0]) is None        # stuck in its own code
     assert difference_cause({0: dump(0, same)}, {}, [1], [0]) is None   # no dump of rank 1
+
+
+# ----- forward passes under parameter sharding (FSDP, ZeRO-3) ------------------------------------
+FSDP = "/venv/lib/python3.11/site-packages/torch/distributed/fsdp/_fully_shard"
+ZERO = "/venv/lib/python3.11/site-packages/deepspeed/runtime/zero"
+
+
+def gather(*user: Frame, lib: str = "fsdp") -> tuple[Frame, ...]:
+    """A parameter gather as the Flight Recorder records it: the library's frames, then the
+    job's (``user``, innermost first)."""
+    if lib == "fsdp":
+        inner = (Frame("all_gather_single", f"{TORCH}/distributed/distributed_c10d.py", 4387),
+                 Frame("foreach_all_gather", f"{FSDP}/_fsdp_collectives.py", 364),
+                 Frame("unshard", f"{FSDP}/_fsdp_param_group.py", 407),
+                 Frame("pre_forward", f"{FSDP}/_fsdp_param_group.py", 551))
+    else:   # DeepSpeed ZeRO-3's pre-forward fetch (py-spy names methods by their qualified name)
+        inner = (Frame("all_gather_into_tensor", f"{TORCH}/distributed/distributed_c10d.py", 3900),
+                 Frame("Init._all_gather", f"{ZERO}/partition_parameters.py", 1723),
+                 Frame("PartitionedParameterCoordinator.fetch_sub_module",
+                       f"{ZERO}/partitioned_param_coordinator.py", 310),
+                 Frame("pre_sub_module_forward_function", f"{ZERO}/parameter_offload.py", 531))
+    return inner + user
+
+
+LM_FORWARD = Frame("forward", "/job/lm.py", 48)
+GENERATE = Frame("generate", "/job/lm.py", 63)
+TRAIN_STEP = Frame("train_step", "/job/lm.py", 69)
+FSDP_BACKWARD = (Frame("reduce_scatter_single", f"{TORCH}/distributed/distributed_c10d.py", 4936),
+                 Frame("post_backward", f"{FSDP}/_fsdp_param_group.py", 688),
+                 BACKWARD[0], Frame("train_step", "/job/lm.py", 70))
+
+
+def lm_history(*main_lines: int) -> list[FlightEntry]:
+    """A training step per line of main(): a forward's gathers and a backward's reduce."""
+    out = []
+    for n, line in enumerate(main_lines):
+        main = Frame("main", "/job/lm.py", line)
+        out += [entry(2 * n + 1, "all_gather", gather(LM_FORWARD, TRAIN_STEP, main), pending=False),
+                entry(2 * n + 2, "all_reduce", FSDP_BACKWARD + (main,), pending=False)]
+    return out
+
+
+def test_a_forward_one_rank_runs_alone_under_fsdp_is_a_forward_on_some_ranks():
+    # pytorch#101294 / a sample on rank 0: rank 0 generates alone, rank 1 is in the barrier
+    # (the root's gather is issued from generate; a layer's from the model's forward, a line
+    # rank 1 ran in every training step: the path, not its innermost line, decides)
+    branch = Frame("main", "/job/lm.py", 95)
+    for path in ((GENERATE, branch), (LM_FORWARD, GENERATE, branch)):
+        flight = {0: dump(0, *lm_history(91), entry(3, "all_gather", gather(*path),
+                                                     sizes=((363,),))),
+                  1: dump(1, *lm_history(91), entry(3, "barrier", BARRIER, ()))}
+        for culprits, waiting in (([0], [1]), ([1], [0])):   # whichever side the rule names
+            cause = difference_cause(flight, {}, culprits, waiting)
+            assert cause is not None and cause.kind == "forward_on_some_ranks", (path, cause)
+            assert cause.facts["forward_rank"] == 0 and cause.facts["sharding"] == "FSDP"
+            assert cause.facts["forward_frames"] == [str(f) for f in path]
+            assert "never ran" in cause.says and str(GENERATE) in cause.fix
+
+
+def test_generation_of_different_lengths_is_a_forward_count_that_differs():
+    # deepspeed#8262: both ranks generated; rank 1 stopped first and waits in the barrier
+    rollout = Frame("main", "/job/lm.py", 86)
+    decode = entry(3, "all_gather", gather(LM_FORWARD, GENERATE, rollout), pending=False)
+    flight = {0: dump(0, *lm_history(91), decode,
+                      entry(4, "all_gather", gather(LM_FORWARD, GENERATE, rollout))),
+              1: dump(1, *lm_history(91), decode, entry(4, "barrier", BARRIER, ()))}
+    cause = difference_cause(flight, {}, [1], [0])
+    assert cause is not None and cause.kind == "forward_count_differs", cause
+    assert "synced_gpus=True" in cause.fix
+
+
+def test_zero3_fetches_are_read_as_sharded_gathers_too():
+    branch = Frame("main", "/job/lm.py", 95)
+    flight = {0: dump(0, *lm_history(91), entry(3, "all_gather", gather(GENERATE, branch,
+                                                                       lib="zero"))),
+              1: dump(1, *lm_history(91), entry(3, "barrier", BARRIER, ()))}
+    cause = difference_cause(flight, {}, [1], [0])
+    assert cause is not None and cause.kind == "forward_on_some_ranks", cause
+    assert cause.facts["sharding"] == "ZeRO-3"
+
+
+def test_an_extra_training_forward_under_fsdp_is_uneven_steps():
+    # rank 0 has one batch more: its next step's forward gathers where rank 1, out of its
+    # steps, waits in the barrier after the loop
+    flight = {0: dump(0, *lm_history(91, 91), entry(5, "all_gather", gather(
+                  LM_FORWARD, TRAIN_STEP, Frame("main", "/job/lm.py", 91)))),
+              1: dump(1, *lm_history(91, 91), entry(5, "barrier", BARRIER, ()))}
+    cause = difference_cause(flight, {}, [0], [1])
+    assert cause is not None and cause.kind == "uneven_steps", cause
+    assert "sharded parameters (FSDP" in cause.says and "in a training step" in cause.says
+
+
+def test_a_gather_inside_backward_or_without_frames_to_compare_claims_no_sharded_forward():
+    backward_gather = gather(LM_FORWARD)[:3] + BACKWARD     # FSDP re-gathers for backward
+    flight = {0: dump(0, entry(3, "all_gather", backward_gather)),
+              1: dump(1, entry(3, "barrier", BARRIER, ()))}
+    cause = difference_cause(flight, {}, [1], [0])
+    assert cause is None or cause.kind not in ("forward_on_some_ranks", "forward_count_differs")
+    # rank 1's history holds no frames: nothing to say it never ran the forward
+    bare = {0: dump(0, entry(3, "all_gather", gather(GENERATE))),
+            1: dump(1, entry(2, "all_reduce", (), pending=False), entry(3, "barrier", (), ()))}
+    cause = difference_cause(bare, {}, [1], [0])
+    assert cause is None or cause.kind not in ("forward_on_some_ranks", "forward_count_differs")
