@@ -26,6 +26,10 @@ finding then says what is known and no more.
   ``generate()`` without ``synced_gpus`` does when ranks stop at different lengths. Where the
   line is the training step's forward and the other rank ran steps and is out of them, it is
   ``uneven_steps``.
+- ``size_mismatch``: the same collective, issued from the same line, with tensors of different
+  sizes on the two ranks (an ``all_gather`` of per-rank predictions of different lengths; a
+  ``broadcast_object_list`` whose lists differ in length, as its first broadcast carries one size
+  per object). NCCL does not check sizes: it hangs or mixes data (gloo aborts on it instead).
 - ``some_ranks_only``: one side's collective was issued where the other rank never issued one
   (no entry of its Flight Recorder comes from that line), while the other side's is on the path
   every rank takes (the first rank made it before too, or it is DDP's gradient all-reduce): a
@@ -70,6 +74,11 @@ FORWARD_COUNT_FIX = (
     "FSDP), which keeps a rank that has finished running forward passes until every rank has; "
     "in a decoding loop of your own, all_reduce a 'done' flag each step and stop when every "
     "rank is done; give every rank the same number of evaluation batches.")
+SIZE_MISMATCH_FIX = (
+    "Give the collective tensors of the same shape on every rank: pad to a common length "
+    "first (all_reduce the lengths with ReduceOp.MAX, pad, gather, then trim), or gather "
+    "Python objects with all_gather_object; broadcast_object_list needs a list of the same "
+    "length on every rank (e.g. [None] * n on the receivers).")
 COLLECTIVE_ORDER_FIX = (
     "Make every rank call the same collectives in the same order: compare the two frames named, "
     "and find the code path (a branch on the rank or on the data) that runs them in another "
@@ -78,6 +87,8 @@ _BACKWARD_FUNCTIONS = {"_engine_run_backward", "run_backward"}
 # where FSDP (1 and 2) and DeepSpeed ZeRO-3 gather sharded parameters: (path part, function names)
 _SHARDED = (("FSDP", "/torch/distributed/fsdp/", ("unshard",)),
             ("ZeRO-3", "/deepspeed/runtime/zero/", ("fetch_sub_module", "all_gather")))
+_OBJECT_COLLECTIVES = ("broadcast_object_list", "all_gather_object", "gather_object",
+                       "scatter_object_list")
 _SKIP = re.compile(r"\bskip(?:s|ped|ping)?\b", re.IGNORECASE)
 _ERROR = re.compile(r"out of memory|\bOOM\b|error|exception|\bnan\b", re.IGNORECASE)
 # skips every rank makes together: the fp16 loss scaler's overflow, and Megatron's counters of
@@ -150,12 +161,16 @@ def _cause(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry],
     where = f"#{entry.seq} of group {group} in the Flight Recorder"
     if from_backward(entry) and not from_backward(their) and stepped(flight[other], their):
         return _uneven(mine, theirs, _gradient(entry, where), facts, skip_line(log))
-    known = {culprit: call_sites(flight[culprit]), other: call_sites(flight[other])}
+    if _same_call(entry, their) and op_name(entry) == op_name(their) \
+            and entry.input_sizes != their.input_sizes and not from_backward(entry) \
+            and not sharded_gather(entry):
+        return _size_mismatch(mine, theirs, where, facts)
     for forward, other_side in ((mine, theirs), (theirs, mine)):
         if sharded_gather(forward[1]) and not _same_call(forward[1], other_side[1]):
             sharded = _sharded_forward(forward, other_side, flight, where, facts, log)
             if sharded is not None:
                 return sharded
+    known = {culprit: call_sites(flight[culprit]), other: call_sites(flight[other])}
     for (alone, call), (never, common) in ((mine, theirs), (theirs, mine)):
         if _on_a_branch(call, known[never], common, known[alone]):
             return _some_ranks_only(alone, call, never, where, facts)
@@ -167,6 +182,39 @@ def _cause(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry],
     return Cause("different_collectives", f"{both}: the ranks wait in different collectives "
                  "(the dumps hold too few frames to tell whether one is called on some ranks "
                  "only or the order differs)", COLLECTIVE_ORDER_FIX, facts)
+
+
+def _size_mismatch(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry],
+                   where: str, facts: dict[str, Any]) -> Cause:
+    """Both ranks in one collective from one line, with tensors of different sizes."""
+    (culprit, entry), (other, their) = mine, theirs
+    sizes = {str(culprit): [list(s) for s in entry.input_sizes],
+             str(other): [list(s) for s in their.input_sizes]}
+    says = (f"rank {culprit} and rank {other} are in the same {op_name(entry)} ({where}) at "
+            f"{issued_at(entry)} with tensors of different sizes ({_shapes(entry)} against "
+            f"{_shapes(their)})")
+    objects = _object_collective(entry)
+    if objects == "broadcast_object_list" and _one_dim(entry) and _one_dim(their):
+        says += (f": broadcast_object_list with lists of {entry.input_sizes[0][0]} and "
+                 f"{their.input_sizes[0][0]} objects")
+    elif objects:
+        says += f", inside {objects}"
+    return Cause("size_mismatch", says, SIZE_MISMATCH_FIX,
+                 {**facts, "input_sizes": sizes, "object_collective": objects})
+
+
+def _shapes(entry: FlightEntry) -> str:
+    return ", ".join("x".join(map(str, s)) or "scalar" for s in entry.input_sizes) or "none"
+
+
+def _one_dim(entry: FlightEntry) -> bool:
+    return len(entry.input_sizes) == 1 and len(entry.input_sizes[0]) == 1
+
+
+def _object_collective(entry: FlightEntry) -> str:
+    """The object collective (all_gather_object, broadcast_object_list, ...) that issued it."""
+    names = {f.function.rsplit(".", 1)[-1] for f in entry.frames}
+    return next((n for n in _OBJECT_COLLECTIVES if n in names), "")
 
 
 def _gradient(entry: FlightEntry, where: str) -> str:

@@ -46,7 +46,9 @@ class RankOutsideCollective(Rule):
         ``log_line``: one rank skipped a step alone; "forward_on_some_ranks" when one side
         gathers sharded parameters (FSDP, ZeRO-3) for a forward on a path the other never ran,
         with ``forward_rank``, ``forward_frames`` and ``sharding``; "forward_count_differs"
-        when the other ran that forward too, fewer times; "some_ranks_only" when
+        when the other ran that forward too, fewer times; "size_mismatch" when both sides are
+        in one collective from one line with different sizes (``input_sizes``,
+        ``object_collective``); "some_ranks_only" when
         one side's was issued from a line the other rank never issued one from, with
         ``branch_rank`` and ``branch_frames``; "collective_order" when each side's line is in
         the other's history; else "different_collectives"), with ``says``,

@@ -37,6 +37,7 @@ class CollectiveMismatch(Rule):
         never issued one from: a branch only some ranks take; ``branch_frames`` name it),
         "forward_on_some_ranks" (a forward under FSDP / ZeRO-3 on a path the other ranks never
         ran; the ranks named are those of ``forward_rank``'s call), "forward_count_differs",
+        "size_mismatch" (one collective from one line, tensors of different sizes),
         "collective_order", "different_collectives", "uneven_steps" or "skipped_step"; the
         summary adds its
         sentence and the fix is the cause's own.

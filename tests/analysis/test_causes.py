@@ -280,3 +280,37 @@ def test_a_gather_inside_backward_or_without_frames_to_compare_claims_no_sharded
             1: dump(1, entry(2, "all_reduce", (), pending=False), entry(3, "barrier", (), ()))}
     cause = difference_cause(bare, {}, [1], [0])
     assert cause is None or cause.kind not in ("forward_on_some_ranks", "forward_count_differs")
+
+
+# ----- one collective, different sizes ------------------------------------------------------------
+def test_one_collective_from_one_line_with_different_sizes_is_a_size_mismatch():
+    # the classic: all_gather of each rank's predictions, whose count differs per rank
+    preds = (Frame("all_gather", f"{TORCH}/distributed/distributed_c10d.py", 3800),
+             Frame("gather_predictions", "/job/eval.py", 22), Frame("main", "/job/eval.py", 40))
+    flight = {0: dump(0, entry(8, "all_gather", preds, sizes=((37, 4),))),
+              1: dump(1, entry(8, "all_gather", preds, sizes=((35, 4),)))}
+    cause = difference_cause(flight, {}, [1], [0])
+    assert cause is not None and cause.kind == "size_mismatch", cause
+    assert cause.facts["input_sizes"] == {"1": [[35, 4]], "0": [[37, 4]]}
+    assert "35x4 against 37x4" in cause.says and cause.facts["object_collective"] == ""
+    assert "pad" in cause.fix
+
+
+def test_broadcast_object_list_with_lists_of_different_lengths_says_so():
+    objects = (Frame("broadcast", f"{TORCH}/distributed/distributed_c10d.py", 2800),
+               Frame("broadcast_object_list", f"{TORCH}/distributed/distributed_c10d.py", 3500),
+               Frame("sync_config", "/job/train.py", 12))
+    flight = {0: dump(0, entry(2, "broadcast", objects, sizes=((2,),))),
+              1: dump(1, entry(2, "broadcast", objects, sizes=((1,),)))}
+    cause = difference_cause(flight, {}, [0], [1])
+    assert cause is not None and cause.kind == "size_mismatch", cause
+    assert "broadcast_object_list with lists of 2 and 1 objects" in cause.says
+    assert cause.facts["object_collective"] == "broadcast_object_list"
+
+
+def test_sharded_gathers_of_different_layers_are_no_size_mismatch():
+    # both ranks in the model's forward line under FSDP, gathering different layers
+    flight = {0: dump(0, entry(3, "all_gather", gather(LM_FORWARD), sizes=((363,),))),
+              1: dump(1, entry(3, "all_gather", gather(LM_FORWARD), sizes=((102,),)))}
+    cause = difference_cause(flight, {}, [1], [0])
+    assert cause is None or cause.kind != "size_mismatch", cause
