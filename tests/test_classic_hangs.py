@@ -103,6 +103,23 @@ def test_a_forward_not_every_rank_runs_under_fsdp_is_named_with_its_frames(
         assert cause["forward_rank"] != named[0] and "synced_gpus=True" in finding["fix"]
 
 
+@pytest.mark.parametrize("nproc,images", [(2, 9), (3, 10)])
+def test_predictions_of_different_lengths_all_gathered_are_a_reported_mismatch(
+        run_watch, nproc, images):
+    # GIVEN evaluation that all-gathers each rank's predictions, one more on the first rank(s)
+    # (pytorch/ignite#1569): gloo checks the sizes and aborts the rank that received more
+    result = run_watch(torchrun(nproc, "gather_predictions.py"), env={"IMAGES": str(images)},
+                       timeout=200)
+    assert result.code != 0, result.stderr
+    # THEN the mismatch gloo reported is a finding with its sizes, beside the aborted rank
+    [mismatch] = result.findings("SD529")
+    assert int(mismatch["evidence"]["received"]) > int(mismatch["evidence"]["expected"])
+    assert "collective mismatch" in mismatch["evidence"]["lines"][0]
+    assert "pad" in mismatch["fix"]
+    [dead] = result.findings("SD103")
+    assert "SIGABRT" in dead["summary"], dead["summary"]
+
+
 @pytest.mark.parametrize("nproc,sees", [(2, "0"), (4, "0,1")])
 def test_a_collective_on_a_branch_some_ranks_take_is_named_with_the_branch(
         run_watch, tmp_path, nproc, sees):

@@ -73,6 +73,7 @@ from stalldoc.rules.sd525_rollout_request_failed import RolloutRequestFailed
 from stalldoc.rules.sd526_rollout_connection_dropped import RolloutConnectionDropped
 from stalldoc.rules.sd527_deepspeed_cache_flushes import DeepspeedCacheFlushes
 from stalldoc.rules.sd528_zero3_param_not_available import Zero3ParamNotAvailable
+from stalldoc.rules.sd529_collective_mismatch_reported import CollectiveMismatchReported
 
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
@@ -93,7 +94,7 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  VllmEngineDead, VllmShmBroadcastWait, VllmRpcTimeout,
                                  VllmWorkerMethodFailed, VllmServerNotUp, RolloutRequestFailed,
                                  RolloutConnectionDropped, DeepspeedCacheFlushes,
-                                 Zero3ParamNotAvailable)
+                                 Zero3ParamNotAvailable, CollectiveMismatchReported)
 STICKY: frozenset[str] = frozenset(rule.code for rule in RULES if rule.sticky)
 ENDS_WITH_PROGRESS: frozenset[str] = frozenset(rule.code for rule in RULES
                                                if rule.ends_with_progress)
