@@ -76,24 +76,27 @@ def test_a_rank_that_skipped_a_batch_after_an_exception_is_named_as_a_skipped_st
         assert "batch skipped after an error" in out.stdout.replace("\\", ""), fmt
 
 
-@pytest.mark.parametrize("nproc,mode,named,kind", [
-    (3, "lengths", [2], "forward_count_differs"),    # DeepSpeed#8262, ParlAI#3753
-    (4, "lengths", [3], "forward_count_differs"),
-    (2, "rank0", [0], "forward_on_some_ranks"),      # pytorch#101294: rank 0 alone
+@pytest.mark.parametrize("nproc,sharding,mode,named,kind", [
+    (3, "fsdp", "lengths", [2], "forward_count_differs"),    # DeepSpeed#8262, ParlAI#3753
+    (4, "zero3", "lengths", [3], "forward_count_differs"),   # TensorAuto/OpenTau#462
+    (2, "fsdp", "rank0", [0], "forward_on_some_ranks"),      # pytorch#101294: rank 0 alone
+    (3, "zero3", "rank0", [0], "forward_on_some_ranks"),     # DeepSpeed#5539
 ])
-def test_a_forward_not_every_rank_runs_under_fsdp_is_named_with_its_frames(
-        run_watch, nproc, mode, named, kind):
-    # GIVEN FSDP2 (fully_shard) ranks that generate from prompts of different lengths without
-    # synced_gpus, or rank 0 generating a sample alone, while the others reach a barrier
+def test_a_forward_not_every_rank_runs_under_sharding_is_named_with_its_frames(
+        run_watch, nproc, sharding, mode, named, kind):
+    # GIVEN FSDP2 (fully_shard) or DeepSpeed ZeRO-3 ranks that generate from prompts of
+    # different lengths without synced_gpus, or rank 0 generating a sample alone, while the
+    # others reach a barrier
     result = run_watch(torchrun(nproc, "sharded_generate.py"), "--on-stall", "kill",
-                       env={"MODE": mode}, timeout=200)
+                       env={"MODE": mode, "SHARDING": sharding}, timeout=200)
     assert result.code == 124, result.stderr
     # THEN the finding names the rank(s) apart, and the cause says a forward under FSDP gathers
     # parameters from every rank: where the forward came from, and the fix for that cause
     [finding] = result.findings("SD102")
     assert finding["ranks"] == named, finding["summary"]
     cause = finding["evidence"]["cause"]
-    assert cause["kind"] == kind and cause["sharding"] == "FSDP", cause
+    assert cause["kind"] == kind, cause
+    assert cause["sharding"] == {"fsdp": "FSDP", "zero3": "ZeRO-3"}[sharding], cause
     assert any(f.startswith("generate (") and "sharded_generate.py" in f
                for f in cause["forward_frames"]), cause
     if kind == "forward_on_some_ranks":

@@ -1,6 +1,6 @@
-"""Forward passes under parameter sharding (FSDP2's ``fully_shard``, gloo) that not every rank
-runs: each layer's forward all-gathers its parameters from every rank, so a rank that runs a
-forward alone waits for ranks that never join.
+"""Forward passes under parameter sharding (FSDP2's ``fully_shard``, or DeepSpeed ZeRO-3; gloo)
+that not every rank runs: each layer's forward all-gathers its parameters from every rank, so a
+rank that runs a forward alone waits for ranks that never join.
 
 Sources, kept in structure and names:
 - deepspeedai/DeepSpeed#8262 "ZeRO-3 OPSD rollout deadlocks when data-parallel ranks finish
@@ -10,6 +10,11 @@ Sources, kept in structure and names:
   number of times"; generation with variable lengths hangs.
 - pytorch/pytorch#101294: ``summon_full_params`` entered on rank 0 only hangs (its
   ``rank0_only`` argument misled the user); the same as sampling on rank 0 alone.
+- deepspeedai/DeepSpeed#5539: gathering ZeRO-3 parameters for a Hugging Face ``generate`` at the
+  end of an epoch; the job timed out in an ``_ALLGATHER_BASE``.
+- TensorAuto/OpenTau#462: eval rollouts under ZeRO-3 end at different steps on different ranks,
+  so the ranks issue different numbers of all-gathers and hang (fixed with lockstep rollouts,
+  the ``synced_gpus`` pattern).
 
 MODE "lengths" (default): for STEPS rollout steps every rank generates from its own prompt with
 a greedy decoding loop like ``generate(max_length=...)`` without ``synced_gpus``; prompts are
@@ -19,7 +24,10 @@ A training step (forward, backward, optimizer) follows each rollout. MODE "rank0
 trains STEPS steps, then rank 0 alone generates a sample for the log
 (``if rank == 0: generate(...)``) while the others go on to the barrier before saving.
 
-Environment: MODE, STEPS (default 2), MAX_LENGTH (default 12), LAYERS (default 3).
+SHARDING "fsdp" (default) or "zero3" (``deepspeed.initialize`` with ZeRO stage 3 and SGD; the
+loop calls the engine as a DeepSpeed training loop does).
+
+Environment: MODE, SHARDING, STEPS (default 2), MAX_LENGTH (default 12), LAYERS (default 3).
 """
 import os
 
@@ -29,6 +37,7 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 
 MODE = os.environ.get("MODE", "lengths")
+SHARDING = os.environ.get("SHARDING", "fsdp")
 STEPS = int(os.environ.get("STEPS", "2"))
 MAX_LENGTH = int(os.environ.get("MAX_LENGTH", "12"))
 LAYERS = int(os.environ.get("LAYERS", "3"))
@@ -50,10 +59,33 @@ class TinyLM(nn.Module):
 
 
 def shard(model):
+    """The model sharded, and its training step: (model, step(ids) -> loss)."""
+    if SHARDING == "zero3":
+        import deepspeed
+        config = {"train_micro_batch_size_per_gpu": 2, "zero_allow_untested_optimizer": True,
+                  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+                  "optimizer": {"type": "SGD", "params": {"lr": 0.01}}}
+        engine, _, _, _ = deepspeed.initialize(model=model, config=config,
+                                               model_parameters=model.parameters())
+
+        def zero_step(ids):
+            loss = lm_loss(engine(ids[:, :-1]), ids)
+            engine.backward(loss)
+            engine.step()
+            return loss.item()
+        return engine, zero_step
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)
-    return model
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def fsdp_step(ids):
+        loss = lm_loss(model(ids[:, :-1]), ids)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss.item()
+    return model, fsdp_step
 
 
 @torch.no_grad()
@@ -65,21 +97,15 @@ def generate(model, ids, max_length):
     return ids
 
 
-def train_step(model, optimizer, ids):
-    logits = model(ids[:, :-1])
-    loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad()
-    return loss.item()
+def lm_loss(logits, ids):
+    return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
 
 
 def main():
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = shard(TinyLM())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, train_step = shard(TinyLM())
     for step in range(STEPS):
         prompt = torch.randint(0, VOCAB, (2, 3 + rank))   # longer prompts on higher ranks
         if MODE == "lengths":
@@ -89,8 +115,7 @@ def main():
             dist.barrier()   # every rollout in before the reward model scores them
         else:
             sequences = torch.randint(0, VOCAB, (2, MAX_LENGTH))
-        print(f"rank {rank} step {step} loss {train_step(model, optimizer, sequences):.3f}",
-              flush=True)
+        print(f"rank {rank} step {step} loss {train_step(sequences):.3f}", flush=True)
     if MODE == "rank0" and rank == 0:
         sample = generate(model, torch.randint(0, VOCAB, (1, 3)), MAX_LENGTH)
         print(f"sample: {sample.tolist()}", flush=True)
