@@ -160,7 +160,7 @@ def _cause(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry],
     group = "world" if entry.group_desc == "default_pg" else entry.group_desc or entry.group
     where = f"#{entry.seq} of group {group} in the Flight Recorder"
     if from_backward(entry) and not from_backward(their) and stepped(flight[other], their):
-        return _uneven(mine, theirs, _gradient(entry, where), facts, skip_line(log))
+        return _uneven(mine, theirs, _gradient(entry, where), facts, skip_line(log), flight)
     if _same_call(entry, their) and op_name(entry) == op_name(their) \
             and entry.input_sizes != their.input_sizes and not from_backward(entry) \
             and not sharded_gather(entry):
@@ -223,13 +223,19 @@ def _gradient(entry: FlightEntry, where: str) -> str:
 
 
 def _uneven(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry], doing: str,
-            facts: dict[str, Any], skipped: str) -> Cause:
+            facts: dict[str, Any], skipped: str, flight: Mapping[int, FlightDump]) -> Cause:
     """Rank ``mine`` is in a training step (``doing`` says how) where rank ``theirs``, out of
     its training steps, waits in another collective; ``skipped``: a log line of a batch skipped
-    after an error ('' when none)."""
-    (culprit, _), (other, their) = mine, theirs
+    after an error ('' when none). Where both dumps hold the group's whole history, the facts
+    and the sentence say how many collectives each rank issued from backward()."""
+    (culprit, entry), (other, their) = mine, theirs
+    counts = {rank: backward_count(flight[rank], entry.group) for rank in (culprit, other)}
     waits = (f"rank {culprit} {doing}, where rank {other}, out of its training steps, is in "
              f"{op_name(their)}{_at(their)}")
+    if None not in counts.values():
+        facts = {**facts, "backward_collectives": {str(r): n for r, n in counts.items()}}
+        waits += (f" (rank {culprit} issued {counts[culprit]} collectives from backward(), "
+                  f"rank {other} {counts[other]})")
     if skipped:
         says = (f"{waits}: the ranks ran different numbers of steps, and the job's log shows a "
                 f"batch skipped after an error ({skipped!r}): a rank that skips a step alone "
@@ -238,6 +244,16 @@ def _uneven(mine: tuple[int, FlightEntry], theirs: tuple[int, FlightEntry], doin
     says = (f"{waits}: the ranks ran different numbers of steps (uneven inputs), some ranks "
             f"skipped a step, or rank {other} left the loop on a branch the others did not take")
     return Cause("uneven_steps", says, UNEVEN_STEPS_FIX, facts)
+
+
+def backward_count(dump: FlightDump, group: str) -> int | None:
+    """How many collectives of ``group`` the rank issued from backward(), counted once per
+    sequence number; None when its Flight Recorder no longer holds the group's first one (the
+    ring wrapped: the count would be short)."""
+    entries = [e for e in dump.entries if e.group == group and not e.p2p and e.seq > 0]
+    if not entries or min(e.seq for e in entries) != 1:
+        return None
+    return len({e.seq for e in entries if from_backward(e)})
 
 
 def _sharded_forward(forward: tuple[int, FlightEntry], other_side: tuple[int, FlightEntry],
@@ -258,7 +274,7 @@ def _sharded_forward(forward: tuple[int, FlightEntry], other_side: tuple[int, Fl
     if set(user_frames(entry)) <= ran:
         if not _generating(entry) and stepped(flight[other], their):
             return _uneven(forward, other_side, f"{gathers} in a training step", facts,
-                           skip_line(log))
+                           skip_line(log), flight)
         says = (f"{gathers}, a forward rank {other} ran too and has left: it is in "
                 f"{op_name(their)}{_at(their)}. Under {lib} every forward gathers each layer's "
                 "parameters from all ranks, so ranks that run different numbers of forward "

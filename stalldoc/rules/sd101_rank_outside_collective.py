@@ -41,8 +41,10 @@ class RankOutsideCollective(Rule):
         overwrote before the watcher read them (only when some were). ``cause``, only where the
         Flight Recorder decides one: a culprit that waits in another collective at the sequence
         number a waiting rank waits at (``kind`` "uneven_steps" when DDP issued the culprit's
-        from ``backward()``: the ranks ran different numbers of steps; "skipped_step" when,
-        besides, the job's latest output shows a batch skipped after an error, quoted in
+        from ``backward()``: the ranks ran different numbers of steps, with
+        ``backward_collectives`` per side where both dumps hold the whole history;
+        "skipped_step" when, besides, the job's latest output shows a batch skipped after an
+        error, quoted in
         ``log_line``: one rank skipped a step alone; "forward_on_some_ranks" when one side
         gathers sharded parameters (FSDP, ZeRO-3) for a forward on a path the other never ran,
         with ``forward_rank``, ``forward_frames`` and ``sharding``; "forward_count_differs"

@@ -314,3 +314,19 @@ def test_sharded_gathers_of_different_layers_are_no_size_mismatch():
               1: dump(1, entry(3, "all_gather", gather(LM_FORWARD), sizes=((102,),)))}
     cause = difference_cause(flight, {}, [1], [0])
     assert cause is None or cause.kind != "size_mismatch", cause
+
+
+def test_uneven_steps_count_each_ranks_backward_collectives_from_a_whole_history():
+    # rank 1 ran 3 steps (a gradient all-reduce each) and waits in the next one's; rank 0 ran 2
+    # and waits in the barrier after its loop
+    steps = [entry(n, "all_reduce", BACKWARD, pending=False) for n in (1, 2)]
+    flight = {0: dump(0, *steps, entry(3, "barrier", BARRIER, ())),
+              1: dump(1, *steps, entry(3, "all_reduce", BACKWARD))}
+    cause = difference_cause(flight, {}, [1], [0])
+    assert cause is not None and cause.kind == "uneven_steps", cause
+    assert cause.facts["backward_collectives"] == {"1": 3, "0": 2}
+    assert "rank 1 issued 3 collectives from backward(), rank 0 2" in cause.says
+    # the same ranks whose recorders no longer hold the first collective: no count is claimed
+    wrapped = {r: FlightDump(r, d.path, d.groups, d.entries[1:]) for r, d in flight.items()}
+    cause = difference_cause(wrapped, {}, [1], [0])
+    assert cause is not None and "backward_collectives" not in cause.facts
