@@ -271,21 +271,26 @@ def _sharded_forward(forward: tuple[int, FlightEntry], other_side: tuple[int, Fl
     gathers = (f"rank {rank} gathers its layers' sharded parameters ({lib}: {op_name(entry)}, "
                f"{where}) for a forward at {path or 'an unknown frame'}")
     facts = {**facts, "sharding": lib, "forward_rank": rank, "forward_frames": user_frames(entry)}
-    if set(user_frames(entry)) <= ran:
-        if not _generating(entry) and stepped(flight[other], their):
-            return _uneven(forward, other_side, f"{gathers} in a training step", facts,
-                           skip_line(log), flight)
-        says = (f"{gathers}, a forward rank {other} ran too and has left: it is in "
-                f"{op_name(their)}{_at(their)}. Under {lib} every forward gathers each layer's "
-                "parameters from all ranks, so ranks that run different numbers of forward "
-                "passes (generate() stopping at different lengths without synced_gpus) wait "
-                "for each other")
-        return Cause("forward_count_differs", says, FORWARD_COUNT_FIX, facts)
+    if not set(user_frames(entry)) <= ran:
+        return _forward_alone(forward, other_side, gathers, path, facts)
+    if not _generating(entry) and stepped(flight[other], their):
+        return _uneven(forward, other_side, f"{gathers} in a training step", facts,
+                       skip_line(log), flight)
+    says = (f"{gathers}, a forward rank {other} ran too and has left: it is in "
+            f"{op_name(their)}{_at(their)}. Under {lib} every forward gathers each layer's "
+            "parameters from all ranks, so ranks that run different numbers of forward passes "
+            "(generate() stopping at different lengths without synced_gpus) wait for each other")
+    return Cause("forward_count_differs", says, FORWARD_COUNT_FIX, facts)
+
+
+def _forward_alone(forward: tuple[int, FlightEntry], other_side: tuple[int, FlightEntry],
+                   gathers: str, path: str, facts: dict[str, Any]) -> Cause:
+    """Rank ``forward``'s forward runs on a path the other rank never took."""
+    (rank, _), (other, their) = forward, other_side
     says = (f"{gathers}, which rank {other} never ran (not in its Flight Recorder): it is in "
-            f"{op_name(their)}{_at(their)}. "
-            f"Under {lib} every forward gathers each layer's parameters from all ranks: a "
-            "forward, generate() or summon_full_params() on some ranks only waits for ranks "
-            "that never join")
+            f"{op_name(their)}{_at(their)}. Under {facts['sharding']} every forward gathers "
+            "each layer's parameters from all ranks: a forward, generate() or "
+            "summon_full_params() on some ranks only waits for ranks that never join")
     fix = (f"Run the forward on every rank: {path or 'the forward'} runs on rank {rank} and not "
            f"on rank {other}. Generate or evaluate on all ranks (each on its own share of the "
            "prompts) and gather the results; for a sample on rank 0 only, gather a full copy "

@@ -7,7 +7,7 @@ from stalldoc.analysis.causes import issued_at
 from stalldoc.analysis.flight_recorder import FlightGap, flight_gaps
 from stalldoc.analysis.rings import (MissingFromCollective, groups_by_rank, missing_ranks,
                                      wrapped_evidence)
-from stalldoc.analysis.stacks import in_collective, is_library
+from stalldoc.analysis.stacks import in_collective
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, cause_of, describe, join_ranks, rank_evidence
