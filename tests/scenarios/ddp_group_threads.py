@@ -29,10 +29,18 @@ from exit_race import leave
 MODEL = os.environ.get("MODEL", "ddp")
 
 
+def thread_name(tid: str) -> str:
+    """The thread's name ('' once it has exited: the threads are ending as we look)."""
+    try:
+        with open(f"/proc/self/task/{tid}/comm") as fh:
+            return fh.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
 def gloo_threads() -> list[str]:
-    names = (open(f"/proc/self/task/{tid}/comm").read().strip()
-             for tid in os.listdir("/proc/self/task"))
-    return sorted(name for name in names if "gloo" in name)
+    return sorted(name for name in map(thread_name, os.listdir("/proc/self/task"))
+                  if "gloo" in name)
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, group) -> None:
