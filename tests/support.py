@@ -130,6 +130,12 @@ class Result:
                               "--format", "json"], capture_output=True, text=True, check=True)
         return json.loads(out.stdout)
 
+    def rendered(self, fmt: str = "text") -> str:
+        """``stalldoc report RUN_DIR --format FMT``, as a person reads it."""
+        return subprocess.run([sys.executable, "-m", "stalldoc", "report", str(self.run_dir),
+                               "--format", fmt], capture_output=True, text=True,
+                              check=True).stdout
+
     def findings(self, code: str) -> list[dict[str, Any]]:
         return [f for f in self.report()["findings"] if f["code"] == code]
 

@@ -213,7 +213,7 @@ def _one_dim(entry: FlightEntry) -> bool:
 
 def _object_collective(entry: FlightEntry) -> str:
     """The object collective (all_gather_object, broadcast_object_list, ...) that issued it."""
-    names = {f.function.rsplit(".", 1)[-1] for f in entry.frames}
+    names = {f.name for f in entry.frames}
     return next((n for n in _OBJECT_COLLECTIVES if n in names), "")
 
 
@@ -312,7 +312,7 @@ def sharded_gather(entry: FlightEntry) -> str:
     if from_backward(entry):
         return ""
     for frame in entry.frames:
-        name, path = frame.function.rsplit(".", 1)[-1], frame.filename.replace("\\", "/")
+        name, path = frame.name, frame.filename.replace("\\", "/")
         for lib, part, names in _SHARDED:
             if part in path and any(n in name for n in names):
                 return lib
@@ -321,8 +321,8 @@ def sharded_gather(entry: FlightEntry) -> str:
 
 def _generating(entry: FlightEntry) -> bool:
     """Whether the forward runs inside a generate() (Hugging Face's or the job's own)."""
-    return any(f.function.rsplit(".", 1)[-1] in ("generate", "_sample", "_greedy_search",
-                                                 "_beam_search") for f in entry.frames)
+    return any(f.name in ("generate", "_sample", "_greedy_search", "_beam_search")
+               for f in entry.frames)
 
 
 def _same_call(entry: FlightEntry, their: FlightEntry) -> bool:

@@ -106,6 +106,5 @@ def child_wait(thread: ThreadStack | None) -> str:
 
 
 def _bare(frame: Frame) -> Frame:
-    """The frame with its function's own name: py-spy names methods by their qualified name on
-    Python 3.11+ (``_MultiProcessingDataLoaderIter._try_get_data``)."""
-    return Frame(frame.function.rsplit(".", 1)[-1], frame.filename, frame.line)
+    """The frame under its function's own name (``Frame.name``)."""
+    return Frame(frame.name, frame.filename, frame.line)

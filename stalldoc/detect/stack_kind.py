@@ -156,7 +156,7 @@ def thread_wait(thread: ThreadStack, use_active: bool = True) -> str:
     importing = any(f.filename.startswith(_IMPORTLIB) for f in walk)
     for index, frame in enumerate(walk):
         if frame.filename.startswith(_IMPORTLIB):
-            if frame.function.rsplit(".", 1)[-1] == "acquire":
+            if frame.name == "acquire":
                 return "lock"   # the import lock: another thread imports that module
             break   # an import runs (finds, reads, compiles or executes a module)
         why = frame_wait(frame, not importing) or (line_wait(frame) if index == 0 else "")

@@ -14,6 +14,12 @@ class Frame:
     def __str__(self) -> str:
         return f"{self.function} ({self.filename}:{self.line})"
 
+    @property
+    def name(self) -> str:
+        """The function's own name: py-spy names methods by their qualified name on Python
+        3.11+ (``_MultiProcessingDataLoaderIter._try_get_data``), the Flight Recorder does not."""
+        return self.function.rsplit(".", 1)[-1]
+
 
 @dataclass(frozen=True)
 class ThreadStack:
@@ -67,7 +73,7 @@ def idles_in_task_loop(thread: ThreadStack) -> bool:
     if not thread.frames:
         return False
     top = thread.frames[0]
-    return any(top.function.rsplit(".", 1)[-1] == name and top.filename.endswith(path)
+    return any(top.name == name and top.filename.endswith(path)
                for name, path in IDLE_LOOPS)
 
 
