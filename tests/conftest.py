@@ -1,12 +1,17 @@
-"""Fixtures only; the helpers live in support.py."""
+"""Fixtures, and how the suite is spread over pytest-xdist's workers; the helpers live in
+support.py."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from durations import expected_seconds
 from support import Result, watch
+
+SHARED_SCOPES = ("module", "package", "session")
 
 
 @pytest.fixture
@@ -14,3 +19,53 @@ def run_watch(tmp_path: Path):
     def _run(command: list[str], *options: str, **kwargs: Any) -> Result:
         return watch(tmp_path, command, *options, **kwargs)
     return _run
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than the CPUs this process may use. Most real-job tests
+    spend much of their time waiting for a stall timeout to pass, which leaves a CPU free."""
+    return len(os.sched_getaffinity(0)) + 1
+
+
+def _shares_a_run(item: pytest.Item) -> bool:
+    """Whether the test uses a module- or session-scoped fixture of this suite (one expensive
+    real run that several tests assert on)."""
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(
+        definition.scope in SHARED_SCOPES and definition.baseid
+        for definitions in info.name2fixturedefs.values() for definition in definitions)
+
+
+def _units(items: list[pytest.Item]) -> list[list[pytest.Item]]:
+    """The items as units that stay together and in their order: a module whose tests share a
+    run is one unit; every other test is a unit of its own."""
+    units: list[list[pytest.Item]] = []
+    by_module: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        if _shares_a_run(item):
+            module = item.nodeid.split("::")[0]
+            if module not in by_module:
+                by_module[module] = []
+                units.append(by_module[module])
+            by_module[module].append(item)
+        else:
+            units.append([item])
+    return units
+
+
+@pytest.hookimpl(tryfirst=True)   # before xdist's own, which reads the groups into the nodeids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In pytest-xdist's workers (``-n``): a module whose tests share a run goes to one worker as
+    one group (its run is made once), and the longest tests start first, so that no long test is
+    left for the end while the other workers are done. A run without ``-n`` keeps the order.
+    (The workers collect; each sorts alike, as xdist requires of them.)"""
+    if not hasattr(config, "workerinput"):
+        return
+    units = _units(items)
+    for unit in units:
+        if len(unit) > 1 or _shares_a_run(unit[0]):
+            for item in unit:
+                item.add_marker(pytest.mark.xdist_group(unit[0].nodeid.split("::")[0]))
+    cost = expected_seconds()
+    units.sort(key=lambda unit: -sum(cost.get(item.nodeid, 0.0) for item in unit))
+    items[:] = [item for unit in units for item in unit]

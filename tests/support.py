@@ -143,6 +143,15 @@ class Result:
         return run_meta(self.run_dir)
 
 
+def alarms(report: dict[str, Any]) -> list[str]:
+    """The summaries of a healthy run's findings that would be false alarms: every finding but a
+    slow rank (SD108) that was resolved. On a loaded machine, a rank that takes longer than the
+    stall timeout to import and load while the others already wait in their rendezvous is what
+    SD108 says, a warning that ends with the phase; it is never a stall."""
+    return [f["summary"] for f in report["findings"]
+            if not (f["code"] == "SD108" and f["state"] == "resolved")]
+
+
 def run_meta(run_dir: Path) -> dict[str, str]:
     """The run's meta table (watch_exit_code, ended_by, on_stall, ...), read as the report reads
     the store."""

@@ -159,10 +159,13 @@ def test_a_rank_starved_of_cpu_shows_the_cpu_it_waited_for(tmp_path):
             probe.sample(time.time(), ranks, parents)
             time.sleep(1.0)
             busy, quiet = probe.sample(time.time(), ranks, parents)
-        # THEN the rank used little CPU and waited for it most of the time, on its working
-        # thread; its worker too; the idle rank waited for nothing
-        assert busy.cpu_percent < 25 and busy.cpu_wait_percent > 60, busy
-        assert busy.children_cpu_percent < 25 and busy.children_cpu_wait_percent > 60, busy
+        # THEN the rank used little CPU and waited for it far longer than it ran, on its working
+        # thread; its worker too; the idle rank waited for nothing (how long a rank waits
+        # depends on what else the machine runs, as beside the suite's other workers)
+        assert busy.cpu_percent < 25 and busy.cpu_wait_percent > 40, busy
+        assert busy.cpu_wait_percent >= 4 * busy.cpu_percent, busy
+        assert busy.children_cpu_percent < 25 and busy.children_cpu_wait_percent > 40, busy
+        assert busy.children_cpu_wait_percent >= 4 * busy.children_cpu_percent, busy
         assert quiet.cpu_wait_percent is not None and quiet.cpu_wait_percent < 5, quiet
     finally:
         for proc in (rank, idle):
