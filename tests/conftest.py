@@ -36,20 +36,21 @@ def _shares_a_run(item: pytest.Item) -> bool:
         for definitions in info.name2fixturedefs.values() for definition in definitions)
 
 
-def _units(items: list[pytest.Item]) -> list[list[pytest.Item]]:
-    """The items as units that stay together and in their order: a module whose tests share a
-    run is one unit; every other test is a unit of its own."""
-    units: list[list[pytest.Item]] = []
+def _units(items: list[pytest.Item]) -> list[tuple[str | None, list[pytest.Item]]]:
+    """The items as units that stay together and in their order, each with its xdist group: the
+    tests of a module that share a run are one unit, grouped under the module's path; every
+    other test is a unit of its own, with no group."""
+    units: list[tuple[str | None, list[pytest.Item]]] = []
     by_module: dict[str, list[pytest.Item]] = {}
     for item in items:
-        if _shares_a_run(item):
-            module = item.nodeid.split("::")[0]
-            if module not in by_module:
-                by_module[module] = []
-                units.append(by_module[module])
-            by_module[module].append(item)
-        else:
-            units.append([item])
+        if not _shares_a_run(item):
+            units.append((None, [item]))
+            continue
+        module = item.nodeid.split("::")[0]
+        if module not in by_module:
+            by_module[module] = []
+            units.append((module, by_module[module]))
+        by_module[module].append(item)
     return units
 
 
@@ -62,10 +63,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not hasattr(config, "workerinput"):
         return
     units = _units(items)
-    for unit in units:
-        if len(unit) > 1 or _shares_a_run(unit[0]):
+    for group, unit in units:
+        if group is not None:
             for item in unit:
-                item.add_marker(pytest.mark.xdist_group(unit[0].nodeid.split("::")[0]))
+                item.add_marker(pytest.mark.xdist_group(group))
     cost = expected_seconds()
-    units.sort(key=lambda unit: -sum(cost.get(item.nodeid, 0.0) for item in unit))
-    items[:] = [item for unit in units for item in unit]
+    units.sort(key=lambda unit: -sum(cost.get(item.nodeid, 0.0) for item in unit[1]))
+    items[:] = [item for _, unit in units for item in unit]

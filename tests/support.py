@@ -143,13 +143,17 @@ class Result:
         return run_meta(self.run_dir)
 
 
+def is_alarm(finding: dict[str, Any]) -> bool:
+    """Whether a healthy run's finding would be a false alarm: every finding but a slow rank
+    (SD108) that was resolved. On a loaded machine, a rank that takes longer than the stall
+    timeout to import and load while the others already wait in their rendezvous is what SD108
+    says, a warning that ends with the phase; it is never a stall."""
+    return not (finding["code"] == "SD108" and finding["state"] == "resolved")
+
+
 def alarms(report: dict[str, Any]) -> list[str]:
-    """The summaries of a healthy run's findings that would be false alarms: every finding but a
-    slow rank (SD108) that was resolved. On a loaded machine, a rank that takes longer than the
-    stall timeout to import and load while the others already wait in their rendezvous is what
-    SD108 says, a warning that ends with the phase; it is never a stall."""
-    return [f["summary"] for f in report["findings"]
-            if not (f["code"] == "SD108" and f["state"] == "resolved")]
+    """The summaries of a healthy run's findings that would be false alarms (``is_alarm``)."""
+    return [f["summary"] for f in report["findings"] if is_alarm(f)]
 
 
 def run_meta(run_dir: Path) -> dict[str, str]:
