@@ -1,7 +1,9 @@
 """Load and slow-storage helpers for tests (standard library only).
 
-- ``cpu_burner(n)``: ``n`` separate Python processes spinning on a core each, for the duration of
-  a ``with`` block (a loaded node).
+- ``cpu_burner(n)``: at least ``n`` separate Python processes spinning on a core each, for the
+  duration of a ``with`` block (a loaded node). The spinners are the machine's, not the block's:
+  blocks that overlap (the suite's parallel workers) share them, so each block still runs on
+  cores that ``n`` spinners keep busy, and the machine is not loaded once more per worker.
 - ``starved(root)``: the process ``root`` and its descendants moved onto one CPU that many
   spinning processes share (an oversubscribed node: the job runs, at a few % of a core).
 - ``slow_reader(path, rate)``: a FIFO at ``path`` whose other end a separate process drains at
@@ -18,10 +20,15 @@ each is killed and reaped when its ``with`` block ends, also on exceptions.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from typing import Dict, Iterator, List, Set
 
 # spins until its parent is gone: a test run that is killed (no ``finally``) leaves no burner
@@ -106,19 +113,107 @@ def _spinning(procs: List[subprocess.Popen]) -> None:
         proc.stdout.close()
 
 
-@contextlib.contextmanager
-def cpu_burner(processes: int = 2) -> Iterator[List[subprocess.Popen]]:
-    """``processes`` separate Python processes, each spinning on one core, while the block runs
-    (it starts once they spin)."""
-    procs: List[subprocess.Popen] = []
+# A machine-wide spinner: spins while any process in the state file's "users" lives (checked
+# each second), so that spinners shared by blocks of several test processes outlive the one that
+# started them, and a killed test run leaves none behind. argv[1]: the state files' prefix.
+_SHARED_BURN = """\
+import json, os, sys, time
+def alive(pid):
     try:
-        for _ in range(processes):
-            procs.append(_spawn(_BURN, stdout=subprocess.PIPE))
-        _spinning(procs)
-        yield procs
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+def users():
+    try:
+        with open(sys.argv[1] + ".json") as fh:
+            return json.load(fh)["users"]
+    except (OSError, ValueError, KeyError):
+        return []
+open(f"{sys.argv[1]}.ready.{os.getpid()}", "w").close()
+while any(alive(pid) for pid in users()):
+    end = time.monotonic() + 1
+    while time.monotonic() < end:
+        for _ in range(20000):
+            pass
+"""
+
+_BURNERS = os.path.join(tempfile.gettempdir(), f"stalldoc-tests-cpu-burner-{os.getuid()}")
+
+
+@contextlib.contextmanager
+def cpu_burner(processes: int = 2) -> Iterator[List[int]]:
+    """At least ``processes`` separate Python processes, each spinning on one core, while the
+    block runs (it starts once they spin); their pids. Spinners already running for another
+    block (a parallel worker's) count: a block only adds the ones missing, and the last block
+    to end stops them."""
+    if processes <= 0:
+        yield []
+        return
+    with _burners_locked() as state:
+        state["users"].append(os.getpid())
+        _save_burners(state)
+        new = [_spawn(_SHARED_BURN, _BURNERS) for _ in range(processes - len(state["pids"]))]
+        state["pids"] += [proc.pid for proc in new]
+        _save_burners(state)
+    try:
+        _shared_spinning(state["pids"])
+        yield list(state["pids"])
     finally:
-        for proc in procs:
-            _stop(proc)
+        with _burners_locked() as state:
+            state["users"].remove(os.getpid())
+            if not state["users"]:
+                for pid in state["pids"]:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                    with contextlib.suppress(OSError):
+                        os.unlink(f"{_BURNERS}.ready.{pid}")
+                state["pids"] = []
+            _save_burners(state)
+        for proc in new:   # reaped once dead; ones still spinning for other blocks are left
+            if proc.poll() is None and state["pids"]:
+                continue
+            proc.wait()
+
+
+@contextlib.contextmanager
+def _burners_locked() -> Iterator[Dict[str, List[int]]]:
+    """The shared spinners' state (``users``: pids of the processes in a block, one entry per
+    block; ``pids``: the live spinners), under an exclusive lock; dead entries dropped."""
+    with open(_BURNERS + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(_BURNERS + ".json", encoding="utf-8") as fh:
+                state = json.load(fh)
+        except (OSError, ValueError):
+            state = {}
+        yield {"users": [p for p in state.get("users", []) if _alive(p)],
+               "pids": [p for p in state.get("pids", []) if _alive(p)]}
+
+
+def _shared_spinning(pids: List[int], timeout: float = 120.0) -> None:
+    """Wait until every shared spinner has started its loop (its ready file), also ones another
+    block started a moment ago, or has died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(
+            os.path.exists(f"{_BURNERS}.ready.{pid}") or not _alive(pid) for pid in pids):
+        time.sleep(0.05)
+
+
+def _save_burners(state: Dict[str, List[int]]) -> None:
+    partial = f"{_BURNERS}.{os.getpid()}.json"
+    with open(partial, "w", encoding="utf-8") as fh:
+        json.dump(state, fh)
+    os.replace(partial, _BURNERS + ".json")
+
+
+def _alive(pid: int) -> bool:
+    """Runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _tree(root: int) -> List[int]:

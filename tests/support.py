@@ -168,12 +168,32 @@ def watch(tmp_path: Path, command: list[str], *options: str, env: dict[str, str]
           timeout: float = 120, prefix: list[str] | None = None) -> Result:
     run_dir = tmp_path / "run"
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    proc = subprocess.run([*(prefix or []), sys.executable, "-m", "stalldoc", "watch", "--run-dir", str(run_dir),
-                           "--stall-timeout", STALL_TIMEOUT, "--interval", "0.5",
-                           "--kill-grace", "3", *options, "--", *command],
-                          capture_output=True, text=True, env=full_env, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
-    return Result(proc.returncode, proc.stderr, run_dir, proc.stdout)
+    with subprocess.Popen([*(prefix or []), sys.executable, "-m", "stalldoc", "watch",
+                           "--run-dir", str(run_dir), "--stall-timeout", STALL_TIMEOUT,
+                           "--interval", "0.5", "--kill-grace", "3", *options, "--", *command],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=full_env, stdin=subprocess.DEVNULL) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stdout, stderr = end_watched(proc)
+            raise AssertionError(f"the watch ran past {timeout} s; the end of its stderr "
+                                 f"(CI shows only a part of long output):\n{stderr[-4000:]}"
+                                 ) from None
+    return Result(proc.returncode, stderr, run_dir, stdout)
+
+
+def end_watched(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """A watch that outlived its test: SIGTERM to the relay, which ends the job with it (a Ray
+    cluster left running would load every later test), then SIGKILL if it is still there.
+    Returns what it wrote (stdout, stderr) when its pipes were read; else empty strings."""
+    proc.terminate()
+    try:
+        stdout, stderr = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+    return stdout or "", stderr or ""
 
 
 def start_watch(run_dir: Path, command: list[str], *options: str,

@@ -4,6 +4,13 @@ fix, in the JSON, text, markdown and HTML reports; and no cause claimed where th
 not decide one."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from support import torchrun
@@ -71,8 +78,22 @@ def test_a_rank_that_skipped_a_batch_after_an_exception_is_named_as_a_skipped_st
 
 # DeepSpeed builds its CPU shared-memory op on first use into ~/.cache/torch_extensions, behind
 # a file lock: a second ZeRO-3 job started meanwhile (another xdist worker) has every rank asleep
-# on that lock, which is a stall as far as that job can show. The ZeRO-3 jobs run one at a time.
-ONE_DEEPSPEED_BUILD = pytest.mark.xdist_group("deepspeed_ops")
+# on that lock, which is a stall as far as that job can show. The ZeRO-3 jobs run one at a time,
+# after the build (``deepspeed_ops``), which may take far longer than a job.
+ONE_DEEPSPEED_BUILD = [pytest.mark.xdist_group("deepspeed_ops"), pytest.mark.timeout(1200)]
+
+
+@pytest.fixture(scope="session")
+def deepspeed_ops() -> None:
+    """DeepSpeed's CPU shared-memory op (``build_shm_op``, which ``deepspeed.init_distributed``
+    loads), built once before the ZeRO-3 jobs: a C++ build of about 110 CPU-seconds (60 s on an
+    idle 2-core machine, over 200 s beside the suite's other workers) on a fresh machine, which
+    a job's own timeout is not for. A build ended mid-way (a job killed at its timeout) leaves
+    its lock behind, and every later ZeRO-3 job asleep on it for good."""
+    pytest.importorskip("deepspeed")
+    subprocess.run([sys.executable, "-c", "from deepspeed.comm.torch import build_shm_op\n"
+                    "assert build_shm_op() is not None"], check=True, capture_output=True,
+                   timeout=1100, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 @pytest.mark.parametrize("nproc,sharding,mode,named,kind", [
@@ -84,7 +105,9 @@ ONE_DEEPSPEED_BUILD = pytest.mark.xdist_group("deepspeed_ops")
                  marks=ONE_DEEPSPEED_BUILD),
 ])
 def test_a_forward_not_every_rank_runs_under_sharding_is_named_with_its_frames(
-        run_watch, nproc, sharding, mode, named, kind):
+        run_watch, request, nproc, sharding, mode, named, kind):
+    if sharding == "zero3":
+        request.getfixturevalue("deepspeed_ops")
     # GIVEN FSDP2 (fully_shard) or DeepSpeed ZeRO-3 ranks that generate from prompts of
     # different lengths without synced_gpus, or rank 0 generating a sample alone, while the
     # others reach a barrier
@@ -122,6 +145,9 @@ def test_predictions_of_different_lengths_all_gathered_are_a_reported_mismatch(
     assert "pad" in mismatch["fix"]
     [dead] = result.findings("SD103")
     assert "SIGABRT" in dead["summary"], dead["summary"]
+    # and the aborted rank's fix is the mismatch's, not a native crash's, with the line quoted
+    assert "native crash" not in dead["fix"] and "same shape" in dead["fix"], dead["fix"]
+    assert "collective mismatch" in dead["evidence"]["mismatch_line"]
 
 
 @pytest.mark.parametrize("nproc,sees", [(2, "0"), (4, "0,1")])
@@ -192,3 +218,72 @@ def test_a_rank_waiting_on_its_deadlocked_dataloader_worker_names_the_workers_fr
     assert (f"waiting for its DataLoader worker {child['pid']}, which waits on a lock in "
             "tokenize (") in finding["summary"]
     assert "which waits on a lock in tokenize (" in result.rendered()
+
+
+def killed_build(root: Path) -> tuple[Path, list[int]]:
+    """DeepSpeed's CPU op build started into ``root`` (TORCH_EXTENSIONS_DIR) and killed once its
+    compilers run, as a time limit or ``kill -9`` of its process group does: torch and ninja
+    die, the compilers ninja started in process groups of their own go on. Those are stopped
+    (SIGSTOP) where they are, so that they outlast the next job's start-up on any machine.
+    Returns the lock left and the pids of the compilers' processes."""
+    lock = root / "deepspeed_shm_comm" / "lock"
+    build = subprocess.Popen([sys.executable, "-c", "from deepspeed.comm.torch import "
+                              "build_shm_op\nbuild_shm_op()"], start_new_session=True,
+                             env={**os.environ, "TORCH_EXTENSIONS_DIR": str(root)},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while ("cc1plus" not in working_in(lock.parent).values() and build.poll() is None
+           and time.monotonic() < deadline):
+        time.sleep(0.05)
+    os.killpg(build.pid, signal.SIGKILL)
+    build.wait()
+    left: dict[int, str] = {}
+    for _ in range(2):   # a compiler driver may start its next step as the first pass stops it
+        left = working_in(lock.parent)
+        for pid in left:
+            os.kill(pid, signal.SIGSTOP)
+    assert lock.exists() and "cc1plus" in left.values(), ("the build never compiled", left)
+    return lock, sorted(left)
+
+
+def working_in(directory: Path) -> dict[int, str]:
+    """The command names of the processes whose working directory is ``directory``."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cwd").readlink() == directory:
+                found[int(entry.name)] = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+    return found
+
+
+def test_a_lock_left_by_a_killed_extension_build_is_named_with_its_file(run_watch, tmp_path):
+    pytest.importorskip("deepspeed")
+    # GIVEN a ZeRO-3 job whose DeepSpeed op build was killed mid-way in an earlier run: its
+    # lock is still in the extensions directory (OpenRLHF#208: stuck after "Using ... as
+    # PyTorch extensions root"), the build's compilers still in it, and every rank of the new
+    # run sleeps on it at init
+    root = tmp_path / "torch_extensions"
+    lock, compilers = killed_build(root)
+    try:
+        result = run_watch(torchrun(2, "sharded_generate.py"), "--on-stall", "kill",
+                           env={"MODE": "rank0", "SHARDING": "zero3",
+                                "TORCH_EXTENSIONS_DIR": str(root)}, timeout=200)
+    finally:
+        for pid in compilers:
+            os.kill(pid, signal.SIGKILL)
+    assert result.code == 124, result.stderr[-3000:]
+    # THEN the finding names both ranks, the lock file and that nobody builds, as an error,
+    # with the fix that deletes it, and the compilers left as what they are; no vaguer SD106
+    [finding] = result.findings("SD116")
+    assert finding["ranks"] == [0, 1] and finding["severity"] == "error", finding["summary"]
+    assert f"its lock is {lock} (written" in finding["summary"], finding["summary"]
+    assert "which no process is building" in finding["summary"]
+    assert "its compilers still run there" in finding["summary"]
+    [said] = finding["evidence"]["locks"]
+    assert said["path"] == str(lock) and said["builders"] == [], said
+    assert said["leftovers"] == compilers, (said, compilers)
+    assert finding["evidence"]["loader"].startswith("OpBuilder.jit_load ("), finding["evidence"]
+    assert "delete the `lock` file" in finding["fix"]
+    assert result.findings("SD106") == []

@@ -1,8 +1,9 @@
-"""Frameworks that start their own ranks, run as users start them (``python train.py``):
-Lightning DDP on the CPU, Ray Train's TorchTrainer, and a Ray job of two worker groups that form
-two gloo worlds (verl's layout). Healthy: the job's exit code, no stall, exactly the global ranks,
-one process each, none a launcher or one of Ray's processes. Hung: the right rank (and world) and
-frame within stall timeout + 5 s. Each idle and under a CPU burner."""
+"""Frameworks that start their own ranks, run as users start them (``python train.py``, ``fabric
+run``): Lightning DDP and a Fabric loop on the CPU, Ray Train's TorchTrainer, and a Ray job of
+two worker groups that form two gloo worlds (verl's layout). Healthy: the job's exit code, no
+stall, exactly the global ranks, one process each, none a launcher or one of Ray's processes.
+Hung: the right rank (and world) and frame within stall timeout + 5 s. Each idle and under a CPU
+burner."""
 from __future__ import annotations
 
 import contextlib
@@ -34,11 +35,16 @@ def ray_env() -> Iterator[dict[str, str]]:
     needs to start its workers: on 2 cores under the CPU burner, importing torch in 3 workers
     took over the default 60 s, and Ray Train then retries the start for good
     (``controller_failure_limit=-1``), a hang of Ray's making, not the job's (users of a loaded
-    node raise the same variable)."""
+    node raise the same variable). Ray's workers run at its default niceness 15 unless told
+    otherwise, and beside the CPU burner's spinners at niceness 0 they got about 3 % of a core
+    each (CFS weights 36 against 1024): on CI's slower machine the trainer had not trained a step
+    in 360 s. ``RAY_worker_niceness=0``, as Ray's own job submission sets for its entrypoints,
+    puts them on the footing every other job in these tests has: half the cores."""
     pytest.importorskip("ray")
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     yield {"RAY_TMPDIR": temp, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_DEDUP_LOGS": "0", "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300"}
+           "RAY_DEDUP_LOGS": "0", "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300",
+           "RAY_worker_niceness": "0"}
     shutil.rmtree(temp, ignore_errors=True)
 
 
@@ -98,6 +104,44 @@ def test_lightning_ddp_hung_rank_is_named(tmp_path: Path, loaded: bool) -> None:
     result = run(tmp_path, "lightning_ddp.py", env, loaded, "--on-stall", "kill")
     report = assert_culprit(result, 2, "decode_images")
     assert sorted(r["rank"] for r in report["ranks"]) == [0, 1, 2]
+
+
+def run_fabric(tmp_path: Path, devices: int, env: dict[str, str], loaded: bool, *options: str
+               ) -> Result:
+    """``fabric run --accelerator=cpu --strategy=ddp --devices=N fabric_loop.py``: Fabric's CLI
+    (a console script beside the interpreter) runs torchrun inside its own process."""
+    fabric = [str(Path(sys.executable).parent / "fabric"), "run", "--accelerator=cpu",
+              "--strategy=ddp", f"--devices={devices}", f"--main-port={free_port()}",
+              str(SCENARIOS / "fabric_loop.py")]
+    with cpu_burner(2 if loaded else 0):
+        return watch(tmp_path, fabric, *options, env=env, timeout=360)
+
+
+@LOADS
+def test_fabric_run_healthy_ranks_are_its_workers_never_the_cli(tmp_path: Path,
+                                                                 loaded: bool) -> None:
+    pytest.importorskip("lightning")
+    # GIVEN a Fabric loop on 2 CPU devices started with Fabric's own launcher, `fabric run`
+    result = run_fabric(tmp_path, 2, {"STEPS": "6"}, loaded)
+    ranks = assert_healthy(result, 2)
+    # THEN the ranks are torchrun's workers; the CLI's process, which runs torchrun inside it,
+    # is a launcher: never a rank, not even a guessed one before the workers joined
+    assert job_pid(result) not in {r["pid"] for r in ranks}
+    assert "a single process" not in result.stderr, result.stderr[-3000:]
+    assert f"pid {job_pid(result)} is not rank 0" not in result.stderr
+
+
+@LOADS
+def test_fabric_run_hung_rank_is_named(tmp_path: Path, loaded: bool) -> None:
+    pytest.importorskip("lightning")
+    # GIVEN 3 devices under `fabric run`, rank 1 stuck before its backward pass, the others in
+    # DDP's gradient all-reduce
+    env = {"STEPS": "40", "STUCK_RANK": "1", "STUCK_FUNC": "fetch_remote_batch"}
+    result = run_fabric(tmp_path, 3, env, loaded, "--on-stall", "kill")
+    # THEN rank 1 and its frame are named, and no other process is a rank
+    report = assert_culprit(result, 1, "fetch_remote_batch")
+    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1, 2]
+    assert job_pid(result) not in {r["pid"] for r in report["ranks"]}
 
 
 # ----- Ray Train ---------------------------------------------------------------------------

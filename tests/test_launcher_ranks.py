@@ -128,6 +128,13 @@ def test_elastic_restart_the_new_processes_are_the_ranks_and_the_first_failure_i
     assert sorted(attempts) == [0, 1] and all(len(a) == 2 for a in attempts.values()), attempts
     assert [a[-1]["exit_code"] for a in attempts.values()] == [0, 0]   # the restart finished
     assert attempts[1][0]["exit_code"] == 1
+    # AND the restarted processes are watched to their end, not taken for ended by the first
+    # attempt's exits, recorded (2 s after those deaths) when the new ranks already ran
+    last_sample = {}
+    for point in report["timeseries"]["ranks"]:
+        last_sample[point["rank"]] = max(point["t"], last_sample.get(point["rank"], 0.0))
+    for rank, (_, restarted) in attempts.items():
+        assert last_sample[rank] >= restarted["ended_at"] - 2.0, (rank, last_sample, restarted)
     # and the first failure is the one reported, with the failing process's pid
     [failure] = [f for f in report["findings"] if f["code"] == "SD103"]
     assert failure["ranks"] == [1]

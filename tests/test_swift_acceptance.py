@@ -103,6 +103,28 @@ def test_reward_that_never_returns_on_one_rank(tmp_path, tiny):
     assert stall["detected_at"] - started < 300
 
 
+def test_reward_that_never_returns_in_a_run_of_one_process(tmp_path, tiny):
+    # GIVEN `swift rlhf` on one device (no NPROC_PER_NODE): swift's CLI runs swift/cli/rlhf.py as
+    # its child, no RANK anywhere, and its reward never returns at the second call
+    one_process = BASE[:-2]      # no --ddp_backend: on one CPU process it asks for a group
+    argv = tiny_swift.swift_argv(tiny / "model", tiny / "data.jsonl", tiny / "out", *one_process,
+                                 "--external_plugins", str(SCENARIOS / "swift_reward_plugin.py"),
+                                 rewards=("length_reward",))
+    env = {**tiny_swift.swift_env(1), "STUCK_RANK": "0", "STUCK_CALL": "2"}
+    result, output = finish(*start_watch(tmp_path, argv, "--on-stall", "kill", env=env))
+    assert result.code == 124, output[-3000:]
+    # THEN the one rank is the training process, not swift's CLI waiting on it, and the stall
+    # is named in the reward's frame, in the reward phase
+    report = result.report()
+    [rank] = report["ranks"]
+    assert "swift/cli/rlhf.py" in " ".join(rank["cmdline"]), rank
+    assert str(rank["pid"]) not in re.findall(r"watching pid (\d+)", result.stderr)
+    [finding] = [f for f in report["findings"] if f["code"] == "SD106"]
+    assert finding["ranks"] == [0], finding["summary"]
+    assert finding["evidence"]["frame"].startswith("wait_for_reward_service ("), finding
+    assert finding["evidence"]["phase"] == "reward", finding["evidence"]
+
+
 def test_rank_killed_during_rollout(tmp_path, tiny):
     argv = swift(tiny, "--max_completion_length", "48")
     proc, run_dir = start_watch(tmp_path, argv, env=tiny_swift.swift_env(2))

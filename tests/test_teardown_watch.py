@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from support import torchrun
+from support import alarms, torchrun
 
 ABORT = "terminate called without an active exception"
 
@@ -53,6 +53,24 @@ def test_an_abort_in_the_middle_of_training_is_still_a_dead_rank(run_watch):
     assert (dead["ranks"], dead["severity"]) == ([1], "critical")
     assert "SIGABRT" in dead["summary"]
     assert result.findings("SD115") == []
+
+
+@pytest.mark.parametrize("ranks,slow", [(2, 0), (3, 1)])
+def test_a_rank_slow_to_end_after_the_others_is_no_stall(run_watch, ranks: int, slow: int):
+    # GIVEN a finished job whose ranks left their world, one of them taking 8 s to end (its
+    # main thread gone, its last thread still at work: the kernel state of a large process
+    # being torn down) after the others exited, far past the 3 s stall timeout, with the kill
+    # action armed
+    result = run_watch(torchrun(ranks, "slow_exit.py"), "--on-stall", "kill",
+                       env={"SLOW_RANK": str(slow), "EXIT_SECONDS": "8"}, timeout=180)
+    # THEN the job ends as it would have: no stall, no false alarm, every exit 0, the slow
+    # rank's recorded last, when its last thread went
+    assert result.code == 0, result.stderr[-3000:]
+    report = result.report()
+    assert report["stalls"] == [] and alarms(report) == [], result.stderr[-3000:]
+    exits = {r["rank"]: r for r in report["ranks"]}
+    assert sorted(exits) == list(range(ranks)) and {r["exit_code"] for r in exits.values()} == {0}
+    assert exits[slow]["ended_at"] > max(r["ended_at"] for n, r in exits.items() if n != slow)
 
 
 def gloo_threads_left(lines: str) -> list[str]:

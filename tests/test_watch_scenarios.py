@@ -1,6 +1,7 @@
 """stalldoc watch against real torchrun (gloo) jobs: the culprit rank and frame are named."""
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -8,7 +9,9 @@ import sys
 
 import pytest
 
+from load import cpu_burner
 from support import SCENARIOS, alarms, launcher, torchrun, watch
+from test_launcher_ranks import job_pid
 
 pytestmark = pytest.mark.timeout(180) if hasattr(pytest.mark, "timeout") else []
 
@@ -159,6 +162,39 @@ def test_single_process_job(run_watch, func):
     [finding] = result.findings("SD106")
     assert finding["ranks"] == [0]
     assert finding["evidence"]["frame"].startswith(f"{func} (")
+
+
+HELPER_JOB = [sys.executable, str(SCENARIOS / "single_with_helper.py"), "--deepspeed",
+              "ds_zero3.json"]
+
+
+@pytest.mark.parametrize("func", ["wait_for_scores", "collect_rewards"])
+def test_a_single_process_job_is_its_own_rank_never_the_helper_it_started(run_watch, func):
+    # GIVEN `python score_rollouts.py --deepspeed ds_zero3.json`, no RANK anywhere: it starts a
+    # detached Python helper (a local scoring server) that never answers, and waits for it
+    result = run_watch(HELPER_JOB, "--on-stall", "kill", env={"WAIT_FUNC": func})
+    # THEN the stall is named in the job's own frame: its process is rank 0 from start to end,
+    # said once, and said to be a single process that claims no rank
+    assert result.code == 124, result.stderr
+    [finding] = result.findings("SD106")
+    assert finding["ranks"] == [0]
+    assert finding["evidence"]["frame"].startswith(f"{func} ("), finding["evidence"]
+    job = job_pid(result)
+    assert [(r["rank"], r["pid"]) for r in result.report()["ranks"]] == [(0, job)]
+    assert re.findall(r"rank 0: pid (\d+)(.*)", result.stderr) == [
+        (str(job), " (a single process: it claims no rank)")], result.stderr
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "cpu-burner"])
+def test_a_single_process_waiting_on_its_working_helper_is_not_stalled(run_watch, loaded):
+    # GIVEN the same job, its helper computing for 8 s (past the 3 s stall timeout) while the
+    # job waits for its answer, watched with the kill action armed
+    with cpu_burner(2 if loaded else 0):
+        result = run_watch(HELPER_JOB, "--on-stall", "kill", env={"HELPER_SECONDS": "8"})
+    # THEN the helper's work is the job's: it runs to its end, no stall
+    assert result.code == 0, result.stderr
+    assert "helper said: scores" in result.stdout
+    assert result.report()["stalls"] == [], result.stderr
 
 
 def test_log_signatures_are_reported_once_and_counted(run_watch):

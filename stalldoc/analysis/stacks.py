@@ -12,12 +12,16 @@ from stalldoc.detect.stack_kind import COLLECTIVE_FILES, NETWORK_FILES, frame_wa
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
 __all__ = ["is_library", "user_frame", "frame_strings", "in_collective", "waits_on_network",
-           "waits_on_lock", "signature", "group_by_main_stack", "child_wait", "CHILD_WAITS"]
+           "waits_on_lock", "waits_on_build_lock", "signature", "group_by_main_stack",
+           "child_wait", "CHILD_WAITS"]
 
 # What a thread waits for when it waits on the rank's own processes, and what they are called
 # (the most specific first).
 CHILD_WAITS = {"dataloader workers": "DataLoader worker", "worker pool": "pool worker",
                "child process": "child process", "subprocess": "subprocess"}
+
+BUILD_LOCK_FILE = "torch/utils/file_baton.py"
+CPP_EXTENSION_FILE = "torch/utils/cpp_extension.py"
 
 # Waits for a lock or for another thread to end; Event / Condition waits are waits for a signal.
 _LOCK_FUNCTIONS = {"acquire", "_wait_for_tstate_lock", "join", "Thread.join",
@@ -65,6 +69,20 @@ def waits_on_network(thread: ThreadStack | None) -> Frame | None:
     if not any(m in f.filename for f in thread.frames[:12] for m in NETWORK_FILES):
         return None
     return user_frame(thread)
+
+
+def waits_on_build_lock(thread: ThreadStack | None) -> Frame | None:
+    """The frame that loads a C++ extension (torch's ``cpp_extension.load``, DeepSpeed's op
+    builders) while the thread sleeps on the extension's build lock (``FileBaton.wait``)."""
+    if thread is None or not thread.frames:
+        return None
+    inner = next((i for i, f in enumerate(thread.frames[:4])
+                  if f.filename.endswith(BUILD_LOCK_FILE) and f.name == "wait"), None)
+    if inner is None:
+        return None
+    outer = thread.frames[inner + 1:]
+    return next((f for f in outer if not f.filename.endswith(CPP_EXTENSION_FILE)
+                 and "/torch/" not in f.filename), user_frame(thread))
 
 
 def waits_on_lock(thread: ThreadStack) -> Frame | None:

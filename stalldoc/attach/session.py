@@ -156,8 +156,7 @@ class Session:
 
     def _where(self, look: Look) -> dict[int, RankStacks]:
         """One stack per live rank, without pausing it, to say where each is."""
-        ended = self.watcher.exits.by_rank
-        live = [r for r in self.watcher.ranks.values() if r.rank not in ended]
+        live = [r for r in self.watcher.ranks.values() if not self.watcher.exits.ended(r)]
         if not live:
             return {}
         probe = self.watcher.stack_probe

@@ -22,7 +22,8 @@ from stalldoc.run.job import JobTree, alive_process
 from stalldoc.run.rundir import user_name
 from stalldoc.model.ranks import RankProcess
 from stalldoc.probes.proc_table import ProcessTable, scan
-from stalldoc.probes.process_tree import RankFinder, is_launcher, read_launch
+from stalldoc.probes.command_line import is_launcher
+from stalldoc.probes.process_tree import RankFinder, read_launch
 
 EXIT_NOT_ATTACHABLE = 1
 CLIMB_LIMIT = 64

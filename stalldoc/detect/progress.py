@@ -21,6 +21,7 @@ from stalldoc.model.work import RankWork, StallEpisode
 
 
 STACK_DECIDES = frozenset({"unclassified", "stack", "spinning"})   # verdicts a stack decided
+ENDING_GRACE = 30.0   # a rank whose process is ending decides no stall for this long at least
 
 
 def resample_every(floor: float) -> float:
@@ -51,6 +52,7 @@ class _Rank:
     unchanged_shape: tuple = ()        # the deciding thread and its functions (per thread)
     work: RankWork | None = None
     basis: str = ""                   # what decided the last verdict (work.verdict's words)
+    ending_since: float | None = None  # its process was first seen ending (a zombie, or gone)
     io: RecentRate = field(default_factory=RecentRate)
 
 
@@ -66,9 +68,15 @@ class ProgressTracker:
     # ----- feeding ----------------------------------------------------------------------------
     def observe(self, now: float, agents: Mapping[int, AgentSnapshot],
                 host: Mapping[int, HostSample], gpu_util: Mapping[int, int | None] | None = None,
-                ) -> None:
-        """Fold one tick of samples into every rank's state and verdict."""
-        for rank in set(agents) | set(host):
+                ending: Iterable[int] = ()) -> None:
+        """Fold one tick of samples into every rank's state and verdict. ``ending``: ranks whose
+        process is ending (a zombie whose threads are still torn down, or gone from the process
+        table) while their exit is not on record yet."""
+        ending = {r for r in ending if r in self.ranks}
+        for rank in ending:
+            state = self.ranks[rank]
+            state.ending_since = now if state.ending_since is None else state.ending_since
+        for rank in set(agents) | set(host) | ending:
             state = self.ranks.setdefault(rank, _Rank(now, now, now))
             moved = self._observe_agent(state, agents.get(rank))
             if moved:
@@ -102,7 +110,10 @@ class ProgressTracker:
         elif now - state.last_busy_at > resample_every(self.floor):
             state.busy_since = None   # a new busy spell may run other code: classify it afresh
         result, basis, reason = verdict(signals, self._busy_stack(state))
-        if result == IDLE and basis == "quiet" and state.work is not None \
+        if state.ending_since is not None:
+            result, basis = IDLE, "exiting"
+            reason = f"exiting for {now - state.ending_since:.0f} s (its process is ending)"
+        elif result == IDLE and basis == "quiet" and state.work is not None \
                 and now - state.last_confirmed <= hold_for(self.floor):
             # work comes in bursts (a 4 MB write is counted when it returns): hold the verdict,
             # without counting it as new work
@@ -187,13 +198,25 @@ class ProgressTracker:
         return due
 
     def between_tasks(self, now: float) -> set[int]:
-        """Live ranks with no work in hand: quiet, and their fresh stack idles in a task
-        executor's loop (``BETWEEN_TASKS``). Their next task comes from the job's driver."""
+        """Live ranks with no work in hand: idle, and their stack idles in a task executor's
+        loop (``BETWEEN_TASKS``). Their next task comes from the job's driver. The stack is a
+        fresh one, or the one of the rank's busy spell, which its verdict rests on (a rank
+        starved of CPU in that loop is idle by that stack until the next one is classified,
+        seconds later on a loaded node: it cannot also be taken for a rank in a task)."""
         fresh = 2 * resample_every(self.floor)
         return {r for r, s in self.live().items()
                 if s.stack is not None and s.stack.kind == BETWEEN_TASKS
-                and now - s.stack_at <= fresh and s.work is not None
-                and s.work.verdict == IDLE}
+                and (now - s.stack_at <= fresh or self._busy_stack(s) is not None)
+                and s.work is not None and s.work.verdict == IDLE}
+
+    def ending(self, now: float) -> set[int]:
+        """Live ranks whose process is ending, for no longer than the threshold and
+        ``ENDING_GRACE``: a rank's last act, whose exit is recorded when its last thread is
+        gone (a large process takes seconds to be torn down, longer on a loaded node). One
+        ending for longer is stuck in its exit (a thread in the kernel, a driver's teardown)."""
+        grace = max(self.threshold(), ENDING_GRACE)
+        return {r for r, s in self.live().items()
+                if s.ending_since is not None and now - s.ending_since <= grace}
 
     def live(self) -> dict[int, _Rank]:
         return {r: s for r, s in self.ranks.items() if r not in self.dead}
@@ -227,8 +250,10 @@ class ProgressTracker:
     def check(self, now: float, elsewhere_at: float | None = None, elsewhere_now: bool = False
               ) -> tuple[StallEpisode | None, StallEpisode | None]:
         """(a stall that starts now, a stall that ended now): at most one is not None.
-        Ranks between tasks (``between_tasks``) have no work in hand and decide nothing; with no
-        other rank, nothing is stalled. ``elsewhere_at``: the last work seen on the job's other nodes (our clock); while a rank
+        Ranks between tasks (``between_tasks``) have no work in hand and decide nothing, nor
+        do ranks whose process is ending (``ending``) until it has taken longer than the
+        threshold and ``ENDING_GRACE``; with no other rank, nothing is stalled.
+        ``elsewhere_at``: the last work seen on the job's other nodes (our clock); while a rank
         there works this node's waiting ranks are not stalled, and ``elsewhere_now`` (a rank
         there works now) ends a stall."""
         live = self.live()
@@ -236,7 +261,7 @@ class ProgressTracker:
             return None, None
         if self.episode is not None:
             return None, self._ended(now, live, elsewhere_now)
-        idle = self.between_tasks(now)
+        idle = self.between_tasks(now) | self.ending(now)
         in_task = [s for r, s in live.items() if r not in idle]
         if not in_task:   # no rank has work in hand: the driver's turn, not a stall of ranks
             return None, None

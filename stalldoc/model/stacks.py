@@ -83,3 +83,18 @@ def _own_frames(thread: ThreadStack) -> int:
         "site-packages" in f.filename or "dist-packages" in f.filename
         or _STDLIB.search(f.filename) or f.filename.startswith("<")
         or "/stalldoc/agent/" in f.filename))   # the agent's own heartbeat thread
+
+
+@dataclass(frozen=True)
+class BuildLock:
+    """The lock file of a torch C++ extension's build directory (``torch.utils.file_baton``):
+    the one process that builds the extension holds it, every other one that loads it sleeps
+    until the file is gone. Nothing removes it when the builder is killed. torch builds with
+    ninja in that directory: while ninja runs there, the lock's build goes on."""
+
+    path: str                     # .../torch_extensions/[py311_cu121/]NAME/lock
+    age: float                    # seconds since it was written
+    builders: tuple[int, ...]     # pids building in its directory: ninja there, and all with it
+    # pids still working in its directory with no ninja there: the compilers of a build that was
+    # stopped (ninja starts them in process groups of their own), which end without removing it
+    leftovers: tuple[int, ...] = ()

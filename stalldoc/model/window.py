@@ -10,7 +10,7 @@ from stalldoc.model.collectives import FlightDump
 from stalldoc.model.launch import LaunchConfig, Resources
 from stalldoc.model.ranks import RankExit, RankProcess
 from stalldoc.model.samples import GpuSample, HostMemory, HostSample, LogLine
-from stalldoc.model.stacks import RankStacks
+from stalldoc.model.stacks import BuildLock, RankStacks
 from stalldoc.model.work import RankWork, StallEpisode
 
 
@@ -42,3 +42,5 @@ class Window:
     cluster: ClusterView | None = None      # the job's other nodes (multi-node jobs only)
     # rank -> stacks of the child processes it waits on (DataLoader workers, a pool; stall only)
     children: Mapping[int, tuple[RankStacks, ...]] = field(default_factory=dict)
+    # torch C++ extension build locks in the roots of ranks that wait on one (stall only)
+    build_locks: tuple[BuildLock, ...] = ()

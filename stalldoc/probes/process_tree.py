@@ -11,6 +11,7 @@ import psutil
 from stalldoc.agent import identity
 from stalldoc.agent.statefile import CLAIM_SOURCES
 from stalldoc.model.ranks import CLAIM_STRENGTH, RankClaim, RankProcess
+from stalldoc.probes.command_line import is_launcher, is_runner
 from stalldoc.probes.proc_table import ProcessTable, ProcInfo
 
 _MP_MARKERS = ("multiprocessing", "resource_tracker", "forkserver")
@@ -18,17 +19,8 @@ _MP_MARKERS = ("multiprocessing", "resource_tracker", "forkserver")
 _RAY_MARKERS = ("ray/_private/", "ray/dashboard/", "ray/autoscaler/", "/raylet", "gcs_server",
                 "ray::", "ray/util/client/server", "ray.util.client.server",
                 "ray/_private/runtime_env/agent")
-# Launchers start the ranks; before their children exist they must not pass for a single rank.
-_LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "torchrun", "deepspeed",
-              "accelerate", "swift/cli/main", "bin/swift")
 _RAY_NODE = ("/raylet", "gcs_server")   # a Ray node's own processes: a driver started them
 T = TypeVar("T")
-
-
-def is_launcher(cmdline: Sequence[str]) -> bool:
-    """A launcher's command line (torchrun, deepspeed, accelerate, swift): it starts ranks."""
-    joined = " ".join(cmdline)
-    return any(marker in joined for marker in _LAUNCHERS)
 
 
 RANK_LIMIT = 2**31     # RANK and LOCAL_RANK are numbers from 0 up to this, excluded
@@ -144,10 +136,12 @@ class RankFinder:
         with them now and then, and ends them). A process outside the job's tree other
         than its ``root`` (orphaned by its dead rank) is not a rank either; ``root`` may be
         several pids (the tops of a job ``stalldoc attach`` was given). With no claim anywhere,
-        the job is a single process: the deepest Python process that is neither a fork of its
-        parent nor a helper is rank 0, unless a process of the job started a Ray node (now or
-        before): then its Python processes are Ray's, its workers or their driver, and no
-        process is guessed. ``pids`` are the job's processes, its command first; one
+        the job is a single process: the outermost Python process that is neither a fork of
+        its parent nor a helper (a launcher, ``conda run``) is rank 0, the user's program under
+        any shell or runner (the Python processes it starts, a server, a compile worker, a
+        detached child, are its work, never it), unless a process of the job started a Ray
+        node (now or before): then its Python processes are Ray's, its workers or their driver,
+        and no process is guessed. ``pids`` are the job's processes, its command first; one
         whose RANK or LOCAL_RANK is not a rank number is counted in ``skipped``. When ranks of
         several worlds are found, their ranks are numbered apart (``Numbers``).
         """
@@ -276,9 +270,12 @@ def task_executor(cmdline: Sequence[str]) -> bool:
 
 
 def _helper(cmdline: Sequence[str]) -> bool:
-    """A launcher, a multiprocessing helper or one of Ray's processes, by its command line."""
+    """A launcher (also of an environment: ``conda run``), a multiprocessing helper or one of
+    Ray's processes, by its command line. Launchers start the ranks; before their children
+    exist they must not pass for a single rank."""
     joined = " ".join(cmdline)
-    return any(m in joined for m in _MP_MARKERS + _LAUNCHERS + _RAY_MARKERS)
+    return (is_launcher(cmdline) or is_runner(cmdline)
+            or any(m in joined for m in _MP_MARKERS + _RAY_MARKERS))
 
 
 def _same_rank(claim: RankClaim, holder: RankClaim) -> bool:
@@ -381,9 +378,10 @@ def _single_process(table: ProcessTable, pids: list[int], launches: dict[int, La
         if cmd and _is_python(table.procs[pid], agent_pids) and not forked and not _helper(cmd):
             candidates.append(pid)
     if not candidates:  # a job of no Python process: the command itself, unless a launcher
-        root = pids[0] if pids else None
-        return None if root is None or is_launcher(launches[root].cmdline) else root
-    return max(candidates, key=lambda pid: (_depth(pid, table, launches), -pid))
+        root = pids[0] if pids else None   # or unknown (a zombie's, or one read mid-exec)
+        command = launches[root].cmdline if root is not None else ()
+        return root if command and not is_launcher(command) else None
+    return min(candidates, key=lambda pid: (_depth(pid, table, launches), pid))
 
 
 def _ray_drivers(table: ProcessTable, pids: Sequence[int], launches: Mapping[int, Launch]

@@ -9,11 +9,18 @@ from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.ranks import RankExit
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, join_ranks, phase_of, phase_stack_of, signal_name
+from stalldoc.rules.sd529_collective_mismatch_reported import CollectiveMismatchReported
 
 _OOM_HINT = ("SIGKILL with no one asking for it is usually the kernel OOM killer: check "
              "`dmesg | grep -i 'killed process'` and the host memory below; lower the host "
              "memory the rank needs (CPU offload, dataloader workers, pinned memory) or add memory.")
 
+
+_MISMATCH_FIX = ("Not a crash of its own: the backend ended the rank because the ranks' "
+                 "collectives did not match (the mismatch line in the log; SD529 has its sizes "
+                 "and ops). Make every rank call the same collectives, in the same order, with "
+                 "tensors of the same shape: pad per-rank data to a common length or use "
+                 "all_gather_object; move a collective out of a branch some ranks skip.")
 
 _UNKNOWN_FIX = ("Nothing says it failed: the launcher did not report an error for it. If the job "
                "went wrong, read the rank's own log.")
@@ -47,6 +54,10 @@ class DeadRank(Rule):
         usually the OOM killer (see the host memory figures), SIGSEGV / SIGABRT a native crash
         (NCCL, CUDA, a C extension), a non-zero exit an exception in its log.
 
+        Where the job's log says the ranks' collectives did not match (gloo's size check aborts
+        the rank with SIGABRT; PyTorch's checker raises), the fix is that mismatch's (SD529), not
+        a crash's; the evidence quotes the line.
+
     References
         torchrun ChildFailedError "Root Cause (first observed failure)".
     """
@@ -62,8 +73,9 @@ class DeadRank(Rule):
             return   # the first rank to end badly had done its work: SD115 says so
         if bad:
             first = bad[0]
+            fix, cause = self._fix(window, first)
             yield self.finding((first.rank,), self._summary(window, first, bad[1:]),
-                               self._evidence(window, first, bad[1:]), self._fix(first))
+                               {**self._evidence(window, first, bad[1:]), **cause}, fix)
             return
         unknown = sorted((e for e in window.exits if e.exit_code is None), key=lambda e: e.t)
         if unknown:   # a rank that exits 0 is never critical; one nobody saw end is not either
@@ -116,10 +128,25 @@ class DeadRank(Rule):
             evidence["host_available_bytes_min"] = min(s.host_available_bytes for s in samples)
         return evidence
 
-    def _fix(self, dead: RankExit) -> str:
+    def _fix(self, window: Window, dead: RankExit) -> tuple[str, dict[str, str]]:
+        """The fix for how the rank ended, and the evidence of its cause where the log has it
+        (a collective mismatch the backend reported)."""
         if dead.signal == signal.SIGKILL:
-            return _OOM_HINT
+            return _OOM_HINT, {}
+        mismatch = _mismatch_line(window)
+        if mismatch:
+            return _MISMATCH_FIX, {"mismatch_line": mismatch}
         if dead.signal in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS):
             return ("A native crash: run the rank with PYTHONFAULTHANDLER=1 and check NCCL / CUDA / "
-                    "C extension versions; NCCL_DEBUG=INFO shows communicator errors.")
-        return self.fix
+                    "C extension versions; NCCL_DEBUG=INFO shows communicator errors."), {}
+        return self.fix, {}
+
+
+def _mismatch_line(window: Window) -> str:
+    """The last line of the job's log that reports a collective mismatch, by SD529's own
+    compiled patterns, or ''. The tail holds the newest lines; unread lines it no longer holds
+    (a burst since the last tick) are older than all of it, so they come first."""
+    program = CollectiveMismatchReported.program()
+    lines = [*(line.text for line in window.log), *window.log_tail]
+    return next((line.strip()[:500] for line in reversed(lines)
+                 if any(needle in line and p.search(line) for needle, p in program)), "")

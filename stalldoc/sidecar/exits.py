@@ -7,14 +7,21 @@ failure."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Collection
+from typing import Callable, Collection, Mapping
 
-from stalldoc.model.ranks import RankExit
+from stalldoc.model.ranks import RankExit, RankProcess
 from stalldoc.probes.exits import DeathWatch
 from stalldoc.store.db import RunStore
 
 EXIT_SETTLE_SECONDS = 2.0   # wait this long after a death for the launcher's report of it
 DRIVER_SHUTDOWN = "driver shutdown"   # a Ray worker's exit status while its job ended with 0
+
+
+def of_present(exit: RankExit, present: Mapping[int, RankProcess]) -> bool:
+    """Whether the exit is of its rank's present process (or of a rank no process holds now),
+    not of one that a restart has replaced since."""
+    process = present.get(exit.rank)
+    return process is None or process.pid == exit.pid
 
 
 class ExitBook:
@@ -63,15 +70,26 @@ class ExitBook:
         self.by_rank[exit.rank] = exit
         self.store.rank_exit(exit)
 
+    def ended(self, rank: RankProcess) -> bool:
+        """Whether this process of the rank ended: its exit is recorded. An exit recorded for
+        the rank number is another process's once the rank was restarted (torchrun's agent
+        starts the new ranks within the settle time of the old ones' deaths)."""
+        exit = self.by_rank.get(rank.rank)
+        return exit is not None and exit.pid == rank.pid
+
     def judged(self) -> list[RankExit]:
         """Recorded exits that may be failures (not 0, not a driver's shutdown)."""
         return [e for e in self.by_rank.values()
                 if e.exit_code != 0 and e.source != DRIVER_SHUTDOWN]
 
-    def for_rules(self) -> tuple[RankExit, ...]:
-        """What the rules see: every exit, unsettled ones too, but no driver's shutdown."""
+    def for_rules(self, present: Mapping[int, RankProcess] | None = None
+                  ) -> tuple[RankExit, ...]:
+        """What the rules see: every exit, unsettled ones too, but no driver's shutdown;
+        with ``present`` (each rank's process now), only the exits of those processes: a stall
+        of restarted ranks is not the first attempt's failure."""
         ended = {**self.by_rank, **{e.rank: e for e in self.pending}}
-        return tuple(e for e in ended.values() if e.source != DRIVER_SHUTDOWN)
+        return tuple(e for e in ended.values() if e.source != DRIVER_SHUTDOWN
+                     and (present is None or of_present(e, present)))
 
     def forget(self, rank: int) -> None:
         """A rank number taken by another process (a restart, a guess replaced)."""

@@ -14,6 +14,7 @@ import time
 from typing import Iterable
 
 from stalldoc.agent.statefile import STATUS_EXCEPTION
+from stalldoc.analysis.stacks import waits_on_build_lock
 from stalldoc.check.preflight import failed, launch_checks, launch_document
 from stalldoc.cluster.publish import LocalView
 from stalldoc.detect.progress import ProgressTracker, latest_progress
@@ -24,10 +25,11 @@ from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.model.collectives import FlightDump
 from stalldoc.model.findings import Finding
 from stalldoc.model.ranks import RankExit, RankProcess
-from stalldoc.model.stacks import RankStacks
+from stalldoc.model.stacks import BuildLock, RankStacks
 from stalldoc.model.window import Window
 from stalldoc.model.work import StallEpisode
 from stalldoc.probes.agent_state import StartupCosts
+from stalldoc.probes.build_locks import build_locks
 from stalldoc.probes.connections import external_peers
 from stalldoc.probes.exits import from_wait_status
 from stalldoc.probes.flight_dumps import FlightDumps
@@ -44,7 +46,7 @@ from stalldoc.run.options import WatchOptions
 from stalldoc.run.terminal import RankLine, format_status
 from stalldoc.sidecar.children import child_stacks
 from stalldoc.sidecar.cluster import NodeCluster
-from stalldoc.sidecar.exits import ExitBook
+from stalldoc.sidecar.exits import ExitBook, of_present
 from stalldoc.sidecar.history import Histories, gpu_util_by_rank
 from stalldoc.sidecar.link import RelayLink
 from stalldoc.sidecar.log_feed import LogFeed
@@ -271,7 +273,7 @@ class Watcher:
         self._record(now, sample)                # store
 
     def _sample(self, now: float) -> Tick:
-        live = [r for r in self.ranks.values() if r.rank not in self.exits.by_rank]
+        live = [r for r in self.ranks.values() if not self.exits.ended(r)]
         sample = self.sampler.sample(now, live, list(self.ranks.values()), self.parents,
                                      self.found)
         self.history.add(sample)
@@ -284,9 +286,19 @@ class Watcher:
                 self.tracker.stack_seen(stacks.rank, stacks, stacks.t)
 
     def _observe(self, now: float, sample: Tick) -> None:
-        self.tracker.observe(now, sample.agents, sample.host, gpu_util_by_rank(sample))
+        self.tracker.observe(now, sample.agents, sample.host, gpu_util_by_rank(sample),
+                             self._ending())
         self.cluster.refresh(now, self.tracker.quiet_for(now), self.tracker.threshold(),
                              self.tracker.episode is not None)
+
+    def _ending(self) -> set[int]:
+        """Ranks whose process is ending (a zombie, or gone from this tick's process table)
+        while the death watch has not seen its last thread go."""
+        table = self.found.table if self.found is not None else None
+        if table is None:
+            return set()
+        return {r.rank for r in self.ranks.values() if not self.exits.ended(r)
+                and (r.pid not in table or table.procs[r.pid].dead)}
 
     def _request_stacks(self, now: float) -> None:
         executors = {r.rank for r in self.ranks.values() if task_executor(r.cmdline)}
@@ -317,13 +329,13 @@ class Watcher:
                 if known != rank:   # the process said which rank it is since (its agent)
                     self.ranks[rank.rank] = rank
                     self.store.update_rank(rank)
-                    if not known.from_env or (rank.world_rank is not None
-                                              and known.world_rank is None):   # say it now
+                    if rank.from_env > known.from_env or (rank.world_rank is not None
+                                                          and known.world_rank is None):
                         self.say(f"rank {rank.rank}: pid {rank.pid}{_known_as(rank)}")
                 continue
             if known is not None and not known.from_env:
                 self.store.drop_rank(known)     # a guess replaced: it never was a rank
-            if known is not None and known.rank not in self.exits.by_rank:
+            if known is not None and not self.exits.ended(known):
                 self.exits.deaths.unwatch(known.pid)  # replaced, not dead (e.g. taken before its launcher forked)
             self.tracker.forget(rank.rank)
             self.ranks[rank.rank] = rank
@@ -377,7 +389,8 @@ class Watcher:
         report in the log, from the agent (an uncaught exception exits 1), or, once the launcher
         itself exited 0, is 0. Until then, unknown statuses alone raise no finding."""
         for exit in self.exits.seen():
-            self.tracker.mark_dead(exit.rank)
+            if of_present(exit, self.ranks):
+                self.tracker.mark_dead(exit.rank)
         executors = {r.rank for r in self.ranks.values() if task_executor(r.cmdline)}
         new = self.exits.settle(now, final, job_code, executors, self._with_known_status)
         judged = self.exits.judged()
@@ -385,7 +398,8 @@ class Watcher:
             return
         if not final and all(e.exit_code is None for e in judged):
             return   # wait for the launcher's word
-        self._report_exits(run_rules(self._window(time.time(), {}, None), "exit"))
+        self._report_exits(run_rules(self._window(time.time(), {}, None, every_exit=True),
+                                     "exit"))
 
     def _report_exits(self, findings: list[Finding]) -> None:
         """Exit findings: each (rule, ranks) once; when later deaths add to one already made
@@ -447,7 +461,8 @@ class Watcher:
         window = dataclasses.replace(self._window(now, agents, episode, stacks),
                                      peers=external_peers(live, self.parents.keys()),
                                      flight=flight, children=child_stacks(
-                                         self.stack_probe, self.ranks, stacks, self.parents))
+                                         self.stack_probe, self.ranks, stacks, self.parents),
+                                     build_locks=_build_locks(stacks.values()))
         self.store.add_stacks(episode.id, stacks.values())
         self.stall_stacks, self.stall_flight, self.stall_over = stacks, flight, False
         self._diagnosis(self._save(self.ledger.stall(now, episode.id,
@@ -496,12 +511,15 @@ class Watcher:
             self.say(f"stacks of {join_ranks(ranks)} from the fallback: {reason}")
 
     def _window(self, now: float, agents: dict, episode: StallEpisode | None,
-                stacks: dict | None = None) -> Window:
+                stacks: dict | None = None, every_exit: bool = False) -> Window:
+        """What the rules read now. The exits are those of the ranks' present processes, or,
+        with ``every_exit`` (the exit rules), of every process that was a rank."""
         if not agents:
             agents = self.agents_probe.sample(list(self.ranks.values()))
         host, gpus, node, cuda = self.history.frozen()
         return Window(now, tuple(self.ranks.values()), agents, host, stacks or {},
-                      self.exits.for_rules(), episode, self.tracker.last_progress(),
+                      self.exits.for_rules(None if every_exit else self.ranks), episode,
+                      self.tracker.last_progress(),
                       tuple(self.logs.tail), gpus, node, tuple(self.logs.unread), {}, cuda,
                       self.config, work=self.tracker.work(), busy_timeout=self.opts.busy_timeout,
                       floor=self.opts.stall_timeout, vllm_sleep=self.sleep_log.states(),
@@ -607,7 +625,11 @@ class Watcher:
         self.cluster.publish(LocalView(
             dict(self.ranks), self.tracker.work(), self.tracker.phases(), self.tracker.ages(now),
             agents, stacks if stacks is not None else self.stall_stacks,
-            frozenset(self.tracker.dead) | frozenset(self.exits.by_rank)), stall, ended)
+            frozenset(self.tracker.dead) | self._ended()), stall, ended)
+
+    def _ended(self) -> frozenset[int]:
+        """The ranks whose present process ended."""
+        return frozenset(r.rank for r in self.ranks.values() if self.exits.ended(r))
 
     def _say_cluster(self) -> None:
         shared = self.opts.shared_dir
@@ -641,7 +663,16 @@ class Watcher:
 
 
 def _known_as(rank: RankProcess) -> str:
-    """How a rank is known, for the watcher's line: '' for RANK at start (the usual case)."""
+    """How a rank is known, for the watcher's line: '' for RANK at start (the usual case); a
+    job's single process, which claims no rank, is said to be one (rank 0 is no claim of it)."""
+    if not rank.from_env:
+        return " (a single process: it claims no rank)"
     where = (f" (world {rank.world} rank {rank.world_rank})" if rank.world_rank is not None
              else "")
     return where if rank.source in ("RANK", "") else f" ({rank.source}){where}"
+
+
+def _build_locks(stacks: Iterable[RankStacks]) -> tuple[BuildLock, ...]:
+    """The extension build locks of the ranks asleep on one (SD116), read only for them."""
+    waiting = [s.pid for s in stacks if waits_on_build_lock(s.main) is not None]
+    return build_locks(waiting) if waiting else ()

@@ -4,7 +4,7 @@ threshold. Numbers are of the kind measured on real ranks here (a rank blocked i
 from __future__ import annotations
 
 from stalldoc.model.agent import AgentSnapshot, PhaseRecord
-from stalldoc.detect.progress import ProgressTracker
+from stalldoc.detect.progress import ENDING_GRACE, ProgressTracker
 from stalldoc.model.samples import HostSample
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
@@ -339,3 +339,70 @@ def test_a_rank_stuck_in_its_task_is_a_stall_while_the_others_are_between_tasks(
     # THEN the stall is declared, for all four, with the ranks in their task not between tasks
     assert stall.ranks == (0, 1, 2, 3)
     assert tracker.between_tasks(stall.detected_at) == {0, 1}
+
+
+def test_a_worker_starved_between_tasks_as_the_others_end_is_no_stall():
+    # GIVEN Ray workers between tasks at the end of a run on a loaded node (CI, two worlds on
+    # 2 cores beside a CPU burner): rank 0 turns runnable, waiting for a CPU 75% of the time, its
+    # stack is taken once (still Ray's task loop) and the next one does not come in time, while
+    # ranks 1 and 2 are being torn down
+    tracker = ProgressTracker(floor=3)
+    workers = {r: ray_worker(r) for r in range(3)}
+    assert _quiet_ticks(tracker, workers, 1, 10, executors={0, 1, 2}) == []
+    tracker.observe(11.0, {}, {0: host(11.0, 0, cpu=2.0, wait=75.0)})
+    assert tracker.stacks_due(11.0, {0, 1, 2}) == [0]
+    tracker.stack_seen(0, workers[0], 11.0)
+    started = []
+    for t in range(12, 30):
+        tracker.observe(float(t), {}, {0: host(float(t), 0, cpu=2.0, wait=75.0)},
+                        ending={1, 2})
+        began, _ = tracker.check(float(t))
+        started += [began] if began else []
+    # THEN its verdict rests on that stack, and so does its place between tasks: no stall
+    assert tracker.work()[0].reason == (
+        "runnable, waiting for a CPU 75% (ran 2%) while waiting: next task")
+    assert started == [] and tracker.between_tasks(29.0) == {0}
+
+
+def _ending_ticks(tracker: ProgressTracker, quiet: set[int], ending: set[int], start: int,
+                  seconds: int) -> list:
+    """A tick a second: the ``quiet`` ranks sampled idle, the ``ending`` ones (zombies whose
+    threads are still torn down) without a host sample, as the host probe gives none."""
+    started = []
+    for t in range(start, start + seconds):
+        tracker.observe(float(t), {}, {r: host(float(t), r) for r in quiet}, ending=ending)
+        began, _ = tracker.check(float(t))
+        started += [began] if began else []
+    return started
+
+
+def test_the_last_rank_ending_decides_no_stall():
+    # GIVEN Ray Train's three workers quiet at the end of a run, floor 3 s; ranks 1 and 2 have
+    # exited, rank 0 is torn down for 20 s on a loaded node (a zombie until its last thread goes)
+    tracker = ProgressTracker(floor=3)
+    assert _ending_ticks(tracker, {0, 1, 2}, set(), 1, 2) == []
+    tracker.mark_dead(1)
+    tracker.mark_dead(2)
+    # THEN no stall while it ends, and its verdict says why
+    assert _ending_ticks(tracker, set(), {0}, 3, 20) == []
+    assert tracker.work()[0].reason == "exiting for 19 s (its process is ending)"
+    assert tracker.ending(22.0) == {0}
+
+
+def test_a_rank_stuck_in_its_exit_is_a_stall_after_the_grace():
+    # GIVEN the same last rank, its exit never done (a thread stuck in the kernel)
+    tracker = ProgressTracker(floor=3)
+    _ending_ticks(tracker, {0}, set(), 1, 2)
+    # THEN the stall starts once it has been ending for longer than ENDING_GRACE
+    [stall] = _ending_ticks(tracker, set(), {0}, 3, 40)
+    assert stall.detected_at == 3 + ENDING_GRACE + 1
+    assert stall.work[0].reason.startswith("exiting for 31 s")
+
+
+def test_ranks_waiting_on_a_rank_that_is_ending_are_a_stall():
+    # GIVEN rank 2 crashed (its process is ending) while ranks 0 and 1 wait for it in a
+    # collective: they decide, as ever
+    tracker = ProgressTracker(floor=3)
+    _ending_ticks(tracker, {0, 1, 2}, set(), 1, 2)
+    [stall] = _ending_ticks(tracker, {0, 1}, {2}, 3, 10)
+    assert stall.detected_at == 5.0 and stall.ranks == (0, 1, 2)   # quiet since 1 s, floor 3 s

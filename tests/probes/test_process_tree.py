@@ -529,3 +529,56 @@ def test_an_incomplete_or_foreign_lightning_tree_claims_nothing(tmp_path):
         assert find_ranks(procs, single=False) == []
     finally:
         _kill(root)
+
+
+# the user's program: starts a detached Python helper, prints its own pid and the helper's
+TRAIN_WITH_HELPER = ("import os, subprocess, sys, time\n"
+                     "h = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+                     " start_new_session=True)\n"
+                     "print(os.getpid(), h.pid, flush=True)\n"
+                     "time.sleep(60)")
+# an environment runner as conda's entry point is one: a Python script named conda that runs
+# the program through a shell that stays (``conda run`` writes a script and runs it with bash)
+CONDA = ("import subprocess, sys\n"
+         "assert sys.argv[1] == 'run'\n"
+         "subprocess.run(['sh', '-c', sys.argv[-1] + '; true'])")
+
+
+def test_a_single_process_is_the_users_program_not_its_runner_nor_its_helper(tmp_path):
+    # GIVEN `conda run -n rl python train.py --deepspeed ds_zero3.json` (no RANK anywhere):
+    # conda (Python), a shell, the program, and a Python helper the program started
+    (tmp_path / "bin").mkdir()
+    conda = tmp_path / "bin" / "conda"
+    conda.write_text(CONDA)
+    train = tmp_path / "train.py"
+    train.write_text(TRAIN_WITH_HELPER)
+    program = f"{sys.executable} {train} --deepspeed ds_zero3.json"
+    env = {k: v for k, v in os.environ.items() if k != "RANK"}
+    job = subprocess.Popen([sys.executable, str(conda), "run", "-n", "rl", program],
+                           stdout=subprocess.PIPE, text=True, env=env)
+    train_pid, helper = (int(pid) for pid in job.stdout.readline().split())
+    try:
+        procs = _tree(job, 4)
+        assert helper in {p.pid for p in procs}
+        # THEN rank 0 is the program: not the runner above it, not the helper below it
+        assert [(r.rank, r.pid, r.from_env) for r in find_ranks(procs)] == [(0, train_pid, False)]
+    finally:
+        _end(job, [helper, *(p.pid for p in reversed(_tree(job, 0)[1:]))])
+
+
+def test_a_command_whose_line_cannot_be_read_is_no_guessed_rank(tmp_path):
+    # GIVEN `trl grpo` (a launcher: its program is its child) that has exited, its program with
+    # it, and is not reaped yet: a zombie, whose command line reads empty
+    trl = tmp_path / "trl"
+    trl.write_text("import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'pass'])\n")
+    env = {k: v for k, v in os.environ.items() if k != "RANK"}
+    job = subprocess.Popen([sys.executable, str(trl), "grpo", "--use_cpu", "true"], env=env)
+    try:
+        deadline = time.time() + 20
+        while psutil.Process(job.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.time() < deadline
+            time.sleep(0.05)
+        # THEN nothing is guessed: the zombie is neither the launcher it was nor a rank
+        assert find_ranks([psutil.Process(job.pid)]) == []
+    finally:
+        job.wait()

@@ -1,5 +1,6 @@
 """Good / bad windows for the rules on the evidence of work (SD108 slow-rank, SD109
-busy-without-progress) and on exits (SD103 with an unknown status).
+busy-without-progress) and on exits (SD103 with an unknown status, and after a reported
+collective mismatch).
 
 The RankWork figures are those recorded from the real runs of tests/test_stall_decision.py on
 this machine: rank 0 writing a checkpoint to slow storage (3 % CPU, 2.8 MB/s) while ranks 1-2 sit
@@ -95,6 +96,37 @@ def test_sd103_names_a_rank_that_exited_zero_before_the_failure():
     [finding] = [f for f in run_rules(window(exits=exits), "exit") if f.code == "SD103"]
     assert finding.ranks == (0,)
     assert "rank 1 had exited 0 3 s before it" in finding.summary
+
+
+GLOO_ABORT = ("  what():  [enforce fail at .../gloo/transport/tcp/pair.cc:456] op.preamble.length <= "
+              "op.nbytes. 8 vs 1. Received data size doesn't match expected size. Is there a "
+              "distributed collective mismatch in your code?")   # sgl-project/sglang#37909
+
+
+def test_sd103_a_rank_gloo_aborted_on_a_collective_mismatch_gets_the_mismatchs_fix():
+    # gloo's size check aborts the rank that received more than it expected (SIGABRT)
+    exits = (RankExit(1, 101, NOW, 134, 6, "proc"),)
+    lines = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'", GLOO_ABORT,
+             "W1127 torch/distributed/elastic/multiprocessing/api.py Sending process 100 SIGTERM")
+    [finding] = [f for f in run_rules(window(exits=exits, log_tail=lines), "exit")
+                 if f.code == "SD103"]
+    assert "SIGABRT" in finding.summary and finding.ranks == (1,)
+    assert "native crash" not in finding.fix and "same shape" in finding.fix
+    assert finding.evidence["mismatch_line"] == GLOO_ABORT.strip()
+
+
+def test_sd103_a_native_crash_or_an_oom_kill_keeps_its_own_fix():
+    abort = (RankExit(1, 101, NOW, 134, 6, "proc"),)
+    crash = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'",
+             "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
+             "closed by peer [127.0.0.1]:29500")
+    [finding] = [f for f in run_rules(window(exits=abort, log_tail=crash), "exit")
+                 if f.code == "SD103"]
+    assert "native crash" in finding.fix and "mismatch_line" not in finding.evidence
+    killed = (RankExit(1, 101, NOW, 137, 9, "proc"),)
+    [finding] = [f for f in run_rules(window(exits=killed, log_tail=(GLOO_ABORT,)), "exit")
+                 if f.code == "SD103"]
+    assert "OOM killer" in finding.fix and "mismatch_line" not in finding.evidence
 
 
 def test_sd110_bad_the_others_wait_in_a_collective_a_rank_that_ended_never_reached():
