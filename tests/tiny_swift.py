@@ -26,8 +26,9 @@ def questions(count: int) -> list[dict]:
     return rows
 
 
-def build_model(directory: Path) -> Path:
-    """Random Qwen2 (hidden 64, 2 layers) and a byte-level BPE tokenizer, saved for swift."""
+def build_model(directory: Path, hidden: int = 64, heads: int = 4) -> Path:
+    """Random Qwen2 (hidden 64, 2 layers) and a byte-level BPE tokenizer, saved for swift. vLLM's
+    CPU attention needs a head size of 64 or more: ``hidden=128, heads=2``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
@@ -43,8 +44,9 @@ def build_model(directory: Path) -> Path:
                                    pad_token="<|endoftext|>", bos_token=None)
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(directory)
-    config = Qwen2Config(vocab_size=len(fast), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    config = Qwen2Config(vocab_size=len(fast), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=2, num_attention_heads=heads,
+                         num_key_value_heads=heads // 2,
                          max_position_embeddings=512, tie_word_embeddings=True,
                          eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id)
     Qwen2ForCausalLM(config).save_pretrained(directory)

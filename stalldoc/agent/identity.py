@@ -105,12 +105,34 @@ def _world(dist: Any, init_method: Any) -> str:
     return f"{host}:{port}" if host and port else ""
 
 
-def from_group(dist: Any, init_method: Any = None) -> Claim:
-    """The claim of a process whose default process group exists (``NOTHING`` otherwise)."""
+def from_group(dist: Any, init_method: Any = None, engine: bool = False) -> Claim:
+    """The claim of a process whose default process group exists (``NOTHING`` otherwise);
+    ``engine``: vLLM created the group for its own engine (the claim of an engine worker)."""
     if not dist.is_initialized():
         return NOTHING
-    return (statefile.SOURCE_GROUP, dist.get_rank(), local_rank(os.environ),
-            dist.get_world_size(), world_name(_world(dist, init_method)))
+    source = statefile.SOURCE_ENGINE if engine else statefile.SOURCE_GROUP
+    return (source, dist.get_rank(), local_rank(os.environ), dist.get_world_size(),
+            world_name(_world(dist, init_method)))
+
+
+_ENGINE_FRAMES = 16   # how far up the caller's stack an engine's own code is looked for
+
+
+def engine_world(init_method: Any, caller: Any) -> bool:
+    """Whether vLLM's own code (a frame of the ``vllm`` package among the caller's) created the
+    group for a world of its own: its workers' TP/PP world, reached at an address vLLM chose
+    (``tcp://127.0.0.1:PORT``, or a store it made). ``env://`` is the job's world: vLLM inside a
+    training rank (``external_launcher``) joins the rank's world, and the process stays that
+    rank."""
+    if init_method == "env://":
+        return False
+    frame, depth = caller, 0
+    while frame is not None and depth < _ENGINE_FRAMES:
+        name = frame.f_globals.get("__name__", "")
+        if name == "vllm" or name.startswith("vllm."):
+            return True
+        frame, depth = frame.f_back, depth + 1
+    return False
 
 
 def wrap_init(dist: Any, fn: Callable[..., Any], publish: Callable[[Claim], None]
@@ -123,8 +145,9 @@ def wrap_init(dist: Any, fn: Callable[..., Any], publish: Callable[[Claim], None
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         result = fn(*args, **kwargs)
         try:
+            import sys
             method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
-            publish(from_group(dist, method))
+            publish(from_group(dist, method, engine_world(method, sys._getframe(1))))
         except Exception:  # noqa: BLE001 - identity unknown; the job goes on
             pass
         return result

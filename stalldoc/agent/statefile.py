@@ -104,10 +104,13 @@ CLAIM_WORLD_SIZE = 28
 # How a process's rank is known, weakest first: a launcher's variable at start (Slurm, Open MPI,
 # PMIx, PMI, MVAPICH), RANK at start (torchrun, deepspeed, accelerate, a script's own), and the
 # default process group the process created (every launcher, mp.spawn and Ray included).
+# "vLLM engine": a process group vLLM created for its own engine (its workers' TP/PP world):
+# the process is an engine's worker, not a rank of the job (last: it outranks every other claim)
 CLAIM_SOURCES = ("", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
-                 "MV2_COMM_WORLD_RANK", "RANK", "process group")
+                 "MV2_COMM_WORLD_RANK", "RANK", "process group", "vLLM engine")
 SOURCE_RANK = CLAIM_SOURCES.index("RANK")
 SOURCE_GROUP = CLAIM_SOURCES.index("process group")
+SOURCE_ENGINE = CLAIM_SOURCES.index("vLLM engine")
 _HEARTBEAT_OFFSET = 32
 _MARKER_OFFSET = 40
 _STATUS_OFFSET = 6

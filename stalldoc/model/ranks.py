@@ -19,8 +19,35 @@ class RankProcess:
 
 
 # any other source (a launcher's variable): 1; "Lightning": the rank Lightning's own launcher
-# hands a process it starts (its place in the tree, as exact as RANK)
-CLAIM_STRENGTH = {"process group": 3, "RANK": 2, "Lightning": 2}
+# hands a process it starts (its place in the tree, as exact as RANK); "vLLM engine": vLLM's
+# own world for its engine's workers (the process is no rank, whatever its environment says)
+ENGINE_SOURCE = "vLLM engine"
+CLAIM_STRENGTH = {ENGINE_SOURCE: 4, "process group": 3, "RANK": 2, "Lightning": 2}
+
+
+@dataclass(frozen=True)
+class EngineProcess:
+    """A process of a vLLM engine: a worker (it joined the engine's own TP/PP world) or the
+    engine core that started workers. It is the work of the rank that started it (``owner``,
+    that rank's number; None when no rank of the job is above it, e.g. ``vllm serve``
+    watched alone), never a rank itself."""
+
+    pid: int
+    role: str                      # "worker" or "engine core"
+    owner: int | None = None
+    tp_rank: int | None = None     # a worker's rank in the engine's world
+    world_size: int | None = None
+
+    @property
+    def title(self) -> str:
+        """As a user knows it: "vLLM worker (TP rank 1) of rank 0's engine", "rank 0's vLLM
+        engine core", "the vLLM engine core" (no rank above it)."""
+        if self.role == "worker":
+            place = f" (TP rank {self.tp_rank})" if self.tp_rank is not None else ""
+            whose = f"rank {self.owner}'s engine" if self.owner is not None else "its engine"
+            return f"vLLM worker{place} of {whose}"
+        return (f"rank {self.owner}'s vLLM engine core" if self.owner is not None
+                else "the vLLM engine core")
 
 
 @dataclass(frozen=True)
@@ -51,3 +78,17 @@ class RankExit:
     exit_code: int | None       # shell convention: 128+N for signal N; None if unknown
     signal: int | None
     source: str                 # "waitpid", "proc", "launcher-log", "agent", "unknown"
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """An engine process as a stall found it: its state ("running", "sleeping", "stopped",
+    "zombie", "gone", as the process table says) and the signal that stopped it, if known."""
+
+    process: EngineProcess
+    state: str
+
+    @property
+    def broken(self) -> bool:
+        """Stopped, dead or gone: the engine cannot answer its rank."""
+        return self.state in ("stopped", "tracing stop", "zombie", "dead", "gone")

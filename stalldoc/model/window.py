@@ -8,7 +8,7 @@ from stalldoc.model.agent import AgentSnapshot, CudaState, EngineSleepState
 from stalldoc.model.cluster import ClusterView
 from stalldoc.model.collectives import FlightDump
 from stalldoc.model.launch import LaunchConfig, Resources
-from stalldoc.model.ranks import RankExit, RankProcess
+from stalldoc.model.ranks import EngineState, RankExit, RankProcess
 from stalldoc.model.samples import GpuSample, HostMemory, HostSample, LogLine
 from stalldoc.model.stacks import BuildLock, RankStacks
 from stalldoc.model.work import RankWork, StallEpisode
@@ -44,3 +44,5 @@ class Window:
     children: Mapping[int, tuple[RankStacks, ...]] = field(default_factory=dict)
     # torch C++ extension build locks in the roots of ranks that wait on one (stall only)
     build_locks: tuple[BuildLock, ...] = ()
+    # the ranks' vLLM engine processes and their states (stall only)
+    engines: tuple[EngineState, ...] = ()

@@ -10,8 +10,9 @@ import psutil
 
 from stalldoc.agent import identity
 from stalldoc.agent.statefile import CLAIM_SOURCES
-from stalldoc.model.ranks import CLAIM_STRENGTH, RankClaim, RankProcess
+from stalldoc.model.ranks import CLAIM_STRENGTH, EngineProcess, RankClaim, RankProcess
 from stalldoc.probes.command_line import is_launcher, is_runner
+from stalldoc.probes.engines import engine_claims, engine_pids, engine_processes
 from stalldoc.probes.proc_table import ProcessTable, ProcInfo
 
 _MP_MARKERS = ("multiprocessing", "resource_tracker", "forkserver")
@@ -52,6 +53,7 @@ class Found:
 
     ranks: tuple[RankProcess, ...]
     skipped: int = 0           # processes whose RANK or LOCAL_RANK is not a rank number
+    engines: tuple[EngineProcess, ...] = ()   # vLLM engines' processes: the ranks' work
 
 
 def rank_number(value: str | None) -> tuple[int | None, int]:
@@ -153,16 +155,21 @@ class RankFinder:
         python = {pid for pid in pids if _is_python(table.procs[pid], with_agent)}
         claimed = _claims(pids, launches, claims or {}, python,
                           _lightning_claims(pids, launches, table))
+        workers = engine_claims(claimed)
+        claimed = {pid: claim for pid, claim in claimed.items() if pid not in workers}
         drivers = self._ray_drivers(table, pids, launches)
         ranks = self._numbers.number(_ranks(pids, claimed, launches, table, roots, drivers),
                                      table)
         skipped = sum(launch.bad for launch in launches.values())
-        if ranks or not single:
-            return Found(tuple(sorted(ranks, key=lambda r: (r.rank, r.pid))), skipped)
-        chosen = _single_process(table, pids, launches, with_agent, drivers)
-        return Found(() if chosen is None else
-                     (RankProcess(0, chosen, None, launches[chosen].cmdline, False, ""),),
-                     skipped)
+        if not ranks and single:
+            engine = engine_pids(workers, pids, table)
+            chosen = _single_process(table, [p for p in pids if p not in engine], launches,
+                                     with_agent, drivers, roots)
+            ranks = [] if chosen is None else [
+                RankProcess(0, chosen, None, launches[chosen].cmdline, False, "")]
+        ranks = sorted(ranks, key=lambda r: (r.rank, r.pid))
+        engines = engine_processes(workers, pids, table, {r.pid: r.rank for r in ranks})
+        return Found(tuple(ranks), skipped, engines)
 
     def _ray_drivers(self, table: ProcessTable, pids: Sequence[int],
                      launches: Mapping[int, Launch]) -> set[int]:
@@ -367,7 +374,8 @@ def _depth(pid: int, table: ProcessTable, launches: dict[int, Launch]) -> int:
 
 
 def _single_process(table: ProcessTable, pids: list[int], launches: dict[int, Launch],
-                    agent_pids: set[int], drivers: set[int]) -> int | None:
+                    agent_pids: set[int], drivers: set[int],
+                    roots: Collection[int] | None = None) -> int | None:
     if drivers:   # a Ray node's job: its Python processes are Ray's or its workers, no guess
         return None
     candidates = []
@@ -379,6 +387,8 @@ def _single_process(table: ProcessTable, pids: list[int], launches: dict[int, La
             candidates.append(pid)
     if not candidates:  # a job of no Python process: the command itself, unless a launcher
         root = pids[0] if pids else None   # or unknown (a zombie's, or one read mid-exec)
+        if roots is not None and root not in roots:
+            return None   # the command ended: what it left behind is no rank of its own
         command = launches[root].cmdline if root is not None else ()
         return root if command and not is_launcher(command) else None
     return min(candidates, key=lambda pid: (_depth(pid, table, launches), pid))

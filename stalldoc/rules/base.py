@@ -121,7 +121,23 @@ def rank_evidence(window: Window, rank: int) -> dict[str, Any]:
                 "seconds_without_progress": stuck_for(window, rank),
                 "stack_method": stacks.method if stacks else "none"}
     child = waited_child(window, rank)
+    engine = waited_engine(window, rank, main)
+    evidence = {**evidence, "waits_on_engine": engine} if engine else evidence
     return {**evidence, "waits_on_child": child} if child else evidence
+
+
+def waited_engine(window: Window, rank: int, main: Any) -> list[dict[str, Any]]:
+    """The rank's vLLM engine processes, each with its state, when the rank's main thread is in
+    vLLM's code (``LLM.generate`` waiting for its engine core's output); the stopped, dead or
+    gone ones first. [] otherwise."""
+    frames = main.frames if main is not None else ()
+    if not any("/vllm/" in f.filename for f in frames):
+        return []
+    states = [e for e in window.engines if e.process.owner == rank]
+    states.sort(key=lambda e: (not e.broken, e.process.role != "worker", e.process.pid))
+    return [{"pid": e.process.pid, "what": e.process.title, "role": e.process.role,
+             "tp_rank": e.process.tp_rank, "state": e.state, "broken": e.broken}
+            for e in states]
 
 
 def waited_child(window: Window, rank: int) -> dict[str, Any] | None:
@@ -148,6 +164,8 @@ def describe(window: Window, rank: int) -> str:
     waiting on a child process, where that child is."""
     ev = rank_evidence(window, rank)
     parts = [f"in {ev['frame']}" if ev["frame"] else "at an unknown frame"]
+    if ev.get("waits_on_engine"):
+        parts[0] += _engine_wait(ev["waits_on_engine"])
     if ev.get("waits_on_child"):
         child = ev["waits_on_child"]
         lock = "waits on a lock in" if child["waits_on_lock"] else "is in"
@@ -158,6 +176,17 @@ def describe(window: Window, rank: int) -> str:
     if ev["seconds_without_progress"] is not None:
         parts.append(f"for {ev['seconds_without_progress']:.0f} s")
     return ", ".join(parts)
+
+
+def _engine_wait(engines: list[dict[str, Any]]) -> str:
+    """' waiting for its vLLM engine, whose vLLM worker (TP rank 0) of rank 0's engine (pid
+    4711) is stopped' — the first engine process that cannot answer, else each one's state."""
+    first = engines[0]
+    if first["broken"]:
+        return f" waiting for its vLLM engine, whose {first['what']} (pid {first['pid']}) is " \
+               f"{first['state']}"
+    states = "; ".join(f"{e['what']} pid {e['pid']} {e['state']}" for e in engines)
+    return f" waiting for its vLLM engine ({states})"
 
 
 def signal_name(sig: int | None) -> str:

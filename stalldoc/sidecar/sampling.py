@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TypeVar
 
 from stalldoc.run.job import JobTree
-from stalldoc.model.ranks import RankProcess
+from stalldoc.model.ranks import EngineProcess, RankProcess
 from stalldoc.model.samples import GpuSample, HostSample, ProbeRun, Tick
 from stalldoc.probes.agent_state import AgentRead, AgentStateProbe
 from stalldoc.probes.host import HostProbe
@@ -35,6 +35,7 @@ class Discovery:
     pids: tuple[int, ...]           # the job's processes, its command first
     ranks: tuple[RankProcess, ...]
     run: ProbeRun
+    engines: tuple[EngineProcess, ...] = ()   # vLLM engines' processes (the ranks' work)
 
     @property
     def parents(self) -> dict[int, int]:
@@ -83,7 +84,7 @@ class Sampler:
         table, pids, found = self._timed(
             runs, "procs", lambda: self._find(job, exclude, single), (None, (), Found(())),
             lambda seen: seen[2].skipped + seen[0].skipped)
-        return Discovery(table, pids, found.ranks, runs[0])
+        return Discovery(table, pids, found.ranks, runs[0], found.engines)
 
     def _find(self, job: JobTree, exclude: int | None,
               single: bool) -> tuple[ProcessTable, tuple[int, ...], Found]:

