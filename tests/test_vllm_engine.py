@@ -74,39 +74,66 @@ def _worker_of(job: int) -> psutil.Process:
     raise AssertionError("no vLLM worker below the job")
 
 
-def test_a_stopped_worker_is_named_at_the_ranks_generate(tmp_path: Path, engine) -> None:
+def _worker_signalled(tmp_path: Path, engine, sig: int, *options: str
+                      ) -> tuple[Result, int, int]:
+    """The rollout loop on the real engine, watched with ``options``, its engine's worker sent
+    ``sig`` after 4 steps; (the watch's result, the job's pid, the worker's pid). The watch's
+    stderr, with vLLM's logs, goes to a file: a full pipe would block the job."""
     python, model = engine
-    # GIVEN the rollout loop on the real engine, watched with the kill action armed (its
-    # stderr, with vLLM's logs, to a file: a full pipe would block the job)
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err:
         watcher = start_watch(tmp_path / "run", [str(python), SCRIPT, str(model), "100000"],
-                              "--on-stall", "kill", env=vllm_env.ENGINE_ENV, stderr=err)
+                              *options, env=vllm_env.ENGINE_ENV, stderr=err)
     worker = None
     try:
         wait_for_line(watcher.stdout, "rollout step 3:", [])
         job = int(re.search(r"watching pid (\d+)", err_path.read_text()).group(1))
-        # WHEN the engine's worker stops (SIGSTOP) in the middle of the rollouts
         worker = _worker_of(job)
-        worker.send_signal(signal.SIGSTOP)
+        worker.send_signal(sig)
         stdout, _ = watcher.communicate(timeout=240)
     finally:
         if watcher.poll() is None:
             end_watched(watcher)
         if worker is not None and worker.is_running():
             worker.kill()
-    stderr = err_path.read_text()
+    result = Result(watcher.returncode, err_path.read_text(), tmp_path / "run", stdout)
+    return result, job, worker.pid
+
+
+def test_a_stopped_worker_is_named_at_the_ranks_generate(tmp_path: Path, engine) -> None:
+    # GIVEN the rollout loop on the real engine, watched with the kill action armed
+    # WHEN the engine's worker stops (SIGSTOP) in the middle of the rollouts
+    result, job, worker = _worker_signalled(tmp_path, engine, signal.SIGSTOP, "--on-stall",
+                                            "kill")
     # THEN a stall, ended by the kill action, named in the user's process at LLM.generate,
     # waiting for its engine, whose worker is stopped
-    assert watcher.returncode == 124, stderr[-4000:]
-    result = Result(watcher.returncode, stderr, tmp_path / "run", stdout)
+    assert result.code == 124, result.stderr[-4000:]
     [finding] = result.findings("SD106")
     assert finding["ranks"] == [0], finding
     waits = finding["evidence"]["waits_on_engine"]
-    assert waits[0]["pid"] == worker.pid and waits[0]["state"] == "stopped", waits
+    assert waits[0]["pid"] == worker and waits[0]["state"] == "stopped", waits
     assert waits[0]["role"] == "worker" and waits[0]["tp_rank"] == 0, waits
     assert (f"waiting for its vLLM engine, whose vLLM worker (TP rank 0) of rank 0's engine "
-            f"(pid {worker.pid}) is stopped") in finding["summary"], finding["summary"]
+            f"(pid {worker}) is stopped") in finding["summary"], finding["summary"]
     assert any("LLM.generate" in frame for frame in finding["evidence"]["frames"]), finding
     [rank] = result.report()["ranks"]
-    assert rank["pid"] == job != worker.pid
+    assert rank["pid"] == job != worker
+
+
+def test_a_worker_killed_like_the_oom_killer_does_is_the_engines_root_cause(tmp_path: Path,
+                                                                             engine) -> None:
+    # GIVEN the rollout loop on the real engine, watched
+    # WHEN the engine's worker is killed by SIGKILL (what the kernel's OOM killer sends)
+    result, job, worker = _worker_signalled(tmp_path, engine, signal.SIGKILL)
+    # THEN the engine dies, the rank's generate raises, and the job fails
+    assert result.code not in (0, 124), result.stderr[-4000:]
+    assert "EngineDeadError" in result.stderr, result.stderr[-4000:]
+    # AND SD520 says why the engine died: its worker, killed by SIGKILL, with the OOM fix
+    [finding] = result.findings("SD520")
+    evidence = finding["evidence"]
+    assert evidence["worker_signal"] == "SIGKILL" and evidence["worker_exit"] == "-9", evidence
+    assert re.fullmatch(r"vLLM engine core died: its worker \S+ killed by SIGKILL",
+                        finding["summary"]), finding["summary"]
+    assert "OOM killer" in finding["fix"], finding["fix"]
+    # AND the rank that failed is the user's process, never the worker
+    assert [r["pid"] for r in result.report()["ranks"]] == [job] != [worker]

@@ -1,7 +1,13 @@
 """SD520 vllm-engine-dead."""
 from __future__ import annotations
 
-from stalldoc.model.findings import Severity
+import dataclasses
+import signal
+from typing import Iterator
+
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.window import Window
+from stalldoc.rules.base import signal_name
 from stalldoc.rules.log_signature import LogSignature
 
 
@@ -24,7 +30,11 @@ class VllmEngineDead(LogSignature):
 
     Evidence
         the lines (the root cause is the EngineCore traceback printed just before them); the
-        engine process named in ``died unexpectedly``.
+        engine process named in ``died unexpectedly``. Where the engine died because one of its
+        workers did (the engine core's ``Worker proc VllmWorker-0 died unexpectedly (exit code:
+        -9)``, then ``EngineDeadError`` in the rank), that worker is the root cause: ``worker``,
+        ``worker_exit`` and ``worker_signal`` (a negative exit code is the signal that ended
+        it), said first in the summary; a SIGKILL nobody asked for is the kernel's OOM killer.
 
     Fix
         Read the first exception of the EngineCore traceback above the line and restart the job
@@ -32,13 +42,20 @@ class VllmEngineDead(LogSignature):
 
         A CUDA OOM there: lower --vllm_gpu_memory_utilization, keep --sleep_level 1 with
         --offload_model true and --offload_optimizer true; ``RPC call to execute_model timed out``:
-        see SD522; a crash in CUDA graph capture or replay: --vllm_enforce_eager true.
+        see SD522; a crash in CUDA graph capture or replay: --vllm_enforce_eager true. A worker
+        killed by SIGKILL: the host or container ran out of memory (``dmesg | grep -i 'killed
+        process'``): lower what the engine and the training ranks beside it hold in host memory
+        (the CPU KV cache ``VLLM_CPU_KVCACHE_SPACE``, swap space, CPU offload, dataloader
+        workers) or raise the memory limit.
 
     References
         vllm-project/vllm#17276, vllm-project/vllm#19668 (fatal error after an RPC timeout),
         vllm-project/vllm#41647, vllm-project/vllm#29955, LMCache/LMCache#2306,
         gpustack/gpustack#2738, llm-d/llm-d-kv-cache#49, deepseek-ai/DeepSeek-OCR#110,
         modelscope/ms-swift#7933 (a swift rollout data-parallel engine died),
+        vllm-project/vllm#20657 and OpenPipe/ART#201 (a worker died, before vLLM logged its exit
+        code), vllm-project/vllm#38641 (the exit code logged: -9 an OOM kill, -11 a segfault),
+        vllm-project/vllm-ascend#7742 (``exit code: None``),
         vllm-project/vllm#32468 and vllm-project/vllm#28838 (the message at a normal shutdown).
     """
 
@@ -51,5 +68,34 @@ class VllmEngineDead(LogSignature):
         r"EngineDeadError",
         r"Engine core proc (?P<engine>\S+) died unexpectedly",
         r"Dumping input data for V1 LLM engine",
+        r"Worker proc (?P<worker>\S+) died unexpectedly(?: \(exit code: (?P<worker_exit>-?\d+)\))?",
     )
     shutdown_patterns = (r"Engine core proc (?P<engine>\S+) died unexpectedly",)
+
+    def check(self, window: Window) -> Iterator[Finding]:
+        for finding in super().check(window):
+            worker, code = finding.evidence.get("worker"), finding.evidence.get("worker_exit")
+            if worker is None:
+                yield finding
+                continue
+            yield self._worker_died(finding, worker, None if code is None else int(code))
+
+    def _worker_died(self, finding: Finding, worker: str, code: int | None) -> Finding:
+        """The engine's death told by its worker's: the signal (a negative exit code) or the
+        status it ended with, first in the summary; the OOM killer's fix for a SIGKILL."""
+        how = ("died" if code is None else f"killed by {signal_name(-code)}" if code < 0
+               else f"exited with status {code}")
+        says = f"its worker {worker} {how}"
+        evidence = {**finding.evidence, "root_cause": says}
+        if code is not None and code < 0:
+            evidence["worker_signal"] = signal_name(-code)
+        fix = _OOM_FIX if code == -signal.SIGKILL else self.fix
+        return dataclasses.replace(finding, summary=f"{self.headline}: {says}", evidence=evidence,
+                                   fix=fix)
+
+
+_OOM_FIX = ("A SIGKILL nobody asked for is the kernel's OOM killer: check `dmesg | grep -i "
+            "'killed process'` and the host's memory. Lower what the engine and the ranks beside "
+            "it hold in host memory (VLLM_CPU_KVCACHE_SPACE on CPU, --swap-space, CPU offload, "
+            "dataloader workers) or raise the host's or container's memory limit, then restart "
+            "the engine (the job in colocate mode; swift rollout / trl vllm-serve in server mode).")

@@ -77,3 +77,31 @@ def test_weak_signal_is_info():
             "flushes since last step. this happens when there is high memory pressure")
     [finding] = by_code("SD527")().check(window(line))
     assert finding.severity.name == "INFO" and finding.evidence["flushes"] == "27"
+
+
+# vllm-project/vllm#38641's line (the engine core names the dead worker with its exit code), then
+# the rank's side of the dead engine
+WORKER_KILLED = (
+    "(EngineCore pid=4466) ERROR 11-27 22:40:12 [multiproc_executor.py:316] Worker proc "
+    "VllmWorker-0 died unexpectedly (exit code: -9), shutting down executor.",
+    *ENGINE_DEAD,
+)
+
+
+@pytest.mark.parametrize("code,says,oom", [
+    ("-9", "its worker VllmWorker-0 killed by SIGKILL", True),
+    ("-11", "its worker VllmWorker-0 killed by SIGSEGV", False),
+    ("1", "its worker VllmWorker-0 exited with status 1", False),
+])
+def test_a_dead_worker_is_the_dead_engines_root_cause(code, says, oom):
+    lines = (WORKER_KILLED[0].replace("-9", code), *WORKER_KILLED[1:])
+    [finding] = by_code("SD520")().check(window(*lines))
+    assert finding.summary == f"vLLM engine core died: {says}"
+    assert finding.evidence["root_cause"] == says and finding.evidence["count"] == 2
+    assert ("OOM killer" in finding.fix) == oom
+
+
+def test_a_dead_engine_without_its_workers_line_keeps_its_own_summary():
+    [finding] = by_code("SD520")().check(window(*ENGINE_DEAD))
+    assert "root_cause" not in finding.evidence
+    assert finding.summary.startswith("vLLM engine core died: ERROR 08-15 17:38:13")

@@ -3,7 +3,8 @@ colocated rollouts and many GRPO scripts use it): each step generates a group of
 prompt, scores them with a rule reward, and logs a line. vLLM starts its engine core and its
 worker as processes of their own (spawned: hence the ``__main__`` guard).
 
-argv: MODEL STEPS. The engine's KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB (the CPU counterpart
+argv: MODEL STEPS [TP] (the engine's tensor-parallel size, 1 by default: TP workers). The
+engine's KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB (the CPU counterpart
 of ``gpu_memory_utilization``)."""
 import sys
 import time
@@ -17,7 +18,9 @@ def main() -> None:
     from vllm import LLM, SamplingParams
 
     model, steps = sys.argv[1], int(sys.argv[2])
-    llm = LLM(model=model, dtype="float32", max_model_len=256, enforce_eager=True, seed=0)
+    tp = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    llm = LLM(model=model, dtype="float32", max_model_len=256, enforce_eager=True, seed=0,
+              tensor_parallel_size=tp)
     params = SamplingParams(n=4, max_tokens=16, temperature=1.0)
     prompts = [f"What is {11 + i} + {27 + 2 * i}?" for i in range(2)]
     for step in range(steps):
