@@ -10,6 +10,7 @@ or an OOM-stalled container does): the stall is named in the user's process, at 
 ``LLM.generate``, waiting for its engine, whose worker is stopped."""
 from __future__ import annotations
 
+import os
 import re
 import signal
 from pathlib import Path
@@ -40,14 +41,16 @@ def _engine_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "vLLM" in line and "pid" in line]
 
 
-@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "cpu-burner"])
-def test_healthy_rollout_loop_is_one_rank_and_its_engine(tmp_path: Path, engine, loaded: bool
-                                                         ) -> None:
+@pytest.mark.parametrize("tp,loaded", [(1, False), (1, True), (2, False)],
+                         ids=["idle", "cpu-burner", "tp2"])
+def test_healthy_rollout_loop_is_one_rank_and_its_engine(tmp_path: Path, engine, tp: int,
+                                                         loaded: bool) -> None:
     python, model = engine
-    # GIVEN 40 rollout steps on the real engine, watched with the kill action armed
+    # GIVEN 40 rollout steps on the real engine (one worker, or two in tensor parallel), watched
+    # with the kill action armed
     with cpu_burner(2 if loaded else 0):
-        result = watch(tmp_path, [str(python), SCRIPT, str(model), "40"], "--on-stall", "kill",
-                       env=vllm_env.ENGINE_ENV, timeout=420)
+        result = watch(tmp_path, [str(python), SCRIPT, str(model), "40", str(tp)], "--on-stall",
+                       "kill", env=tp_env(tp), timeout=420)
     # THEN it runs to its end: no stall, no alarm
     assert result.code == 0, result.stderr[-4000:]
     assert "rollout step 39:" in result.stdout, result.stdout[-2000:]
@@ -58,37 +61,53 @@ def test_healthy_rollout_loop_is_one_rank_and_its_engine(tmp_path: Path, engine,
     assert (rank["rank"], rank["pid"]) == (0, job_pid(result)), rank
     lines = _engine_lines(result.stderr)
     assert any(line.startswith("[stalldoc] rank 0's vLLM engine core: pid ") for line in lines)
-    assert any(line.startswith("[stalldoc] vLLM worker (TP rank 0) of rank 0's engine: pid ")
-               for line in lines), result.stderr[-4000:]
+    for tp_rank in range(tp):
+        assert any(line.startswith(f"[stalldoc] vLLM worker (TP rank {tp_rank}) of rank 0's "
+                                   "engine: pid ") for line in lines), result.stderr[-4000:]
     assert "is not rank 0" not in result.stderr
 
 
-def _worker_of(job: int) -> psutil.Process:
-    """The engine's worker below the job's process, by the title vLLM gives it."""
+def _worker_of(job: int, tp_rank: int = 0) -> psutil.Process:
+    """The engine's worker of ``tp_rank`` below the job's process, by the title vLLM gives it
+    ("VLLM::Worker", "VLLM::Worker_TP1" for more than one)."""
+    titles = ("VLLM::Worker", f"VLLM::Worker_TP{tp_rank}") if tp_rank == 0 else (
+        f"VLLM::Worker_TP{tp_rank}",)
     for proc in psutil.Process(job).children(recursive=True):
         try:
-            if proc.cmdline()[:1] and proc.cmdline()[0].startswith("VLLM::Worker"):
+            if proc.cmdline()[:1] and proc.cmdline()[0].strip() in titles:
                 return proc
         except psutil.Error:
             continue
     raise AssertionError("no vLLM worker below the job")
 
 
-def _worker_signalled(tmp_path: Path, engine, sig: int, *options: str
-                      ) -> tuple[Result, int, int]:
-    """The rollout loop on the real engine, watched with ``options``, its engine's worker sent
-    ``sig`` after 4 steps; (the watch's result, the job's pid, the worker's pid). The watch's
-    stderr, with vLLM's logs, goes to a file: a full pipe would block the job."""
+def tp_env(tp: int) -> dict[str, str]:
+    """The engine's environment for ``tp`` workers: vLLM's CPU backend binds each worker's
+    threads to cores of its own (``VLLM_CPU_OMP_THREADS_BIND``, one list per worker); with a
+    single NUMA node it refuses to choose them itself for more than one worker."""
+    if tp == 1:
+        return vllm_env.ENGINE_ENV
+    cores = sorted(os.sched_getaffinity(0))
+    return {**vllm_env.ENGINE_ENV,
+            "VLLM_CPU_OMP_THREADS_BIND": "|".join(str(cores[i % len(cores)]) for i in range(tp))}
+
+
+def _worker_signalled(tmp_path: Path, engine, sig: int, *options: str, tp: int = 1,
+                      env: dict[str, str] | None = None) -> tuple[Result, int, int]:
+    """The rollout loop on the real engine (``tp`` workers), watched with ``options``, its last
+    worker sent ``sig`` after 4 steps; (the watch's result, the job's pid, the worker's pid).
+    The watch's stderr, with vLLM's logs, goes to a file: a full pipe would block the job."""
     python, model = engine
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err:
-        watcher = start_watch(tmp_path / "run", [str(python), SCRIPT, str(model), "100000"],
-                              *options, env=vllm_env.ENGINE_ENV, stderr=err)
+        watcher = start_watch(tmp_path / "run",
+                              [str(python), SCRIPT, str(model), "100000", str(tp)], *options,
+                              env={**tp_env(tp), **(env or {})}, stderr=err)
     worker = None
     try:
         wait_for_line(watcher.stdout, "rollout step 3:", [])
         job = int(re.search(r"watching pid (\d+)", err_path.read_text()).group(1))
-        worker = _worker_of(job)
+        worker = _worker_of(job, tp - 1)
         worker.send_signal(sig)
         stdout, _ = watcher.communicate(timeout=240)
     finally:
@@ -137,3 +156,24 @@ def test_a_worker_killed_like_the_oom_killer_does_is_the_engines_root_cause(tmp_
     assert "OOM killer" in finding["fix"], finding["fix"]
     # AND the rank that failed is the user's process, never the worker
     assert [r["pid"] for r in result.report()["ranks"]] == [job] != [worker]
+
+
+def test_one_hung_worker_of_a_tp2_engine_is_named_and_its_engine_says_so(tmp_path: Path,
+                                                                          engine) -> None:
+    # GIVEN the rollout loop on an engine of two TP workers, watched with the kill action armed
+    # (vLLM's ring-buffer warning after 1 s instead of 60)
+    # WHEN worker TP1 stops: TP0 spins in its TP all-reduce at full CPU, the engine core waits
+    result, job, worker = _worker_signalled(tmp_path, engine, signal.SIGSTOP, "--on-stall",
+                                            "kill", tp=2,
+                                            env={"VLLM_RINGBUFFER_WARNING_INTERVAL": "1"})
+    # THEN a stall all the same (the spinning worker is no work: its engine runs no forward
+    # pass), named at the rank's generate, waiting for its engine, whose TP1 worker is stopped
+    assert result.code == 124, result.stderr[-4000:]
+    [finding] = result.findings("SD106")
+    waits = finding["evidence"]["waits_on_engine"]
+    assert (waits[0]["pid"], waits[0]["tp_rank"], waits[0]["state"]) == (worker, 1, "stopped")
+    assert (f"whose vLLM worker (TP rank 1) of rank 0's engine (pid {worker}) is stopped"
+            in finding["summary"]), finding["summary"]
+    # AND the engine's own words: it found no shared-memory broadcast block (SD521)
+    [shm] = result.findings("SD521")
+    assert "No available shared memory broadcast block found in" in shm["evidence"]["last_line"]

@@ -70,6 +70,8 @@ def _vllm() -> tuple[Hook, ...]:
     llm, nccl = "vllm.entrypoints.llm", "vllm.distributed.device_communicators.pynccl"
     return (*engines,
             Hook(llm, "LLM.generate", "generate"), Hook(llm, "LLM.chat", "generate"),
+            # each forward pass an engine's worker runs: the engine's progress (its own process)
+            Hook("vllm.v1.worker.worker_base", "WorkerWrapperBase.execute_model", None),
             Hook(llm, "LLM.sleep", "vllm_sleep", sleep),
             Hook(llm, "LLM.wake_up", "vllm_wake_up", wake),
             Hook(nccl, "PyNcclCommunicator.__init__", "weight_sync",

@@ -279,17 +279,31 @@ def read_claim(path: str) -> RankClaim | None:
                      world_size if world_size > 0 else None, _cstr(world))
 
 
-def read_started_at(path: str) -> float | None:
-    """When the agent that owns ``path`` started (its header only); None when unreadable."""
+def _header(path: str) -> tuple | None:
+    """The header's fields of the state file at ``path``; None when unreadable or short."""
     try:
         head = _read_file(path, _HEADER.size)
     except (OSError, StateFileError):
         return None
-    if len(head) < _HEADER.size:
+    return _HEADER.unpack(head) if len(head) >= _HEADER.size else None
+
+
+def read_started_at(path: str) -> float | None:
+    """When the agent that owns ``path`` started (its header only); None when unreadable."""
+    fields = _header(path)
+    if fields is None:
         return None
-    fields = _HEADER.unpack(head)
     started = fields[7]
     return started if fields[0] == MAGIC and math.isfinite(started) else None
+
+
+def read_markers(path: str) -> int | None:
+    """How many progress markers the agent of ``path`` has counted (its header only); None
+    when unreadable or not an agent's file."""
+    fields = _header(path)
+    if fields is None or fields[0] != MAGIC or fields[1] not in READABLE_VERSIONS:
+        return None
+    return fields[9]
 
 
 def _read_file(path: str, size: int) -> bytes:

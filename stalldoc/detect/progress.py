@@ -68,17 +68,19 @@ class ProgressTracker:
     # ----- feeding ----------------------------------------------------------------------------
     def observe(self, now: float, agents: Mapping[int, AgentSnapshot],
                 host: Mapping[int, HostSample], gpu_util: Mapping[int, int | None] | None = None,
-                ending: Iterable[int] = ()) -> None:
+                ending: Iterable[int] = (), progressed: Iterable[int] = ()) -> None:
         """Fold one tick of samples into every rank's state and verdict. ``ending``: ranks whose
         process is ending (a zombie whose threads are still torn down, or gone from the process
-        table) while their exit is not on record yet."""
+        table) while their exit is not on record yet. ``progressed``: ranks whose progress was
+        seen outside their own agent this tick (their vLLM engine ran forward passes)."""
+        progressed = set(progressed)
         ending = {r for r in ending if r in self.ranks}
         for rank in ending:
             state = self.ranks[rank]
             state.ending_since = now if state.ending_since is None else state.ending_since
         for rank in set(agents) | set(host) | ending:
             state = self.ranks.setdefault(rank, _Rank(now, now, now))
-            moved = self._observe_agent(state, agents.get(rank))
+            moved = self._observe_agent(state, agents.get(rank)) or rank in progressed
             if moved:
                 state.last_progress = now
             sample = host.get(rank)

@@ -13,7 +13,7 @@ import psutil
 from stalldoc.agent.statefile import state_path
 from stalldoc.agent.versions import versions_path
 from stalldoc.agent.state_reader import (IncrementalReader, StateFileError, read_claim,
-                                         read_started_at, read_state)
+                                         read_markers, read_started_at, read_state)
 from stalldoc.model.agent import AgentSnapshot
 from stalldoc.model.ranks import RankClaim, RankProcess
 
@@ -71,6 +71,14 @@ class AgentStateProbe:
             if claim is not None:
                 out[pid] = claim
         return out, refused
+
+    def markers(self, pids: Iterable[int]) -> dict[int, int]:
+        """pid -> how many progress markers its agent counted; pids without a readable agent
+        file are left out (the header only: a few bytes per process)."""
+        if not self.directory:
+            return {}
+        counts = {pid: read_markers(state_path(self.directory, pid)) for pid in pids}
+        return {pid: count for pid, count in counts.items() if count is not None}
 
     def read(self, ranks: list[RankProcess]) -> AgentRead:
         """Rank → its agent's state; ranks without a state file (not yet, or no agent) are left

@@ -82,16 +82,20 @@ class HostProbe:
 
     def sample(self, now: float, ranks: list[RankProcess],
                parents: Mapping[int, int] | None = None,
-               table: ProcessTable | None = None) -> list[HostSample]:
+               table: ProcessTable | None = None,
+               apart: Iterable[int] = ()) -> list[HostSample]:
         """One sample per live rank; a rank that is gone is skipped. ``table`` is this tick's
-        snapshot of the process table (taken now when not given)."""
+        snapshot of the process table (taken now when not given). ``apart``: processes below a
+        rank whose CPU and I/O are not its work (a serving engine's, judged by its forward
+        passes), nor are those below them."""
         table = scan(now=now) if table is None else table
         available = psutil.virtual_memory().available
         rank_pids = {r.pid for r in ranks}
+        stop = rank_pids | set(apart)
         children = children_of(parents or {})
         out, seen = [], set()
         for rank in ranks:
-            tree = descendants(rank.pid, children, rank_pids)
+            tree = descendants(rank.pid, children, stop)
             seen.update(tree, (rank.pid,))
             sample = self._rank_sample(now, rank, tree, available, table)
             if sample is not None:

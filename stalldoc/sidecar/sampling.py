@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from stalldoc.run.job import JobTree
 from stalldoc.model.ranks import EngineProcess, RankProcess
@@ -96,12 +96,15 @@ class Sampler:
         return table, pids, dataclasses.replace(found, skipped=found.skipped + refused)
 
     def sample(self, now: float, live: list[RankProcess], known: list[RankProcess],
-               parents: Mapping[int, int], found: Discovery | None = None) -> Tick:
+               parents: Mapping[int, int], found: Discovery | None = None,
+               apart: Iterable[int] = ()) -> Tick:
         """One tick of the probes; ``found`` is this tick's discovery (its process table is used,
-        its run recorded), else the process table is read here."""
+        its run recorded), else the process table is read here. ``apart``: processes below
+        ranks whose CPU and I/O are not their rank's work (``HostProbe.sample``)."""
         runs: list[ProbeRun] = [found.run] if found is not None else []
         table = found.table if found is not None else None
-        host = self._timed(runs, "host", lambda: self.host.sample(now, live, parents, table), [])
+        host = self._timed(runs, "host",
+                           lambda: self.host.sample(now, live, parents, table, apart), [])
         node = self._timed(runs, "node", lambda: self.host.node(now), None)
         gpus: list[GpuSample] = (self._timed(runs, "nvml", lambda: self.nvml.sample(now), [])
                                  if self.gpus_on else [])

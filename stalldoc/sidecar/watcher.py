@@ -45,6 +45,7 @@ from stalldoc.run.job import JobTree
 from stalldoc.run.options import WatchOptions
 from stalldoc.run.terminal import RankLine, format_status
 from stalldoc.sidecar.children import child_stacks
+from stalldoc.sidecar.engine_progress import EngineProgress, EngineTick
 from stalldoc.sidecar.cluster import NodeCluster
 from stalldoc.sidecar.exits import ExitBook, of_present
 from stalldoc.sidecar.history import Histories, gpu_util_by_rank
@@ -85,6 +86,8 @@ class Watcher:
         self.explained: set[str] = set()
         self.parents: dict[int, int] = {}
         self.engines: dict[int, EngineProcess] = {}   # vLLM engine processes, as last said
+        self.engine_progress = EngineProgress()   # their forward passes, tick by tick
+        self.engine_tick = EngineTick()
         self.found: Discovery | None = None   # this tick's processes, from one table scan
         self.config: LaunchConfig | None = None
         self.launch_plan: dict | None = None   # the launch checks' plan, resources and skips
@@ -275,8 +278,11 @@ class Watcher:
 
     def _sample(self, now: float) -> Tick:
         live = [r for r in self.ranks.values() if not self.exits.ended(r)]
+        engines = self.found.engines if self.found is not None else ()
+        self.engine_tick = self.engine_progress.tick(
+            engines, self.agents_probe.markers(e.pid for e in engines if e.role == "worker"))
         sample = self.sampler.sample(now, live, list(self.ranks.values()), self.parents,
-                                     self.found)
+                                     self.found, self.engine_tick.serving)
         self.history.add(sample)
         return sample
 
@@ -288,7 +294,7 @@ class Watcher:
 
     def _observe(self, now: float, sample: Tick) -> None:
         self.tracker.observe(now, sample.agents, sample.host, gpu_util_by_rank(sample),
-                             self._ending())
+                             self._ending(), self.engine_tick.progressed)
         self.cluster.refresh(now, self.tracker.quiet_for(now), self.tracker.threshold(),
                              self.tracker.episode is not None)
 
