@@ -27,6 +27,11 @@ from test_launcher_ranks import job_pid
 
 pytestmark = pytest.mark.timeout(480)
 SCRIPT = str(SCENARIOS / "vllm_rollout.py")
+# The real engine has quiet seconds of its own in a healthy run, every process of it idle: at
+# exit vLLM waits up to 5 s for its engine core before it kills it, and a TP=2 engine's first
+# step was seen to wait over 3 s on a fresh machine. The suite's 3 s is below what anyone would
+# watch an engine with; the user watched with 15 s.
+STALL = ("--stall-timeout", "15")
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +54,8 @@ def test_healthy_rollout_loop_is_one_rank_and_its_engine(tmp_path: Path, engine,
     # GIVEN 40 rollout steps on the real engine (one worker, or two in tensor parallel), watched
     # with the kill action armed
     with cpu_burner(2 if loaded else 0):
-        result = watch(tmp_path, [str(python), SCRIPT, str(model), "40", str(tp)], "--on-stall",
-                       "kill", env=tp_env(tp), timeout=420)
+        result = watch(tmp_path, [str(python), SCRIPT, str(model), "40", str(tp)], *STALL,
+                       "--on-stall", "kill", env=tp_env(tp), timeout=420)
     # THEN it runs to its end: no stall, no alarm
     assert result.code == 0, result.stderr[-4000:]
     assert "rollout step 39:" in result.stdout, result.stdout[-2000:]
@@ -101,7 +106,8 @@ def _worker_signalled(tmp_path: Path, engine, sig: int, *options: str, tp: int =
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err:
         watcher = start_watch(tmp_path / "run",
-                              [str(python), SCRIPT, str(model), "100000", str(tp)], *options,
+                              [str(python), SCRIPT, str(model), "100000", str(tp)], *STALL,
+                              *options,
                               env={**tp_env(tp), **(env or {})}, stderr=err)
     worker = None
     try:
