@@ -14,6 +14,7 @@ strongest. Standard library only, and torch is only ever touched through the mod
 from __future__ import annotations
 
 import os
+import sys
 
 from stalldoc.agent import statefile
 
@@ -145,7 +146,6 @@ def wrap_init(dist: Any, fn: Callable[..., Any], publish: Callable[[Claim], None
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         result = fn(*args, **kwargs)
         try:
-            import sys
             method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
             publish(from_group(dist, method, engine_world(method, sys._getframe(1))))
         except Exception:  # noqa: BLE001 - identity unknown; the job goes on

@@ -83,7 +83,7 @@ class RankExit:
 @dataclass(frozen=True)
 class EngineState:
     """An engine process as a stall found it: its state ("running", "sleeping", "stopped",
-    "zombie", "gone", as the process table says) and the signal that stopped it, if known."""
+    "zombie", "gone", as the process table says)."""
 
     process: EngineProcess
     state: str

@@ -7,9 +7,8 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence
 
 from stalldoc.model.ranks import ENGINE_SOURCE, EngineProcess, RankClaim
+from stalldoc.probes.host import rank_of
 from stalldoc.probes.proc_table import ProcessTable
-
-_DEPTH = 64   # how far up the tree an owner is looked for (a table read in passes may loop)
 
 
 def engine_claims(claims: Mapping[int, RankClaim]) -> dict[int, RankClaim]:
@@ -29,22 +28,13 @@ def engine_processes(workers: Mapping[int, RankClaim], pids: Sequence[int],
                      table: ProcessTable, rank_numbers: Mapping[int, int]
                      ) -> tuple[EngineProcess, ...]:
     """Each engine process with its role and the rank (by number) whose engine it is."""
-    out = []
+    out, parents = [], {pid: table.ppid(pid) for pid in pids}
     for pid in sorted(engine_pids(workers, pids, table, rank_numbers)):
         claim = workers.get(pid)
-        owner = _owner(pid, table, rank_numbers)
+        owner = rank_of(pid, rank_numbers, parents)   # an engine process is never a rank
         if claim is not None:
             out.append(EngineProcess(pid, "worker", owner, claim.rank, claim.world_size))
         else:
             out.append(EngineProcess(pid, "engine core", owner))
     return tuple(out)
 
-
-def _owner(pid: int, table: ProcessTable, rank_numbers: Mapping[int, int]) -> int | None:
-    """The number of the nearest rank above ``pid``."""
-    pid, seen = table.ppid(pid), 0
-    while pid and seen < _DEPTH:
-        if pid in rank_numbers:
-            return rank_numbers[pid]
-        pid, seen = table.ppid(pid), seen + 1
-    return None

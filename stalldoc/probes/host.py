@@ -57,6 +57,17 @@ def children_of(parents: Mapping[int, int]) -> dict[int, list[int]]:
     return children
 
 
+def rank_of(pid: int, rank_pids: Mapping[int, int], parents: Mapping[int, int]) -> int | None:
+    """The rank whose process tree holds ``pid`` (the rank itself or any descendant)."""
+    seen = 0
+    while pid and seen < 64:
+        if pid in rank_pids:
+            return rank_pids[pid]
+        pid = parents.get(pid, 0)
+        seen += 1
+    return None
+
+
 def descendants(root: int, children: Mapping[int, list[int]], stop: set[int]) -> list[int]:
     """Pids below ``root`` in the process tree ``children`` (ppid -> pids), not entering
     ``stop`` (other ranks: their work is their own)."""

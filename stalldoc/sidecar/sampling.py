@@ -19,7 +19,7 @@ from stalldoc.run.job import JobTree
 from stalldoc.model.ranks import EngineProcess, RankProcess
 from stalldoc.model.samples import GpuSample, HostSample, ProbeRun, Tick
 from stalldoc.probes.agent_state import AgentRead, AgentStateProbe
-from stalldoc.probes.host import HostProbe
+from stalldoc.probes.host import HostProbe, rank_of
 from stalldoc.probes.nvml import NvmlProbe
 from stalldoc.probes.proc_table import ProcessTable, scan
 from stalldoc.probes.process_tree import Found, RankFinder
@@ -41,17 +41,6 @@ class Discovery:
     def parents(self) -> dict[int, int]:
         """pid -> parent pid, for the job's processes."""
         return {pid: self.table.ppid(pid) for pid in self.pids} if self.table else {}
-
-
-def rank_of(pid: int, rank_pids: Mapping[int, int], parents: Mapping[int, int]) -> int | None:
-    """The rank whose process tree holds ``pid`` (the rank itself or any descendant)."""
-    seen = 0
-    while pid and seen < 64:
-        if pid in rank_pids:
-            return rank_pids[pid]
-        pid = parents.get(pid, 0)
-        seen += 1
-    return None
 
 
 def attribute(gpus: list[GpuSample], rank_pids: Mapping[int, int],
