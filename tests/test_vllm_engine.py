@@ -153,13 +153,22 @@ def test_a_worker_killed_like_the_oom_killer_does_is_the_engines_root_cause(tmp_
     # THEN the engine dies, the rank's generate raises, and the job fails
     assert result.code not in (0, 124), result.stderr[-4000:]
     assert "EngineDeadError" in result.stderr, result.stderr[-4000:]
-    # AND SD520 says why the engine died: its worker, killed by SIGKILL, with the OOM fix
+    # AND SD520 says why the engine died: its worker, killed by SIGKILL, with the OOM fix. vLLM
+    # reads the worker's exit code when its sentinel fires; under load that can be before the
+    # worker is reaped, and vLLM itself prints "exit code: None" (seen here with both cores
+    # busy): then the worker is named without a signal, which nobody printed
     [finding] = result.findings("SD520")
     evidence = finding["evidence"]
-    assert evidence["worker_signal"] == "SIGKILL" and evidence["worker_exit"] == "-9", evidence
-    assert re.fullmatch(r"vLLM engine core died: its worker \S+ killed by SIGKILL",
-                        finding["summary"]), finding["summary"]
-    assert "OOM killer" in finding["fix"], finding["fix"]
+    [line] = [x for x in evidence["lines"] if "Worker proc" in x]
+    if "(exit code: None)" in line:
+        assert "worker_signal" not in evidence and "worker_exit" not in evidence, evidence
+        assert re.fullmatch(r"vLLM engine core died: its worker \S+ died",
+                            finding["summary"]), finding["summary"]
+    else:
+        assert evidence["worker_signal"] == "SIGKILL" and evidence["worker_exit"] == "-9", evidence
+        assert re.fullmatch(r"vLLM engine core died: its worker \S+ killed by SIGKILL",
+                            finding["summary"]), finding["summary"]
+        assert "OOM killer" in finding["fix"], finding["fix"]
     # AND the rank that failed is the user's process, never the worker
     assert [r["pid"] for r in result.report()["ranks"]] == [job] != [worker]
 
