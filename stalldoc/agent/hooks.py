@@ -17,6 +17,7 @@ import functools
 import os
 
 from stalldoc.agent import channels, post_import, runtime
+from stalldoc.agent.statefile import ENGINE_IDLE, served_path
 
 TYPE_CHECKING = False   # not typing's: the agent does not import typing (start-up cost)
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ def _vllm() -> tuple[Hook, ...]:
             Hook(llm, "LLM.generate", "generate"), Hook(llm, "LLM.chat", "generate"),
             # each forward pass an engine's worker runs: the engine's progress (its own process)
             Hook("vllm.v1.worker.worker_base", "WorkerWrapperBase.execute_model", None),
+            # the engine core between steps; blocked in it: the engine has no request in hand
+            Hook("vllm.v1.engine.core", "EngineCoreProc._process_input_queue", ENGINE_IDLE),
             Hook(llm, "LLM.sleep", "vllm_sleep", sleep),
             Hook(llm, "LLM.wake_up", "vllm_wake_up", wake),
             Hook(nccl, "PyNcclCommunicator.__init__", "weight_sync",
@@ -117,6 +120,45 @@ CHANNEL_HOOKS: tuple[Hook, ...] = (
          channels.channel(channels.swift_infer_client)),        # a deployed reward model
 )
 
+def served(fn: Callable[..., Any], phase: str | None) -> Callable[..., Any]:
+    """uvicorn's ``Server.serve`` wrapped to record, when the main thread serves HTTP (vLLM's
+    OpenAI API server, ``trl vllm-serve``, ``swift rollout`` / ``deploy``), where it listens:
+    ``served-<pid>.txt``. The process serves requests: its clients, not it, decide its work."""
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        agent = runtime._AGENT
+        if agent is not None and agent.enabled and _thread.get_ident() == _MAIN:
+            agent.guard(_write_served, self, args[0] if args else kwargs.get("sockets"),
+                        agent.directory)
+        return fn(self, *args, **kwargs)
+
+    wrapper.__stalldoc_hook__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _write_served(server: Any, sockets: Any, directory: str) -> None:
+    """``http://host:port`` of the server's first TCP socket (or its config's), the wildcard
+    address as the loopback one; nothing for a Unix socket or an unknown port."""
+    config = getattr(server, "config", None)
+    if sockets:
+        name = sockets[0].getsockname()
+        if not isinstance(name, tuple):
+            return
+        host, port = name[0], name[1]
+    elif config is not None and not getattr(config, "uds", None) \
+            and getattr(config, "fd", None) is None:
+        host, port = getattr(config, "host", ""), getattr(config, "port", 0)
+    else:
+        return
+    if not isinstance(port, int) or port <= 0:
+        return
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    scheme = "https" if getattr(config, "ssl_keyfile", None) else "http"
+    where = f"[{host}]" if ":" in host else host
+    with runtime.open_private(served_path(directory, os.getpid())) as fh:
+        fh.write(f"{scheme}://{where}:{port}\n")
+
+
 HOOKS: tuple[Hook, ...] = (
     *_swift("swift.rlhf_trainers"),                       # ms-swift 4.x
     *_swift("swift.trainers.rlhf_trainer"),               # ms-swift 3.5-3.9
@@ -129,6 +171,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook("deepspeed.runtime.engine", "DeepSpeedEngine.backward", "backward"),
     Hook("deepspeed.runtime.engine", "DeepSpeedEngine.step", "optimizer_step"),
     *_vllm(),
+    Hook("uvicorn.server", "Server.serve", None, served),
     *CHANNEL_HOOKS,
 )
 

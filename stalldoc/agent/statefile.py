@@ -252,6 +252,15 @@ def _unlink(path: str) -> None:
         pass
 
 
+ENGINE_IDLE = "engine_idle"   # the phase of a vLLM engine core blocked waiting for requests
+SERVED_PREFIX = "served-"     # served-<pid>.txt: the URL its process serves HTTP at
+
+
+def served_path(directory: str, pid: int) -> str:
+    """Where the agent of ``pid`` writes the URL its main thread serves HTTP at."""
+    return os.path.join(directory, f"{SERVED_PREFIX}{pid}.txt")
+
+
 def state_path(directory: str, pid: int) -> str:
     """Where the agent of process ``pid`` keeps its state file."""
     return os.path.join(directory, f"agent-{pid}.state")

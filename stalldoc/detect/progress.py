@@ -54,6 +54,7 @@ class _Rank:
     basis: str = ""                   # what decided the last verdict (work.verdict's words)
     ending_since: float | None = None  # its process was first seen ending (a zombie, or gone)
     io: RecentRate = field(default_factory=RecentRate)
+    free_at: float = 0.0   # last seen with no work in hand (a server waiting for requests)
 
 
 @dataclass
@@ -246,28 +247,34 @@ class ProgressTracker:
         return now - max(s.last_work for s in live.values()) if live else 0.0
 
     def last_progress(self) -> dict[int, float]:
-        return {r: s.last_progress for r, s in self.ranks.items()}
+        """Each rank's last progress, or the last time it had no work in hand if later (a
+        server's time without progress counts from its request)."""
+        return {r: max(s.last_progress, s.free_at) for r, s in self.ranks.items()}
 
     # ----- the decision -----------------------------------------------------------------------
-    def check(self, now: float, elsewhere_at: float | None = None, elsewhere_now: bool = False
-              ) -> tuple[StallEpisode | None, StallEpisode | None]:
+    def check(self, now: float, elsewhere_at: float | None = None, elsewhere_now: bool = False,
+              awaiting: Iterable[int] = ()) -> tuple[StallEpisode | None, StallEpisode | None]:
         """(a stall that starts now, a stall that ended now): at most one is not None.
         Ranks between tasks (``between_tasks``) have no work in hand and decide nothing, nor
         do ranks whose process is ending (``ending``) until it has taken longer than the
         threshold and ``ENDING_GRACE``; with no other rank, nothing is stalled.
         ``elsewhere_at``: the last work seen on the job's other nodes (our clock); while a rank
         there works this node's waiting ranks are not stalled, and ``elsewhere_now`` (a rank
-        there works now) ends a stall."""
+        there works now) ends a stall. ``awaiting``: ranks that serve requests and whose engine
+        waits for them: no work in hand either, their clients' turn."""
         live = self.live()
         if not live:
             return None, None
         if self.episode is not None:
             return None, self._ended(now, live, elsewhere_now)
-        idle = self.between_tasks(now) | self.ending(now)
+        awaiting = set(awaiting) & set(live)
+        for rank in awaiting:   # its stall clock starts when a request comes
+            live[rank].free_at = now
+        idle = self.between_tasks(now) | self.ending(now) | awaiting
         in_task = [s for r, s in live.items() if r not in idle]
         if not in_task:   # no rank has work in hand: the driver's turn, not a stall of ranks
             return None, None
-        newest = max([s.last_work for s in in_task]
+        newest = max([max(s.last_work, s.free_at) for s in in_task]
                      + ([elsewhere_at] if elsewhere_at is not None else []))
         threshold = self.threshold()
         if now - newest <= threshold:

@@ -10,6 +10,7 @@ from stalldoc.model.collectives import FlightDump
 from stalldoc.model.launch import LaunchConfig, Resources
 from stalldoc.model.ranks import EngineState, RankExit, RankProcess
 from stalldoc.model.samples import GpuSample, HostMemory, HostSample, LogLine
+from stalldoc.model.served import ServedRank
 from stalldoc.model.stacks import BuildLock, RankStacks
 from stalldoc.model.work import RankWork, StallEpisode
 
@@ -46,3 +47,5 @@ class Window:
     build_locks: tuple[BuildLock, ...] = ()
     # the ranks' vLLM engine processes and their states (stall only)
     engines: tuple[EngineState, ...] = ()
+    # ranks that serve HTTP: their URL, whether their engine waits for requests, vLLM's metrics
+    served: Mapping[int, ServedRank] = field(default_factory=dict)

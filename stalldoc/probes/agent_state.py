@@ -37,6 +37,7 @@ class AgentStateProbe:
         self.directory = directory
         self._odd_names = 0    # at the last listing of the directory
         self._files = IncrementalReader()   # each rank's rings: only new entries are decoded
+        self._others = IncrementalReader()  # processes of the job that are not ranks
 
     def pids_with_state(self) -> set[int]:
         """Processes that started an agent (whether or not they are ranks)."""
@@ -79,6 +80,20 @@ class AgentStateProbe:
             return {}
         counts = {pid: read_markers(state_path(self.directory, pid)) for pid in pids}
         return {pid: count for pid, count in counts.items() if count is not None}
+
+    def of_pids(self, pids: Iterable[int]) -> dict[int, AgentSnapshot]:
+        """pid -> its agent's state, for processes that are not ranks (a vLLM engine core):
+        those without a readable agent file are left out."""
+        if not self.directory:
+            return {}
+        out, paths = {}, {pid: state_path(self.directory, pid) for pid in pids}
+        for pid, path in paths.items():
+            try:
+                out[pid] = self._others.read(path)
+            except (StateFileError, OSError):
+                continue
+        self._others.keep_only(set(paths.values()))
+        return out
 
     def read(self, ranks: list[RankProcess]) -> AgentRead:
         """Rank → its agent's state; ranks without a state file (not yet, or no agent) are left

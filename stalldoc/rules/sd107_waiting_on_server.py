@@ -48,6 +48,8 @@ class WaitingOnServer(Rule):
             frame = waits_on_network(stacks.main)
             if frame is None or channel_of(window, rank) is not None:
                 continue   # SD111 names the channel call, with these peers in its evidence
+            if rank in window.served:
+                continue   # a server in its event loop waits for its clients: SD117's
             peers = list(window.peers.get(rank, ()))
             server = f" from {', '.join(peers)}" if peers else ""
             summary = f"rank {rank} waits for a server's reply{server}; {describe(window, rank)}"

@@ -46,6 +46,7 @@ from stalldoc.run.options import WatchOptions
 from stalldoc.run.terminal import RankLine, format_status
 from stalldoc.sidecar.children import child_stacks
 from stalldoc.sidecar.engine_progress import EngineProgress, EngineTick
+from stalldoc.sidecar.served import ServedRanks
 from stalldoc.sidecar.cluster import NodeCluster
 from stalldoc.sidecar.exits import ExitBook, of_present
 from stalldoc.sidecar.history import Histories, gpu_util_by_rank
@@ -88,6 +89,7 @@ class Watcher:
         self.engines: dict[int, EngineProcess] = {}   # vLLM engine processes, as last said
         self.engine_progress = EngineProgress()   # their forward passes, tick by tick
         self.engine_tick = EngineTick()
+        self.served = ServedRanks(self.agent_dir)   # ranks that serve HTTP, their vLLM metrics
         self.found: Discovery | None = None   # this tick's processes, from one table scan
         self.config: LaunchConfig | None = None
         self.launch_plan: dict | None = None   # the launch checks' plan, resources and skips
@@ -280,7 +282,8 @@ class Watcher:
         live = [r for r in self.ranks.values() if not self.exits.ended(r)]
         engines = self.found.engines if self.found is not None else ()
         self.engine_tick = self.engine_progress.tick(
-            engines, self.agents_probe.markers(e.pid for e in engines if e.role == "worker"))
+            engines, self.agents_probe.markers(e.pid for e in engines if e.role == "worker"),
+            self.agents_probe.of_pids(e.pid for e in engines if e.role == "engine core"), now)
         sample = self.sampler.sample(now, live, list(self.ranks.values()), self.parents,
                                      self.found, self.engine_tick.serving)
         self.history.add(sample)
@@ -293,7 +296,8 @@ class Watcher:
                 self.tracker.stack_seen(stacks.rank, stacks, stacks.t)
 
     def _observe(self, now: float, sample: Tick) -> None:
-        self.tracker.observe(now, sample.agents, sample.host, gpu_util_by_rank(sample),
+        host = self.served.without_traffic(sample.host, self.engine_tick.ran)
+        self.tracker.observe(now, sample.agents, host, gpu_util_by_rank(sample),
                              self._ending(), self.engine_tick.progressed)
         self.cluster.refresh(now, self.tracker.quiet_for(now), self.tracker.threshold(),
                              self.tracker.episode is not None)
@@ -331,6 +335,9 @@ class Watcher:
         self.parents = self.found.parents
         self._drop_guesses(self.found.ranks)
         self._name_engines(self.found.engines)
+        for rank, url in self.served.refresh(self.found.ranks):
+            self.say(f"rank {rank} serves {url}: requests are its work, and while its engine "
+                     "waits for them it is not stalled")
         for rank in self.found.ranks:
             known = self.ranks.get(rank.rank)
             if known is not None and known.pid == rank.pid:
@@ -446,7 +453,8 @@ class Watcher:
     def _check_stall(self, now: float, agents: dict) -> None:
         if self.ending:   # what its ranks do as they are ended is no progress, nor a stall
             return
-        started, ended = self.tracker.check(now, *self.cluster.elsewhere(now))
+        started, ended = self.tracker.check(now, *self.cluster.elsewhere(now),
+                                            self.served.awaiting(self.engine_tick.idle))
         if ended is not None:
             self.store.save_stall(ended)
             self._save(self.ledger.stall_ended(now, ended.id))
@@ -480,7 +488,9 @@ class Watcher:
                                      flight=flight, children=child_stacks(
                                          self.stack_probe, self.ranks, stacks, self.parents),
                                      build_locks=_build_locks(stacks.values()),
-                                     engines=self._engine_states(live))
+                                     engines=self._engine_states(live),
+                                     served=self.served.view(self.engine_tick.idle,
+                                                             episode.ranks))
         self.store.add_stacks(episode.id, stacks.values())
         self.stall_stacks, self.stall_flight, self.stall_over = stacks, flight, False
         self._diagnosis(self._save(self.ledger.stall(now, episode.id,
@@ -553,7 +563,8 @@ class Watcher:
                       tuple(self.logs.tail), gpus, node, tuple(self.logs.unread), {}, cuda,
                       self.config, work=self.tracker.work(), busy_timeout=self.opts.busy_timeout,
                       floor=self.opts.stall_timeout, vllm_sleep=self.sleep_log.states(),
-                      cluster=self.cluster.view(now, agents, len(self.ranks)))
+                      cluster=self.cluster.view(now, agents, len(self.ranks)),
+                      served=self.served.view(self.engine_tick.idle))
 
     def _launch_rules(self) -> list[Finding]:
         """What the command line says before anything runs; printed, never blocking."""
@@ -579,8 +590,9 @@ class Watcher:
             self._window(now, agents, self.tracker.episode, self.stall_stacks),
             flight=self.stall_flight)
         self.logs.take_unread()
-        if self.ending and not final:
-            return   # the ranks are being ended: their last moments are no new findings
+        if self.ending:
+            return   # the ranks are being ended: their last moments (the lines they print
+            # as they die, read by the last look too) are no new findings
         findings = run_rules(window, "tick")
         if final:
             findings = [f for f in findings if f.code in STICKY]

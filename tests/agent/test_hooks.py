@@ -68,3 +68,53 @@ def test_hooks_mark_phases_record_missing_names_and_engine_settings(tmp_path):
         in outcomes
     settings = (agents / f"vllm-{pid}.json").read_text()
     assert '"gpu_memory_utilization": 0.5' in settings and '"tensor_parallel_size": 8' in settings
+
+
+SERVER = textwrap.dedent("""
+    import asyncio, os, socket, sys, threading
+    import uvicorn
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+
+    def serve(sock):
+        server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on"))
+        async def run():
+            task = asyncio.create_task(server.serve(sockets=[sock]))
+            while not server.started:
+                await asyncio.sleep(0.02)
+            server.should_exit = True
+            await task
+        asyncio.run(run())
+
+    wildcard = socket.create_server(("0.0.0.0", 0))
+    port = wildcard.getsockname()[1]
+    if sys.argv[1] == "thread":   # a side server of a training process: not what it does
+        side = threading.Thread(target=serve, args=(wildcard,)); side.start(); side.join()
+    else:
+        serve(wildcard)
+    print(os.getpid(), port)
+""")
+
+
+def test_a_process_serving_http_on_its_main_thread_says_where(tmp_path):
+    (tmp_path / "run").mkdir()
+    env = agent_environment(tmp_path / "run", dict(os.environ), os.getpid())
+    agents = tmp_path / "run" / "agents"
+    for where in ("main", "thread"):
+        # GIVEN uvicorn serving on the wildcard address, on the main thread or a side thread
+        out = subprocess.run([sys.executable, "-c", SERVER, where], env=env,
+                             capture_output=True, text=True, check=True, timeout=60)
+        pid, port = out.stdout.split()
+        served = agents / f"served-{pid}.txt"
+        if where == "main":
+            # THEN its agent wrote the URL it listens at, the wildcard as the loopback address
+            assert served.read_text() == f"http://127.0.0.1:{port}\n"
+            assert "installed uvicorn.server:Server.serve -> progress" in \
+                (agents / f"hooks-{pid}.txt").read_text().splitlines()
+        else:
+            # AND a server on another thread is not the process's work: nothing written
+            assert not served.exists()

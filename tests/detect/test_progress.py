@@ -406,3 +406,33 @@ def test_ranks_waiting_on_a_rank_that_is_ending_are_a_stall():
     _ending_ticks(tracker, {0, 1, 2}, set(), 1, 2)
     [stall] = _ending_ticks(tracker, {0, 1}, {2}, 3, 10)
     assert stall.detected_at == 5.0 and stall.ranks == (0, 1, 2)   # quiet since 1 s, floor 3 s
+
+
+def _serving(tracker: ProgressTracker, first: int, last: int, awaiting: set[int]) -> list:
+    """Quiet ticks of a server rank (0) from ``first`` to ``last``; ``awaiting``: the ticks at
+    which its engine waits for requests. Returns the stalls that started."""
+    started = []
+    for t in range(first, last + 1):
+        tracker.observe(float(t), {}, {0: host(float(t), 0, cpu=0.3)})
+        began, _ = tracker.check(float(t), awaiting={0} if t in awaiting else set())
+        started += [began] if began else []
+    return started
+
+
+def test_a_server_whose_engine_waits_for_requests_is_no_stall():
+    # GIVEN a vLLM server nobody sends a request to: its process idles far past the floor
+    tracker = ProgressTracker(floor=5)
+    # THEN no stall starts while its engine waits for requests
+    assert _serving(tracker, 1, 120, awaiting=set(range(1, 121))) == []
+
+
+def test_a_servers_stall_clock_starts_when_a_request_comes():
+    # GIVEN a server idle for two minutes, then a request its engine never answers
+    tracker = ProgressTracker(floor=5)
+    assert _serving(tracker, 1, 120, awaiting=set(range(1, 121))) == []
+    # THEN the request's first seconds are no stall (its idle minutes do not count) ...
+    assert _serving(tracker, 121, 125, awaiting=set()) == []
+    # ... and the stall starts once the floor passed with the request unanswered
+    [stall] = _serving(tracker, 126, 130, awaiting=set())
+    assert stall.detected_at == 126.0 and stall.started_at == 120.0
+    assert tracker.last_progress()[0] == 120.0   # its time without progress counts from there

@@ -19,8 +19,11 @@ def main() -> None:
 
     model, steps = sys.argv[1], int(sys.argv[2])
     tp = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    # gpu_memory_utilization: on the CPU backend the share of the NUMA node's memory vLLM
+    # requires free at start-up (0.92 by default: refused on a machine whose page cache holds
+    # more than 8 % of it); the KV cache itself is VLLM_CPU_KVCACHE_SPACE
     llm = LLM(model=model, dtype="float32", max_model_len=256, enforce_eager=True, seed=0,
-              tensor_parallel_size=tp)
+              tensor_parallel_size=tp, gpu_memory_utilization=0.3)
     params = SamplingParams(n=4, max_tokens=16, temperature=1.0)
     prompts = [f"What is {11 + i} + {27 + 2 * i}?" for i in range(2)]
     for step in range(steps):

@@ -1,0 +1,46 @@
+"""A rank that serves: its main thread runs an HTTP server (vLLM's OpenAI API server,
+``trl vllm-serve``, ``swift rollout``), its work is its clients' requests, and a vLLM server says
+what its engine does in its own Prometheus metrics."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServerMetrics:
+    """A vLLM server's ``/metrics`` at one read, summed over its engines (data parallel). The
+    request gauges are what the engine core last published: a core stuck in a step publishes
+    nothing, and they keep their last values."""
+
+    running: int
+    waiting: int
+    prompt_tokens: int
+    generation_tokens: int
+    preemptions: int
+    kv_cache_usage: float | None = None   # the fraction of the KV cache in use
+    read_at: float = 0.0
+
+    def describe(self) -> str:
+        kv = (f", KV cache {self.kv_cache_usage * 100:.0f} % used"
+              if self.kv_cache_usage is not None else "")
+        return (f"{self.running} request(s) running, {self.waiting} waiting{kv}, "
+                f"{self.preemptions} preemption(s), {self.generation_tokens} token(s) generated")
+
+    def as_dict(self) -> dict[str, object]:
+        return {"running": self.running, "waiting": self.waiting,
+                "prompt_tokens": self.prompt_tokens,
+                "generation_tokens": self.generation_tokens, "preemptions": self.preemptions,
+                "kv_cache_usage": self.kv_cache_usage}
+
+
+@dataclass(frozen=True)
+class ServedRank:
+    """A rank serving HTTP at ``url``: whether its engine waits for requests (every engine core
+    of it blocked for new ones, by its agent), and its vLLM metrics as last read."""
+
+    rank: int
+    pid: int
+    url: str
+    engine_idle: bool = False
+    metrics: ServerMetrics | None = None
+    metrics_error: str = ""

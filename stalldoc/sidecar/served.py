@@ -1,0 +1,60 @@
+"""The job's serving ranks: a rank whose main thread serves HTTP (its agent wrote where:
+``probes/served.served_url``) works for its clients. While its engine waits for requests it has
+no work in hand, and no stall is its (a server nobody sends a request to is not hung); while
+its engine holds requests, it is judged as any rank, by its engine's forward passes: once its
+engine has run one, the server's own socket traffic (health checks, metric scrapes, a
+Prometheus of the user's, answers to its clients) is no sign of work. A vLLM server's own
+metrics are read once, when a stall of it is diagnosed: reading them every tick would be
+socket traffic of ours in the server."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Mapping
+
+from stalldoc.model.ranks import RankProcess
+from stalldoc.model.samples import HostSample
+from stalldoc.model.served import ServedRank
+from stalldoc.probes.served import read_metrics, served_url
+
+
+class ServedRanks:
+    def __init__(self, directory: str | None) -> None:
+        self.directory = directory
+        self.urls: dict[int, tuple[int, str]] = {}   # rank -> (its pid, the URL it serves)
+
+    def refresh(self, ranks: Iterable[RankProcess]) -> list[tuple[int, str]]:
+        """Look for ranks that started serving; (rank, URL) of the ones found now."""
+        new = []
+        for rank in ranks:
+            known = self.urls.get(rank.rank)
+            if known is not None and known[0] == rank.pid:
+                continue
+            url = served_url(self.directory, rank.pid)
+            if url is None:
+                self.urls.pop(rank.rank, None)   # a new process holds the rank
+                continue
+            self.urls[rank.rank] = (rank.pid, url)
+            new.append((rank.rank, url))
+        return new
+
+    def awaiting(self, idle: Iterable[int]) -> set[int]:
+        """The serving ranks among ``idle`` (ranks whose engine waits for requests)."""
+        return set(idle) & set(self.urls)
+
+    def without_traffic(self, host: Mapping[int, HostSample], engines_ran: Iterable[int]
+                        ) -> dict[int, HostSample]:
+        """``host`` with the I/O of the serving ranks whose engine has run a forward pass
+        (``engines_ran``) left out of their work."""
+        quiet = set(engines_ran) & set(self.urls)
+        return {rank: dataclasses.replace(sample, io_bps=None) if rank in quiet else sample
+                for rank, sample in host.items()}
+
+    def view(self, idle: Iterable[int], ranks: Iterable[int] = ()) -> dict[int, ServedRank]:
+        """Each serving rank and whether its engine waits for requests; the vLLM metrics of
+        those in ``ranks``, read now (a server that does not answer in 2 s says so)."""
+        idle, read = set(idle), set(ranks)
+        out = {}
+        for rank, (pid, url) in sorted(self.urls.items()):
+            metrics, error = read_metrics(url) if rank in read else (None, "")
+            out[rank] = ServedRank(rank, pid, url, rank in idle, metrics, error)
+        return out

