@@ -3,7 +3,10 @@ offline rollout loop of ``tests/scenarios/vllm_rollout.py`` run plain and under 
 watch``, alternately, in the same run. Figures per arm: engine start-up (the job's start to its
 first rollout step, which includes the engine core's and worker's start), generation rate
 (tokens per second over the steps after the first), the wall time of the whole job (its exit
-included: shutdown), and its exit code. Ratios are watched / plain.
+included: shutdown), and its exit code. Ratios are each arm / plain. Beside the full watch, two
+arms tell the cost apart: the sidecar alone (``--no-agent``: its sampling competes for the
+cores) and the agent without its framework hooks (``STALLDOC_AGENT_OFF=hooks``: the engine's
+per-step markers and phases off).
 
     python benchmarks/vllm_overhead.py [--runs 3] [--steps 30]
 
@@ -30,13 +33,20 @@ SCRIPT = ROOT / "tests" / "scenarios" / "vllm_rollout.py"
 STEP = re.compile(r"rollout step (\d+): \d+ completions, (\d+) tokens, .*, ([\d.]+) s")
 
 
-def run(python: Path, model: Path, steps: int, watched: bool, work: Path) -> dict[str, float]:
+ARMS = {"plain": None, "watched": ((), {}), "sidecar only": (("--no-agent",), {}),
+        "no hooks": ((), {"STALLDOC_AGENT_OFF": "hooks"})}
+
+
+def run(python: Path, model: Path, steps: int, arm: str, work: Path) -> dict[str, float]:
     """One job: its start-up, tokens per second after the first step, wall time, exit code."""
     command = [str(python), str(SCRIPT), str(model), str(steps)]
-    if watched:
-        command = [sys.executable, "-m", "stalldoc", "watch", "--run-dir",
-                   str(work / f"run-{time.monotonic_ns()}"), "--", *command]
     env = {**os.environ, **vllm_env.ENGINE_ENV, "OMP_NUM_THREADS": "1"}
+    watch = ARMS[arm]
+    if watch is not None:
+        options, extra = watch
+        command = [sys.executable, "-m", "stalldoc", "watch", "--run-dir",
+                   str(work / f"run-{time.monotonic_ns()}"), *options, "--", *command]
+        env.update(extra)
     started = time.monotonic()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True, env=env, cwd=work)
@@ -63,17 +73,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         model = tiny_swift.build_model(work / "model", hidden=128, heads=2)
-        arms: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+        arms: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
         for _ in range(args.runs):
-            for watched in (False, True):
-                arms[watched].append(run(python, model, args.steps, watched, work))
-    print(f"{'figure':<14}{'plain':>12}{'watched':>12}{'ratio':>8}   (median of {args.runs})")
+            for arm in ARMS:
+                arms[arm].append(run(python, model, args.steps, arm, work))
+    print(f"{'figure':<14}" + "".join(f"{arm:>14}" for arm in ARMS)
+          + f"   (median of {args.runs}; in brackets: / plain)")
     for key in ("startup", "tokens_per_s", "wall"):
-        plain = statistics.median(r[key] for r in arms[False])
-        watched = statistics.median(r[key] for r in arms[True])
-        print(f"{key:<14}{plain:>12.2f}{watched:>12.2f}{watched / plain:>8.3f}")
-    print("exit codes: plain", [r["exit"] for r in arms[False]], "watched",
-          [r["exit"] for r in arms[True]])
+        plain = statistics.median(r[key] for r in arms["plain"])
+        cells = []
+        for arm in ARMS:
+            value = statistics.median(r[key] for r in arms[arm])
+            cells.append(f"{value:.2f} ({value / plain:.2f})")
+        print(f"{key:<14}" + "".join(f"{c:>14}" for c in cells))
+    print("exit codes:", {arm: [r["exit"] for r in results] for arm, results in arms.items()})
 
 
 if __name__ == "__main__":

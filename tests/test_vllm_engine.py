@@ -16,6 +16,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -316,3 +317,99 @@ def _rollout_quietly(url: str, model: Path) -> None:
         _rollout(url, model, timeout=170)
     except OSError:
         pass   # the server was ended under it
+
+
+# ----- a 2-rank torchrun trainer whose rollouts come from a vLLM server over HTTP ------------
+TRAINER = str(SCENARIOS / "http_rollout_trainer.py")
+
+
+@pytest.fixture(scope="module")
+def rollout_server(engine, tmp_path_factory) -> tuple[str, subprocess.Popen]:
+    """The real OpenAI server, not watched (another node's, or started by another command):
+    (its URL, its process)."""
+    port, logs = _free_port(), tmp_path_factory.mktemp("server") / "server.txt"
+    with open(logs, "w") as out:
+        server = subprocess.Popen(_serve_command(engine, port), stdout=out,
+                                  stderr=subprocess.STDOUT, start_new_session=True,
+                                  env={**os.environ, **vllm_env.ENGINE_ENV})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline, logs.read_text()[-3000:]
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2).close()
+                break
+            except OSError:
+                time.sleep(1)
+        yield url, server
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+def _trainer(url: str, model: Path, steps: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+            "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), TRAINER, url,
+            str(model), str(steps)]
+
+
+def test_a_trainer_whose_rollouts_come_from_a_server_is_quiet(tmp_path: Path, engine,
+                                                             rollout_server) -> None:
+    url, _ = rollout_server
+    # GIVEN 2 ranks taking 12 steps of rollouts from the server, watched with the kill armed
+    result = watch(tmp_path, _trainer(url, engine[1], 12), *STALL, "--on-stall", "kill",
+                   timeout=300)
+    # THEN they run to their end, no stall, no alarm, the two ranks known from their group
+    assert result.code == 0, result.stderr[-4000:]
+    assert "train step 11:" in result.stdout, result.stdout[-2000:]
+    report = result.report()
+    assert report["stalls"] == [] and alarms(report) == [], result.stderr[-4000:]
+    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
+
+
+def test_a_trainer_waiting_on_a_hung_vllm_server_names_it(tmp_path: Path, engine,
+                                                          rollout_server) -> None:
+    url, server = rollout_server
+    port = url.rsplit(":", 1)[1]
+    # GIVEN the trainer, watched, taking rollouts from the server
+    watcher = start_watch(tmp_path / "run", _trainer(url, engine[1], 100000), *STALL)
+    worker = _worker_of(server.pid)
+    try:
+        wait_for_line(watcher.stdout, "train step 2:", [])
+        # WHEN the server's worker stops (the trainer's rollouts wait for it, without timeout)
+        worker.send_signal(signal.SIGSTOP)
+        _wait_stall_then_end(watcher)
+        stdout, stderr = watcher.communicate(timeout=60)
+    finally:
+        if watcher.poll() is None:
+            end_watched(watcher)
+        worker.send_signal(signal.SIGCONT)   # the server serves the next test again
+    result = Result(watcher.returncode, stderr, tmp_path / "run", stdout)
+    # THEN each rank waits for the server's reply, named as a vLLM server with its metrics
+    findings = result.findings("SD107")
+    assert sorted(r for f in findings for r in f["ranks"]) == [0, 1], result.stderr[-4000:]
+    for finding in findings:
+        assert f"127.0.0.1:{port}" in finding["evidence"]["peers"], finding["evidence"]
+        metrics = finding["evidence"]["vllm_servers"][f"127.0.0.1:{port}"]
+        assert metrics["generation_tokens"] >= 3 * 2 * 4, metrics
+        assert (f"waits for a server's reply from 127.0.0.1:{port}, a vLLM server (its "
+                "metrics, as of its engine's last finished step: ") in finding["summary"]
+        assert re.search(r"; in rollout \(\S+/http_rollout_trainer\.py:\d+\)",
+                         finding["summary"]), finding["summary"]
+
+
+def _wait_stall_then_end(watcher: subprocess.Popen, timeout: float = 120) -> None:
+    """Once the watch said its diagnosis, end it (SIGTERM: the job with it)."""
+    deadline = time.monotonic() + timeout
+    assert watcher.stderr is not None
+    for line in watcher.stderr:
+        if "diagnosis:" in line or time.monotonic() > deadline:
+            break
+    time.sleep(2)
+    watcher.terminate()
+

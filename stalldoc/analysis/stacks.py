@@ -12,6 +12,7 @@ from stalldoc.detect.stack_kind import COLLECTIVE_FILES, NETWORK_FILES, frame_wa
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
 __all__ = ["is_library", "user_frame", "frame_strings", "in_collective", "waits_on_network",
+           "waits_on_http",
            "waits_on_lock", "waits_on_build_lock", "signature", "group_by_main_stack",
            "child_wait", "CHILD_WAITS"]
 
@@ -69,6 +70,22 @@ def waits_on_network(thread: ThreadStack | None) -> Frame | None:
     if not any(m in f.filename for f in thread.frames[:12] for m in NETWORK_FILES):
         return None
     return user_frame(thread)
+
+
+# clients that speak plain HTTP (TLS, gRPC and raw sockets left out)
+HTTP_CLIENT_FILES = (f"http{os.sep}client.py", f"urllib{os.sep}request.py",
+                     f"{os.sep}requests{os.sep}", f"{os.sep}urllib3{os.sep}",
+                     f"{os.sep}httpx{os.sep}", f"{os.sep}httpcore{os.sep}",
+                     f"{os.sep}aiohttp{os.sep}", f"{os.sep}openai{os.sep}")
+
+
+def waits_on_http(thread: ThreadStack | None) -> bool:
+    """The thread waits in a plain HTTP client (no TLS frame): its server answers HTTP."""
+    if waits_on_network(thread) is None or thread is None:
+        return False
+    frames = thread.frames[:16]
+    return (any(m in f.filename for f in frames for m in HTTP_CLIENT_FILES)
+            and not any(f.filename.endswith(f"{os.sep}ssl.py") for f in frames))
 
 
 def waits_on_build_lock(thread: ThreadStack | None) -> Frame | None:

@@ -10,7 +10,7 @@ from stalldoc.model.collectives import FlightDump
 from stalldoc.model.launch import LaunchConfig, Resources
 from stalldoc.model.ranks import EngineState, RankExit, RankProcess
 from stalldoc.model.samples import GpuSample, HostMemory, HostSample, LogLine
-from stalldoc.model.served import ServedRank
+from stalldoc.model.served import ServedRank, ServerMetrics
 from stalldoc.model.stacks import BuildLock, RankStacks
 from stalldoc.model.work import RankWork, StallEpisode
 
@@ -49,3 +49,5 @@ class Window:
     engines: tuple[EngineState, ...] = ()
     # ranks that serve HTTP: their URL, whether their engine waits for requests, vLLM's metrics
     served: Mapping[int, ServedRank] = field(default_factory=dict)
+    # host:port -> vLLM's metrics of a server a rank waits on over HTTP (stall only)
+    peer_servers: Mapping[str, ServerMetrics] = field(default_factory=dict)

@@ -16,7 +16,10 @@ class WaitingOnServer(Rule):
     What it does
         At a stall, looks for ranks whose main thread sits in a socket, HTTP or RPC client
         (socket, ssl, http.client, urllib, requests, urllib3, httpx, aiohttp, grpc, openai) and
-        names the server from the rank's established TCP connections outside the job. A rank
+        names the server from the rank's established TCP connections outside the job; a
+        server the rank waits on in a plain HTTP client that serves vLLM's metrics
+        (``/metrics``, read once at the diagnosis) is named as a vLLM server, with its running
+        and waiting requests, KV-cache usage and tokens generated. A rank
         in a marked channel call (weight sync, rollout or reward server) is left to SD111,
         which names the call and the server from the client itself.
 
@@ -27,7 +30,8 @@ class WaitingOnServer(Rule):
 
     Evidence
         the rank, the user frame that made the call, the network frames, the server's
-        ``host:port`` peers, phase, seconds without progress.
+        ``host:port`` peers, a vLLM server's metrics by peer (``vllm_servers``), phase,
+        seconds without progress.
 
     Fix
         Check that the server is up and answering on that address (is the port right?); give the
@@ -52,5 +56,12 @@ class WaitingOnServer(Rule):
                 continue   # a server in its event loop waits for its clients: SD117's
             peers = list(window.peers.get(rank, ()))
             server = f" from {', '.join(peers)}" if peers else ""
-            summary = f"rank {rank} waits for a server's reply{server}; {describe(window, rank)}"
-            yield self.finding([rank], summary, {**rank_evidence(window, rank), "peers": peers})
+            vllm = {p: window.peer_servers[p] for p in peers if p in window.peer_servers}
+            said = "".join(f", a vLLM server (its metrics, as of its engine's last finished "
+                           f"step: {m.describe()})" for m in list(vllm.values())[:1])
+            summary = (f"rank {rank} waits for a server's reply{server}{said}; "
+                       f"{describe(window, rank)}")
+            evidence = {**rank_evidence(window, rank), "peers": peers}
+            if vllm:
+                evidence["vllm_servers"] = {p: m.as_dict() for p, m in vllm.items()}
+            yield self.finding([rank], summary, evidence)

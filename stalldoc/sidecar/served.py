@@ -13,8 +13,10 @@ from typing import Iterable, Mapping
 
 from stalldoc.model.ranks import RankProcess
 from stalldoc.model.samples import HostSample
-from stalldoc.model.served import ServedRank
+from stalldoc.model.served import ServedRank, ServerMetrics
 from stalldoc.probes.served import read_metrics, served_url
+
+MAX_PEERS = 4   # servers asked for their metrics at one diagnosis
 
 
 class ServedRanks:
@@ -58,3 +60,16 @@ class ServedRanks:
             metrics, error = read_metrics(url) if rank in read else (None, "")
             out[rank] = ServedRank(rank, pid, url, rank in idle, metrics, error)
         return out
+
+
+def peer_servers(peers: Iterable[str]) -> dict[str, ServerMetrics]:
+    """The vLLM metrics of the servers at ``peers`` (``host:port`` a rank waits on in an HTTP
+    client) that serve them; the others are left out. Read at a diagnosis only."""
+    out = {}
+    for peer in sorted(set(peers))[:MAX_PEERS]:
+        host, _, port = peer.rpartition(":")
+        url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        metrics, _ = read_metrics(url)
+        if metrics is not None:
+            out[peer] = metrics
+    return out

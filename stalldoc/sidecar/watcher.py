@@ -14,7 +14,7 @@ import time
 from typing import Iterable
 
 from stalldoc.agent.statefile import STATUS_EXCEPTION
-from stalldoc.analysis.stacks import waits_on_build_lock
+from stalldoc.analysis.stacks import waits_on_build_lock, waits_on_http
 from stalldoc.check.preflight import failed, launch_checks, launch_document
 from stalldoc.cluster.publish import LocalView
 from stalldoc.detect.progress import ProgressTracker, latest_progress
@@ -46,7 +46,7 @@ from stalldoc.run.options import WatchOptions
 from stalldoc.run.terminal import RankLine, format_status
 from stalldoc.sidecar.children import child_stacks
 from stalldoc.sidecar.engine_progress import EngineProgress, EngineTick
-from stalldoc.sidecar.served import ServedRanks
+from stalldoc.sidecar.served import ServedRanks, peer_servers
 from stalldoc.sidecar.cluster import NodeCluster
 from stalldoc.sidecar.exits import ExitBook, of_present
 from stalldoc.sidecar.history import Histories, gpu_util_by_rank
@@ -483,8 +483,11 @@ class Watcher:
         self.cluster.await_stacks(self.cluster.wait_limit())
         flight = self._flight_dumps()
         now = time.time()
+        peers = external_peers(live, self.parents.keys())
         window = dataclasses.replace(self._window(now, agents, episode, stacks),
-                                     peers=external_peers(live, self.parents.keys()),
+                                     peers=peers, peer_servers=peer_servers(
+                                         p for r, ps in peers.items() for p in ps
+                                         if r in stacks and waits_on_http(stacks[r].main)),
                                      flight=flight, children=child_stacks(
                                          self.stack_probe, self.ranks, stacks, self.parents),
                                      build_locks=_build_locks(stacks.values()),

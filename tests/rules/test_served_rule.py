@@ -58,3 +58,43 @@ def test_a_server_whose_engine_processes_all_run_gets_the_general_fix_and_the_re
 
 def test_a_server_whose_engine_waits_for_requests_is_not_this_rule():
     assert list(by_code("SD117")().check(window(engine_idle=True))) == []
+
+
+# a trainer rank in its rollout call, as py-spy read it (urllib, no timeout), and the server
+IN_ROLLOUT = (Frame("SocketIO.readinto", "/usr/lib/python3.11/socket.py", 718),
+              Frame("HTTPResponse.begin", "/usr/lib/python3.11/http/client.py", 318),
+              Frame("HTTPConnection.getresponse", "/usr/lib/python3.11/http/client.py", 1395),
+              Frame("AbstractHTTPHandler.do_open", "/usr/lib/python3.11/urllib/request.py",
+                    1348),
+              Frame("urlopen", "/usr/lib/python3.11/urllib/request.py", 216),
+              Frame("rollout", "/job/http_rollout_trainer.py", 26),
+              Frame("main", "/job/http_rollout_trainer.py", 36))
+PEER = "127.0.0.1:8000"
+
+
+def trainer_window(vllm: bool) -> Window:
+    stacks = {r: RankStacks(r, 100 + r, NOW, "py-spy",
+                            (ThreadStack(100 + r, "MainThread", False, False, IN_ROLLOUT),))
+              for r in (0, 1)}
+    return Window(NOW, tuple(RankProcess(r, 100 + r, r, ("python",)) for r in (0, 1)),
+                  stall=StallEpisode(1, NOW - 17, NOW, 15.0, (0, 1)), stacks=stacks,
+                  last_progress={0: NOW - 17, 1: NOW - 17}, floor=15.0,
+                  peers={0: (PEER,), 1: (PEER,)},
+                  peer_servers={PEER: METRICS} if vllm else {})
+
+
+def test_ranks_waiting_on_a_vllm_server_name_it_with_its_metrics():
+    findings = [f for f in run_rules(trainer_window(True), "stall") if f.code == "SD107"]
+    assert [f.ranks for f in findings] == [(0,), (1,)]
+    assert findings[0].summary.startswith(
+        "rank 0 waits for a server's reply from 127.0.0.1:8000, a vLLM server (its metrics, as "
+        "of its engine's last finished step: 0 request(s) running, 0 waiting, KV cache 0 % "
+        "used, 0 preemption(s), 1262 token(s) generated); in rollout "
+        "(/job/http_rollout_trainer.py:26)"), findings[0].summary
+    assert findings[0].evidence["vllm_servers"][PEER]["generation_tokens"] == 1262
+
+
+def test_a_server_without_vllm_metrics_is_named_by_its_address_only():
+    [finding, _] = [f for f in run_rules(trainer_window(False), "stall") if f.code == "SD107"]
+    assert finding.summary.startswith("rank 0 waits for a server's reply from 127.0.0.1:8000; ")
+    assert "vllm_servers" not in finding.evidence

