@@ -9,11 +9,15 @@ socket traffic of ours in the server."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Iterable, Mapping
+
+from stalldoc.agent.statefile import SERVED_PREFIX
 
 from stalldoc.model.ranks import RankProcess
 from stalldoc.model.samples import HostSample
 from stalldoc.model.served import ServedRank, ServerMetrics
+from stalldoc.probes.host import rank_of
 from stalldoc.probes.served import read_metrics, served_url
 
 MAX_PEERS = 4   # servers asked for their metrics at one diagnosis
@@ -24,20 +28,35 @@ class ServedRanks:
         self.directory = directory
         self.urls: dict[int, tuple[int, str]] = {}   # rank -> (its pid, the URL it serves)
 
-    def refresh(self, ranks: Iterable[RankProcess]) -> list[tuple[int, str]]:
-        """Look for ranks that started serving; (rank, URL) of the ones found now."""
-        new = []
-        for rank in ranks:
-            known = self.urls.get(rank.rank)
-            if known is not None and known[0] == rank.pid:
-                continue
-            url = served_url(self.directory, rank.pid)
-            if url is None:
-                self.urls.pop(rank.rank, None)   # a new process holds the rank
-                continue
-            self.urls[rank.rank] = (rank.pid, url)
-            new.append((rank.rank, url))
+    def refresh(self, ranks: Iterable[RankProcess], parents: Mapping[int, int]
+                ) -> list[tuple[int, str]]:
+        """The ranks that serve, by the URLs the job's processes wrote: a rank serves when it
+        or a process below it does (``vllm serve --api-server-count N`` serves from children
+        of its own); (rank, URL) of the ones new since the last call."""
+        rank_pids = {r.pid: r.rank for r in ranks}
+        found: dict[int, tuple[int, str]] = {}
+        for pid in sorted(self._serving_pids()):
+            if pid not in parents and pid not in rank_pids:
+                continue   # not a process of the job now
+            rank = rank_of(pid, rank_pids, parents)
+            url = served_url(self.directory, pid) if rank is not None else None
+            if url is not None and (rank not in found or pid in rank_pids):
+                found[rank] = (pid, url)
+        new = [(rank, url) for rank, (pid, url) in sorted(found.items())
+               if self.urls.get(rank) != (pid, url)]
+        self.urls = found
         return new
+
+    def _serving_pids(self) -> set[int]:
+        if not self.directory:
+            return set()
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return set()
+        return {int(name[len(SERVED_PREFIX):-4]) for name in names
+                if name.startswith(SERVED_PREFIX) and name.endswith(".txt")
+                and name[len(SERVED_PREFIX):-4].isdigit()}
 
     def awaiting(self, idle: Iterable[int]) -> set[int]:
         """The serving ranks among ``idle`` (ranks whose engine waits for requests)."""

@@ -335,7 +335,7 @@ class Watcher:
         self.parents = self.found.parents
         self._drop_guesses(self.found.ranks)
         self._name_engines(self.found.engines)
-        for rank, url in self.served.refresh(self.found.ranks):
+        for rank, url in self.served.refresh(self.found.ranks, self.parents):
             self.say(f"rank {rank} serves {url}: requests are its work, and while its engine "
                      "waits for them it is not stalled")
         for rank in self.found.ranks:

@@ -18,21 +18,35 @@ def _host(rank: int, io: float) -> HostSample:
 def test_a_rank_serves_once_its_agent_wrote_where_and_a_new_process_starts_afresh(tmp_path):
     served = ServedRanks(str(tmp_path))
     server, trainer = RankProcess(0, 100, 0, ("python",)), RankProcess(1, 101, 1, ("python",))
-    assert served.refresh([server, trainer]) == []     # not serving yet (loading its engine)
+    parents = {100: 1, 101: 1}
+    assert served.refresh([server, trainer], parents) == []   # not serving yet (loading)
     Path(served_path(str(tmp_path), 100)).write_text("http://127.0.0.1:8000\n")
-    assert served.refresh([server, trainer]) == [(0, "http://127.0.0.1:8000")]
-    assert served.refresh([server, trainer]) == []     # said once
+    assert served.refresh([server, trainer], parents) == [(0, "http://127.0.0.1:8000")]
+    assert served.refresh([server, trainer], parents) == []   # said once
     # THEN only the serving rank whose engine waits for requests has no work in hand
     assert served.awaiting({0, 1}) == {0}
     # AND a new process holding rank 0 serves nothing until its own agent says so
-    assert served.refresh([RankProcess(0, 200, 0, ("python",))]) == []
+    assert served.refresh([RankProcess(0, 200, 0, ("python",))], {200: 1}) == []
     assert served.awaiting({0}) == set()
+
+
+def test_a_rank_whose_child_serves_serves(tmp_path):
+    # GIVEN vllm serve --api-server-count 2: the rank's process supervises two API servers
+    # (its children), each writing where it listens; and a served file of a process gone
+    for pid, port in ((110, 8000), (111, 8000), (999, 9000)):
+        Path(served_path(str(tmp_path), pid)).write_text(f"http://127.0.0.1:{port}\n")
+    served = ServedRanks(str(tmp_path))
+    rank = RankProcess(0, 100, 0, ("python",))
+    # THEN the rank serves, once, at its first API server's URL
+    assert served.refresh([rank], {100: 1, 110: 100, 111: 100}) == [(0, "http://127.0.0.1:8000")]
+    assert served.urls == {0: (110, "http://127.0.0.1:8000")}
 
 
 def test_a_serving_ranks_io_is_set_apart_only_once_its_engine_ran(tmp_path):
     Path(served_path(str(tmp_path), 100)).write_text("http://127.0.0.1:8000\n")
     served = ServedRanks(str(tmp_path))
-    served.refresh([RankProcess(0, 100, 0, ("python",)), RankProcess(1, 101, 1, ("python",))])
+    served.refresh([RankProcess(0, 100, 0, ("python",)), RankProcess(1, 101, 1, ("python",))],
+                   {100: 1, 101: 1})
     host = {0: _host(0, 90_000.0), 1: _host(1, 90_000.0)}
     # a metrics scrape of 90 kB/s: the server's engine has not run yet, so it still counts
     assert served.without_traffic(host, set())[0].io_bps == 90_000.0
