@@ -20,7 +20,7 @@ from stalldoc.model.served import ServedRank, ServerMetrics
 from stalldoc.probes.host import rank_of
 from stalldoc.probes.served import read_metrics, served_url
 
-MAX_PEERS = 4   # servers asked for their metrics at one diagnosis
+MAX_PEERS = 4   # servers asked for their metrics at one diagnosis (2 s each at most)
 
 
 class ServedRanks:
@@ -72,8 +72,9 @@ class ServedRanks:
 
     def view(self, idle: Iterable[int], ranks: Iterable[int] = ()) -> dict[int, ServedRank]:
         """Each serving rank and whether its engine waits for requests; the vLLM metrics of
-        those in ``ranks``, read now (a server that does not answer in 2 s says so)."""
-        idle, read = set(idle), set(ranks)
+        those in ``ranks`` (the first ``MAX_PEERS``), read now (a server that does not answer
+        in 2 s says so)."""
+        idle, read = set(idle), sorted(set(ranks) & set(self.urls))[:MAX_PEERS]
         out = {}
         for rank, (pid, url) in sorted(self.urls.items()):
             metrics, error = read_metrics(url) if rank in read else (None, "")

@@ -2,11 +2,13 @@
 in hand, and once their engine runs, their socket traffic is no work of theirs."""
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from stalldoc.agent.statefile import served_path
 from stalldoc.model.ranks import RankProcess
 from stalldoc.model.samples import HostSample
+from stalldoc.model.served import ServedRank
 from stalldoc.sidecar.served import ServedRanks
 
 
@@ -52,3 +54,16 @@ def test_a_serving_ranks_io_is_set_apart_only_once_its_engine_ran(tmp_path):
     assert served.without_traffic(host, set())[0].io_bps == 90_000.0
     after = served.without_traffic(host, {0, 1})
     assert after[0].io_bps is None and after[1].io_bps == 90_000.0   # rank 1 serves nothing
+
+
+def test_metrics_are_read_only_for_the_ranks_a_diagnosis_asks_about(tmp_path):
+    with socket.socket() as sock:   # a port just freed: nobody answers there
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    Path(served_path(str(tmp_path), 100)).write_text(url + "\n")
+    served = ServedRanks(str(tmp_path))
+    served.refresh([RankProcess(0, 100, 0, ("python",))], {100: 1})
+    # a tick's view reads nothing; a diagnosis of rank 0 reads its server, and says why not
+    assert served.view({0})[0] == ServedRank(0, 100, url, True, None, "")
+    [(rank, view)] = served.view(set(), [0]).items()
+    assert view.metrics is None and view.metrics_error.startswith(f"{url}/metrics did not answer")
