@@ -57,9 +57,16 @@ def run(tmp_path: Path, script: str, env: dict[str, str], loaded: bool, *options
 
 def assert_healthy(result: Result, world: int) -> list[dict[str, Any]]:
     """Exit 0, no stall and no error, exactly ranks 0..world-1 once each, known from their
-    process group; not the job's own process, not one of Ray's."""
-    assert result.code == 0, result.stderr[-3000:]
+    process group; not the job's own process, not one of Ray's. A job that did its work and
+    then hit torch's own exit race (a gloo thread taking the GIL as Python finalizes: SIGABRT,
+    exit 134; pytorch issue 190489, seen in CI for Lightning's ranks under load) is healthy
+    when watch names it so: SD115, a warning, never an error."""
     report = result.report()
+    if result.code != 0:
+        raced = [f for f in report["findings"] if f["code"] == "SD115"
+                 and "killed by SIGABRT at interpreter exit, after the work was done"
+                 in f["summary"]]
+        assert result.code == 134 and raced, result.stderr[-3000:]
     assert report["stalls"] == [], result.stderr[-3000:]
     assert [f["summary"] for f in report["findings"]
             if f["severity"] in ("error", "critical")] == []

@@ -76,11 +76,15 @@ def _end(job: subprocess.Popen, pids: list[int]) -> None:
     job.wait()
 
 
-# a launcher starting one process per RANK value given, each printing its pid
+# a launcher starting one process per RANK value given, then printing their pids once each has
+# said it runs (a process read just after its exec may show no environment yet: CI saw a rank
+# missed so on a loaded machine)
 RANKS = ("import os, subprocess, sys, time\n"
-         "ps = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+         "ps = [subprocess.Popen([sys.executable, '-c', 'import time; print(1, flush=True); "
+         "time.sleep(60)'], stdout=subprocess.PIPE, "
          "env={**os.environ, 'RANK': r, 'LOCAL_RANK': l}) "
          "for r, l in (a.split(',') for a in sys.argv[1:])]\n"
+         "[p.stdout.readline() for p in ps]\n"
          "print(*(p.pid for p in ps), flush=True)\n"
          "time.sleep(60)")
 
