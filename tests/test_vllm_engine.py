@@ -104,6 +104,19 @@ def tp_env(tp: int) -> dict[str, str]:
             "VLLM_CPU_OMP_THREADS_BIND": "|".join(str(cores[i % len(cores)]) for i in range(tp))}
 
 
+def _watched_pid(err_path: Path) -> int:
+    """The job's pid, as the watch wrote it to its stderr file."""
+    return int(re.search(r"watching pid (\d+)", err_path.read_text())[1])
+
+
+def _clean_up(watcher: subprocess.Popen, worker: psutil.Process | None) -> None:
+    """A watch that outlived its test is ended, and a worker left behind (stopped) is killed."""
+    if watcher.poll() is None:
+        end_watched(watcher)
+    if worker is not None and worker.is_running():
+        worker.kill()
+
+
 def _worker_signalled(tmp_path: Path, engine, sig: int, *options: str, tp: int = 1,
                       env: dict[str, str] | None = None) -> tuple[Result, int, int]:
     """The rollout loop on the real engine (``tp`` workers), watched with ``options``, its last
@@ -119,15 +132,12 @@ def _worker_signalled(tmp_path: Path, engine, sig: int, *options: str, tp: int =
     worker = None
     try:
         wait_for_line(watcher.stdout, "rollout step 3:", [])
-        job = int(re.search(r"watching pid (\d+)", err_path.read_text()).group(1))
+        job = _watched_pid(err_path)
         worker = _worker_of(job, tp - 1)
         worker.send_signal(sig)
         stdout, _ = watcher.communicate(timeout=240)
     finally:
-        if watcher.poll() is None:
-            end_watched(watcher)
-        if worker is not None and worker.is_running():
-            worker.kill()
+        _clean_up(watcher, worker)
     result = Result(watcher.returncode, err_path.read_text(), tmp_path / "run", stdout)
     return result, job, worker.pid
 
@@ -290,16 +300,13 @@ def test_a_server_whose_worker_stops_with_a_request_in_hand_is_named(tmp_path: P
         assert _rollout(url, engine[1]) == 4 * 16
         time.sleep(20)   # idle past the stall timeout: its stall clock starts at the request
         # WHEN its worker stops, and a trainer's rollout request comes
-        worker = _worker_of(int(re.search(r"watching pid (\d+)", err_path.read_text())[1]))
+        worker = _worker_of(_watched_pid(err_path))
         worker.send_signal(signal.SIGSTOP)
         pending = threading.Thread(target=_rollout_quietly, args=(url, engine[1]), daemon=True)
         pending.start()
         stdout, _ = watcher.communicate(timeout=180)
     finally:
-        if watcher.poll() is None:
-            end_watched(watcher)
-        if worker is not None and worker.is_running():
-            worker.kill()
+        _clean_up(watcher, worker)
     result = Result(watcher.returncode, err_path.read_text(), tmp_path / "run", stdout)
     # THEN a stall, ended by the kill action, named as the server's: its worker is stopped
     assert result.code == 124, result.stderr[-4000:]

@@ -13,7 +13,6 @@ import os
 from typing import Iterable, Mapping
 
 from stalldoc.agent.statefile import SERVED_PREFIX
-
 from stalldoc.model.ranks import RankProcess
 from stalldoc.model.samples import HostSample
 from stalldoc.model.served import ServedRank, ServerMetrics
@@ -34,12 +33,13 @@ class ServedRanks:
         or a process below it does (``vllm serve --api-server-count N`` serves from children
         of its own); (rank, URL) of the ones new since the last call."""
         rank_pids = {r.pid: r.rank for r in ranks}
+        known = dict(self.urls.values())   # pid -> URL: a file read once, not every tick
         found: dict[int, tuple[int, str]] = {}
         for pid in sorted(self._serving_pids()):
             if pid not in parents and pid not in rank_pids:
                 continue   # not a process of the job now
             rank = rank_of(pid, rank_pids, parents)
-            url = served_url(self.directory, pid) if rank is not None else None
+            url = None if rank is None else known.get(pid) or served_url(self.directory, pid)
             if url is not None and (rank not in found or pid in rank_pids):
                 found[rank] = (pid, url)
         new = [(rank, url) for rank, (pid, url) in sorted(found.items())
