@@ -121,19 +121,29 @@ CHANNEL_HOOKS: tuple[Hook, ...] = (
 )
 
 def served(fn: Callable[..., Any], phase: str | None) -> Callable[..., Any]:
-    """uvicorn's ``Server.serve`` wrapped to record, when the main thread serves HTTP (vLLM's
+    """uvicorn's ``Server.main_loop`` wrapped to record, when the main thread serves HTTP (vLLM's
     OpenAI API server, ``trl vllm-serve``, ``swift rollout`` / ``deploy``), where it listens:
-    ``served-<pid>.txt``. The process serves requests: its clients, not it, decide its work."""
+    ``served-<pid>.txt``. The process serves requests: its clients, not it, decide its work.
+    ``main_loop`` runs once its start-up listens (``serve`` is entered seconds before: a client
+    told then is refused)."""
     @functools.wraps(fn)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         agent = runtime._AGENT
         if agent is not None and agent.enabled and _thread.get_ident() == _MAIN:
-            agent.guard(_write_served, self, args[0] if args else kwargs.get("sockets"),
-                        agent.directory)
+            agent.guard(_write_served, self, _listening(self), agent.directory)
         return fn(self, *args, **kwargs)
 
     wrapper.__stalldoc_hook__ = True  # type: ignore[attr-defined]
     return wrapper
+
+
+def _listening(server: Any) -> list[Any]:
+    """The sockets the server's start-up listens on (its asyncio servers'), if it says."""
+    for listener in getattr(server, "servers", None) or ():
+        sockets = getattr(listener, "sockets", None)
+        if sockets:
+            return list(sockets)
+    return []
 
 
 def _write_served(server: Any, sockets: Any, directory: str) -> None:
@@ -171,7 +181,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook("deepspeed.runtime.engine", "DeepSpeedEngine.backward", "backward"),
     Hook("deepspeed.runtime.engine", "DeepSpeedEngine.step", "optimizer_step"),
     *_vllm(),
-    Hook("uvicorn.server", "Server.serve", None, served),
+    Hook("uvicorn.server", "Server.main_loop", None, served),
     *CHANNEL_HOOKS,
 )
 

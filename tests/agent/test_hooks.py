@@ -74,9 +74,13 @@ SERVER = textwrap.dedent("""
     import asyncio, os, socket, sys, threading
     import uvicorn
 
+    SERVED = os.path.join(sys.argv[2], f"served-{os.getpid()}.txt")
+    told_early = []
+
     async def app(scope, receive, send):
-        if scope["type"] == "lifespan":
+        if scope["type"] == "lifespan":   # the app's start-up: before the server listens
             while (await receive())["type"] != "lifespan.shutdown":
+                told_early.append(os.path.exists(SERVED))
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
 
@@ -96,7 +100,7 @@ SERVER = textwrap.dedent("""
         side = threading.Thread(target=serve, args=(wildcard,)); side.start(); side.join()
     else:
         serve(wildcard)
-    print(os.getpid(), port)
+    print(os.getpid(), port, any(told_early))
 """)
 
 
@@ -106,14 +110,16 @@ def test_a_process_serving_http_on_its_main_thread_says_where(tmp_path):
     agents = tmp_path / "run" / "agents"
     for where in ("main", "thread"):
         # GIVEN uvicorn serving on the wildcard address, on the main thread or a side thread
-        out = subprocess.run([sys.executable, "-c", SERVER, where], env=env,
+        out = subprocess.run([sys.executable, "-c", SERVER, where, str(agents)], env=env,
                              capture_output=True, text=True, check=True, timeout=60)
-        pid, port = out.stdout.split()
+        pid, port, told_early = out.stdout.split()
         served = agents / f"served-{pid}.txt"
         if where == "main":
             # THEN its agent wrote the URL it listens at, the wildcard as the loopback address
             assert served.read_text() == f"http://127.0.0.1:{port}\n"
-            assert "installed uvicorn.server:Server.serve -> progress" in \
+            # once it listens: not while its app starts (a client told then is refused)
+            assert told_early == "False"
+            assert "installed uvicorn.server:Server.main_loop -> progress" in \
                 (agents / f"hooks-{pid}.txt").read_text().splitlines()
         else:
             # AND a server on another thread is not the process's work: nothing written
