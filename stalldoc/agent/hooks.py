@@ -17,7 +17,7 @@ import functools
 import os
 
 from stalldoc.agent import channels, post_import, runtime
-from stalldoc.agent.statefile import ENGINE_IDLE, served_path
+from stalldoc.agent.statefile import ENGINE_IDLE, engine_settings_path, served_path
 
 TYPE_CHECKING = False   # not typing's: the agent does not import typing (start-up cost)
 if TYPE_CHECKING:
@@ -240,7 +240,8 @@ def _wrapped(hook: Hook, owner: Any, attr: str, fn: Callable[..., Any]) -> Any:
 
 
 ENGINE_FIELDS = ("gpu_memory_utilization", "max_model_len", "tensor_parallel_size",
-                 "enable_sleep_mode", "max_num_seqs", "enable_prefix_caching")
+                 "enable_sleep_mode", "max_num_seqs", "enable_prefix_caching",
+                 "distributed_executor_backend")
 ENGINE_ARGS = ("vllm.engine.arg_utils", "EngineArgs.create_engine_config")
 
 
@@ -261,7 +262,7 @@ def recorded_engine_args(fn: Callable[..., Any], directory: str) -> Callable[...
 def _write_engine_args(engine_args: Any, directory: str) -> None:
     import json
     values = {name: getattr(engine_args, name, None) for name in ENGINE_FIELDS}
-    with runtime.open_private(os.path.join(directory, f"vllm-{os.getpid()}.json")) as fh:
+    with runtime.open_private(engine_settings_path(directory, os.getpid())) as fh:
         fh.write(json.dumps(values, default=str) + "\n")
 
 

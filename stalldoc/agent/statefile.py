@@ -261,6 +261,12 @@ def served_path(directory: str, pid: int) -> str:
     return os.path.join(directory, f"{SERVED_PREFIX}{pid}.txt")
 
 
+def engine_settings_path(directory: str, pid: int) -> str:
+    """Where the agent of ``pid`` writes the settings of each vLLM engine it creates (one JSON
+    line per engine): in a rank itself when vLLM is colocated, else in vLLM's own process."""
+    return os.path.join(directory, f"vllm-{pid}.json")
+
+
 def state_path(directory: str, pid: int) -> str:
     """Where the agent of process ``pid`` keeps its state file."""
     return os.path.join(directory, f"agent-{pid}.state")

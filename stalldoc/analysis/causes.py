@@ -40,6 +40,12 @@ finding then says what is known and no more.
 - ``different_collectives``: different collectives at the same point, and the dumps hold too
   few frames to tell which of the two above: the culprit is not stuck in its own code, and the
   finding says where each side waits and no more.
+- ``engine_collective``: decided from the stacks, not the dumps (vLLM's shared-memory
+  collectives bypass torch.distributed): the missing rank waits in its colocated vLLM engine's
+  tensor-parallel collective, inside ``generate``, for the other ranks of its TP group, while
+  the waiting ranks sit in the job's own collective, outside their engine. Each side waits for
+  the other: the ranks of one engine did not run the same generate calls (one skipped a rollout
+  the others ran, or ran one more). Neither side alone is the culprit, and the finding says so.
 """
 from __future__ import annotations
 
@@ -48,9 +54,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from stalldoc.analysis.flight_recorder import op_name
-from stalldoc.analysis.stacks import in_collective, is_library
+from stalldoc.analysis.stacks import (in_collective, is_library, user_frame,
+                                      waits_in_engine_collective)
 from stalldoc.model.collectives import FlightDump, FlightEntry
-from stalldoc.model.stacks import Frame, RankStacks
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
 UNEVEN_STEPS_FIX = (
     "Give every rank the same number of batches: a DistributedSampler with drop_last=True "
@@ -109,6 +116,62 @@ class Cause:
     def evidence(self) -> dict[str, Any]:
         """The finding's ``evidence.cause``."""
         return {"kind": self.kind, "says": self.says, **self.facts}
+
+
+ENGINE_FIX = (
+    "The ranks of a colocated vLLM engine with tensor_parallel_size > 1 "
+    "(distributed_executor_backend=\"external_launcher\": TRL's and swift's vllm_mode colocate) "
+    "run every generate together: each rank of a TP group must call generate the same number "
+    "of times, with the same prompts. Gather the group's prompts before generating (TRL and "
+    "swift do) and let a rank with no prompts of its own still join the call, or keep "
+    "vllm_tensor_parallel_size at 1 when the ranks' rollouts may differ.")
+
+
+def colocated_tp_size(settings: Mapping[str, Any] | None) -> int | None:
+    """The tensor-parallel size of an engine run inside the rank's own process (external
+    launcher: its TP group is ranks of the job), else None."""
+    if not settings or settings.get("distributed_executor_backend") != "external_launcher":
+        return None
+    size = settings.get("tensor_parallel_size")
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
+def engine_collective_cause(stacks: Mapping[int, RankStacks], culprits: Iterable[int],
+                            waiting: Iterable[int], tp_sizes: Mapping[int, int] | None = None
+                            ) -> Cause | None:
+    """``engine_collective`` (see above) for the first culprit whose main thread waits in its
+    vLLM engine's TP collective while no waiting rank's does; None otherwise. ``tp_sizes``:
+    a colocated engine's TP size by rank, where its agent recorded it; its TP group is the
+    block of consecutive ranks vLLM's external launcher makes, and only waiting ranks of that
+    group are named (unknown: every waiting rank, as the group may hold any of them)."""
+    waiting = sorted(waiting)
+    if any(waits_in_engine_collective(_main(stacks, r)) for r in waiting):
+        return None
+    for culprit in sorted(culprits):
+        main = _main(stacks, culprit)
+        frame = waits_in_engine_collective(main)
+        size = (tp_sizes or {}).get(culprit)
+        peers = [r for r in waiting if size is None or r // size == culprit // size]
+        if frame is None or main is None or not peers:
+            continue
+        waiting = peers
+        mine = user_frame(main)
+        others, one = ", ".join(f"rank {r}" for r in waiting), len(waiting) == 1
+        says = (f"rank {culprit} waits there in its colocated vLLM engine's tensor-parallel "
+                f"{frame.name}, which ends only when every rank of its TP group joins it, while "
+                f"{others} {'waits' if one else 'wait'} outside {'its' if one else 'their'} "
+                "engine: each side waits for the other, the ranks of one engine did not run the "
+                "same generate calls")
+        return Cause("engine_collective", says, ENGINE_FIX, {
+            "engine_rank": culprit, "engine_frame": str(frame),
+            "user_frame": str(mine) if mine is not None else "", "outside_engine": waiting,
+            "tp_size": size})
+    return None
+
+
+def _main(stacks: Mapping[int, RankStacks], rank: int) -> ThreadStack | None:
+    found = stacks.get(rank)
+    return found.main if found is not None else None
 
 
 def difference_cause(flight: Mapping[int, FlightDump], stacks: Mapping[int, RankStacks],

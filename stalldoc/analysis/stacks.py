@@ -63,6 +63,18 @@ def in_collective(thread: ThreadStack | None) -> bool:
     return bool(thread) and any(m in f.filename for f in thread.frames for m in COLLECTIVE_FILES)
 
 
+ENGINE_COLLECTIVE = "vLLM TP collective"   # stack_kind's wait of vLLM's CPU communicator
+
+
+def waits_in_engine_collective(thread: ThreadStack | None) -> Frame | None:
+    """The frame of a vLLM tensor-parallel collective (its CPU shared-memory communicator) the
+    thread waits in, among its innermost frames: an engine run inside the rank (colocated,
+    ``external_launcher``) waits there for the other ranks of its TP group."""
+    if thread is None:
+        return None
+    return next((f for f in thread.frames[:4] if frame_wait(f) == ENGINE_COLLECTIVE), None)
+
+
 def waits_on_network(thread: ThreadStack | None) -> Frame | None:
     """The user's frame that called into a socket / HTTP / RPC client the thread is blocked in."""
     if thread is None or not thread.frames or in_collective(thread):

@@ -82,6 +82,9 @@ _WAIT_FRAMES: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     (f"torch{os.sep}utils{os.sep}data{os.sep}dataloader.py", frozenset({
         "_try_get_data", "_get_data", "_next_data"}), "dataloader workers"),
     ("shm_broadcast.py", None, "shm broadcast"),   # vLLM's message queue spins while it waits
+    # vLLM's TP/PP collectives on CPU (its shared-memory communicator spins in C++ until every
+    # rank of the group has come): in a training rank itself when vLLM is colocated
+    (f"device_communicators{os.sep}cpu_communicator.py", None, "vLLM TP collective"),
 )
 # waits on another thread of the same process: while the main thread sits in one, the rank's
 # other threads' work is its work. A sleep is one too: `while worker.is_alive(): time.sleep(1)`

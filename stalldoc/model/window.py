@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from stalldoc.model.agent import AgentSnapshot, CudaState, EngineSleepState
 from stalldoc.model.cluster import ClusterView
@@ -51,3 +51,5 @@ class Window:
     served: Mapping[int, ServedRank] = field(default_factory=dict)
     # host:port -> vLLM's metrics of a server a rank waits on over HTTP (stall only)
     peer_servers: Mapping[str, ServerMetrics] = field(default_factory=dict)
+    # rank -> the settings of the vLLM engine its own process created (colocated; stall only)
+    engine_settings: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)

@@ -7,7 +7,8 @@ import signal
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Iterable, Iterator
 
-from stalldoc.analysis.causes import Cause, difference_cause
+from stalldoc.analysis.causes import (Cause, colocated_tp_size, difference_cause,
+                                      engine_collective_cause)
 from stalldoc.analysis.stacks import child_wait, frame_strings, user_frame, waits_on_lock
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
@@ -90,7 +91,11 @@ class Rule(ABC):
 def cause_of(window: Window, culprits: Iterable[int], waiting: Iterable[int]) -> Cause | None:
     """Why ``culprits`` are missing from the collective ``waiting`` sit in, from the window's
     Flight Recorder dumps, stacks and the job's latest output (None where they do not say)."""
-    return difference_cause(window.flight, window.stacks, culprits, waiting, window.log_tail)
+    sizes = {rank: size for rank, settings in window.engine_settings.items()
+             if (size := colocated_tp_size(settings)) is not None}
+    return (engine_collective_cause(window.stacks, culprits, waiting, sizes)
+            or difference_cause(window.flight, window.stacks, culprits, waiting,
+                                window.log_tail))
 
 
 def phase_of(window: Window, rank: int) -> str:

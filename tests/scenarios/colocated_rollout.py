@@ -1,0 +1,49 @@
+"""A GRPO-style trainer with vLLM colocated in every rank, as TRL's and swift's
+``vllm_mode colocate`` run it: each rank (started by torchrun, gloo) builds its own engine with
+``distributed_executor_backend="external_launcher"`` (vLLM's world is the job's, a TP group is a
+block of consecutive ranks, and no engine process of its own is started), generates a group of
+completions for its own prompts, scores them with a rule reward, and the ranks average their
+rewards (all_reduce) before the next step.
+
+The prompts are dealt to the ranks from one list (``prompts[rank::world]``); a rank whose share
+has run out has nothing to roll out and goes straight to the reward's all_reduce. With a list
+the ranks' count does not divide and a TP size above 1 (the engine's forward passes then need
+every rank of its TP group), the other rank of its group waits in its engine for it.
+
+argv: MODEL STEPS TP PROMPTS"""
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    from vllm import LLM, SamplingParams
+
+    model, steps, tp, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    llm = LLM(model=model, dtype="float32", max_model_len=256, enforce_eager=True,
+              seed=rank // tp, tensor_parallel_size=tp,
+              distributed_executor_backend="external_launcher", gpu_memory_utilization=0.3)
+    params = SamplingParams(n=4, max_tokens=16, temperature=1.0)
+    prompts = [f"What is {11 + i} + {27 + 2 * i}?" for i in range(count)]
+    mine = prompts[rank::world]
+    for step in range(steps):
+        started = time.monotonic()
+        batch = mine[step:step + 1]
+        texts = []
+        if batch:
+            outputs = llm.generate(batch, params, use_tqdm=False)
+            texts = [c.text for o in outputs for c in o.outputs]
+        reward = torch.tensor([sum(any(ch.isdigit() for ch in t) for t in texts) / 4])
+        dist.all_reduce(reward)
+        if rank == 0:
+            print(f"train step {step}: mean reward {reward.item() / world:.2f}, "
+                  f"{time.monotonic() - started:.2f} s", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

