@@ -60,6 +60,13 @@ class ProcInfo:
         return self.state in ("Z", "X", "x")
 
     @property
+    def released(self) -> bool:
+        """Its memory is gone while it is not a zombie yet: a process in its exit (or a kernel
+        thread). The kernel shows it with no resident pages and no argv or stack addresses; its
+        command line reads empty."""
+        return self.rss_bytes == 0 and not any(self.exec_key)
+
+    @property
     def identity(self) -> tuple[int, int, tuple[int, ...]]:
         """The same process with the same program: a reused pid or an exec is a new one."""
         return self.pid, self.start_ticks, self.exec_key

@@ -184,12 +184,23 @@ class RankFinder:
         if info.dead:
             return NOTHING
         launch = self._launches.get(info.identity)
+        if launch is None and info.released:
+            launch = self._before_exit(info)
         if launch is None:
             launch = read_launch(info.pid)
             if launch is None:
                 return NOTHING
-            self._launches[info.identity] = launch
+        self._launches[info.identity] = launch
         return launch
+
+    def _before_exit(self, info: ProcInfo) -> Launch | None:
+        """What a process in its exit was launched as: its memory released, the kernel shows
+        no argv addresses (a new identity) and an empty command line, while it is no zombie yet
+        (a large process takes a while to free its memory). Read fresh, the single process of
+        a job would be no candidate for its rank 0 in that moment and be dropped as "not rank
+        0" as it exits cleanly."""
+        return next((launch for (pid, start, _), launch in self._launches.items()
+                     if pid == info.pid and start == info.start_ticks), None)
 
     def _forget(self, current: set[tuple[int, int, tuple[int, ...]]]) -> None:
         for identity in [i for i in self._launches if i not in current]:

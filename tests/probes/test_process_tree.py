@@ -1,6 +1,7 @@
 """Ranks told apart from launchers and from their own forked workers, with real processes."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -10,7 +11,8 @@ import psutil
 import pytest
 
 from stalldoc.probes.proc_table import scan
-from stalldoc.probes.process_tree import RankFinder
+from stalldoc.probes import process_tree
+from stalldoc.probes.process_tree import Launch, RankFinder
 
 RANK_WITH_WORKER = "import os, time\nif os.fork() == 0:\n    time.sleep(30)\ntime.sleep(30)"
 
@@ -630,3 +632,29 @@ def test_engine_processes_are_titled_as_a_user_knows_them():
     assert EngineProcess(8, "engine core", 3).title == "rank 3's vLLM engine core"
     assert EngineProcess(9, "engine core").title == "the vLLM engine core"
     assert EngineProcess(9, "worker").title == "vLLM worker of its engine"
+
+
+def test_a_single_process_in_its_exit_is_still_rank_zero(monkeypatch):
+    # GIVEN a job's single process, found as its rank 0
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        finder = RankFinder()
+        table = scan()
+        [rank] = finder.find(table, [proc.pid], (), single=True, root=proc.pid).ranks
+        # WHEN it exits: its memory released before it is a zombie, as /proc showed a real 3 GB
+        # process for a moment (running, no resident pages, argv and stack addresses 0), with an
+        # empty command line and environment (what reading them then gives)
+        info = table.procs[proc.pid]
+        exiting = dataclasses.replace(info, rss_bytes=0, exec_key=(0,) * len(info.exec_key))
+        assert exiting.released and not info.released
+        monkeypatch.setattr(process_tree, "read_launch",
+                            lambda pid: Launch(None, None, 0, False, (), None, None))
+        found = finder.find(dataclasses.replace(table, procs={**table.procs, proc.pid: exiting}),
+                            [proc.pid], (), single=True, root=proc.pid)
+        # THEN it is still the job's rank 0 (it was dropped as "not rank 0", and a server's
+        # clean exit left a report without ranks)
+        assert [(r.rank, r.pid) for r in found.ranks] == [(0, proc.pid)] == [(rank.rank,
+                                                                               rank.pid)]
+    finally:
+        proc.kill()
+        proc.wait()
