@@ -79,6 +79,26 @@ def test_healthy_rollout_loop_is_one_rank_and_its_engine(tmp_path: Path, engine,
     assert "is not rank 0" not in result.stderr
 
 
+def test_an_engine_whose_kv_cache_is_too_small_is_named_preempting(tmp_path: Path,
+                                                                   engine) -> None:
+    python, model = engine
+    # GIVEN rollouts of 8 completions of 200 tokens on an engine whose KV cache holds 512 tokens
+    # (4 blocks: the seeds' "vllm_gpu_memory_utilization too low"), watched with kill armed
+    result = watch(tmp_path, [str(python), SCRIPT, str(model), "4", "1", "4", "200"], *STALL,
+                   "--on-stall", "kill", env=vllm_env.ENGINE_ENV, timeout=420)
+    # THEN the job runs to its end, no stall: a slow engine is no hung one
+    assert result.code == 0, result.stderr[-4000:]
+    assert "rollout step 3: 8 completions, 1600 tokens" in result.stdout, result.stdout[-2000:]
+    report = result.report()
+    assert report["stalls"] == [], result.stderr[-4000:]
+    # AND its engine is named preempting (V1 prints no line of it), and nothing else is said
+    [finding] = result.findings("SD530")
+    assert finding["ranks"] == [0] and finding["evidence"]["total"] >= 10, finding
+    assert finding["summary"].startswith("rank 0's vLLM engine preempted "), finding
+    assert [f["code"] for f in report["findings"]] == ["SD530"], report["findings"]
+    assert "[SD530 warning] rank 0's vLLM engine preempted" in result.stderr
+
+
 def _worker_of(job: int, tp_rank: int = 0) -> psutil.Process:
     """The engine's worker of ``tp_rank`` below the job's process, by the title vLLM gives it
     ("VLLM::Worker", "VLLM::Worker_TP1" for more than one)."""

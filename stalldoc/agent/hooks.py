@@ -15,9 +15,11 @@ from __future__ import annotations
 import _thread
 import functools
 import os
+import time
 
 from stalldoc.agent import channels, post_import, runtime
-from stalldoc.agent.statefile import ENGINE_IDLE, engine_settings_path, served_path
+from stalldoc.agent.statefile import (ENGINE_IDLE, engine_settings_path, preempted_path,
+                                      served_path)
 
 TYPE_CHECKING = False   # not typing's: the agent does not import typing (start-up cost)
 if TYPE_CHECKING:
@@ -75,6 +77,8 @@ def _vllm() -> tuple[Hook, ...]:
             Hook("vllm.v1.worker.worker_base", "WorkerWrapperBase.execute_model", None),
             # the engine core between steps; blocked in it: the engine has no request in hand
             Hook("vllm.v1.engine.core", "EngineCoreProc._process_input_queue", ENGINE_IDLE),
+            # a request thrown out of a full KV cache, to be recomputed (V1 prints no line)
+            Hook("vllm.v1.core.sched.scheduler", "Scheduler._preempt_request", None, preempted),
             Hook(llm, "LLM.sleep", "vllm_sleep", sleep),
             Hook(llm, "LLM.wake_up", "vllm_wake_up", wake),
             Hook(nccl, "PyNcclCommunicator.__init__", "weight_sync",
@@ -135,6 +139,34 @@ def served(fn: Callable[..., Any], phase: str | None) -> Callable[..., Any]:
 
     wrapper.__stalldoc_hook__ = True  # type: ignore[attr-defined]
     return wrapper
+
+
+WRITE_EVERY = 1.0   # seconds between two writes of the preemption count
+_PREEMPTED = [0, 0.0]   # requests preempted in this process, when the count was last written
+
+
+def preempted(fn: Callable[..., Any], phase: str | None) -> Callable[..., Any]:
+    """vLLM V1's ``Scheduler._preempt_request`` wrapped to count the requests its scheduler
+    throws out of a full KV cache: ``preempted-<pid>.txt`` holds the count, written at most
+    once a second (a thrashing engine preempts thousands of times)."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _PREEMPTED[0] += 1
+        agent = runtime._AGENT
+        now = time.monotonic()
+        if agent is not None and agent.enabled and now - _PREEMPTED[1] >= WRITE_EVERY:
+            _PREEMPTED[1] = now
+            agent.guard(_write_preempted, agent.directory, _PREEMPTED[0])
+        return fn(*args, **kwargs)
+
+    wrapper.__stalldoc_hook__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _write_preempted(directory: str, count: int) -> None:
+    """One line per write, the count so far (the last line is the count)."""
+    with runtime.open_private(preempted_path(directory, os.getpid())) as fh:
+        fh.write(f"{count}\n")
 
 
 def _listening(server: Any) -> list[Any]:

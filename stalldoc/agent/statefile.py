@@ -261,6 +261,15 @@ def served_path(directory: str, pid: int) -> str:
     return os.path.join(directory, f"{SERVED_PREFIX}{pid}.txt")
 
 
+PREEMPTED_PREFIX = "preempted-"   # preempted-<pid>.txt: requests its vLLM scheduler preempted
+
+
+def preempted_path(directory: str, pid: int) -> str:
+    """Where the agent of ``pid`` writes how many requests its vLLM scheduler has preempted
+    (the engine core's process, or the rank's own when the engine runs in it)."""
+    return os.path.join(directory, f"{PREEMPTED_PREFIX}{pid}.txt")
+
+
 def engine_settings_path(directory: str, pid: int) -> str:
     """Where the agent of ``pid`` writes the settings of each vLLM engine it creates (one JSON
     line per engine): in a rank itself when vLLM is colocated, else in vLLM's own process."""

@@ -92,3 +92,15 @@ class EngineState:
     def broken(self) -> bool:
         """Stopped, dead or gone: the engine cannot answer its rank."""
         return self.state in ("stopped", "tracing stop", "zombie", "dead", "gone")
+
+
+@dataclass(frozen=True)
+class EnginePreemptions:
+    """The requests a rank's vLLM engines preempted (thrown out of a full KV cache, to be
+    computed again), as their agents counted them: ``total`` so far, ``recent`` within the last
+    ``seconds``."""
+
+    rank: int
+    total: int
+    recent: int
+    seconds: float

@@ -8,7 +8,7 @@ from stalldoc.model.agent import AgentSnapshot, CudaState, EngineSleepState
 from stalldoc.model.cluster import ClusterView
 from stalldoc.model.collectives import FlightDump
 from stalldoc.model.launch import LaunchConfig, Resources
-from stalldoc.model.ranks import EngineState, RankExit, RankProcess
+from stalldoc.model.ranks import EnginePreemptions, EngineState, RankExit, RankProcess
 from stalldoc.model.samples import GpuSample, HostMemory, HostSample, LogLine
 from stalldoc.model.served import ServedRank, ServerMetrics
 from stalldoc.model.stacks import BuildLock, RankStacks
@@ -53,3 +53,5 @@ class Window:
     peer_servers: Mapping[str, ServerMetrics] = field(default_factory=dict)
     # rank -> the settings of the vLLM engine its own process created (colocated; stall only)
     engine_settings: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    # rank -> the requests its vLLM engines preempted, so far and lately (every tick)
+    preemptions: Mapping[int, EnginePreemptions] = field(default_factory=dict)

@@ -15,7 +15,9 @@ class VllmPreemption(LogSignature):
 
     What it does
         Matches vLLM's ``Sequence group ... is preempted by PreemptionMode.RECOMPUTE mode because
-        there is not enough KV cache space`` and the V1 engine's preemption warnings.
+        there is not enough KV cache space`` and the V1 engine's preemption warnings. vLLM's V1
+        engine (0.32 seen) prints none when it preempts: its preemptions are counted by the
+        agent instead and reported by SD530.
 
     Why is this bad?
         Each preempted sequence is thrown away and recomputed: rollouts slow down by multiples

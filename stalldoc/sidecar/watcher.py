@@ -47,6 +47,7 @@ from stalldoc.run.options import WatchOptions
 from stalldoc.run.terminal import RankLine, format_status
 from stalldoc.sidecar.children import child_stacks
 from stalldoc.sidecar.engine_progress import EngineProgress, EngineTick
+from stalldoc.sidecar.preemptions import PreemptionWatch
 from stalldoc.sidecar.served import ServedRanks, peer_servers
 from stalldoc.sidecar.cluster import NodeCluster
 from stalldoc.sidecar.exits import ExitBook, of_present
@@ -91,6 +92,7 @@ class Watcher:
         self.engine_progress = EngineProgress()   # their forward passes, tick by tick
         self.engine_tick = EngineTick()
         self.served = ServedRanks(self.agent_dir)   # ranks that serve HTTP, their vLLM metrics
+        self.preemptions = PreemptionWatch(self.agent_dir)   # their engines' full KV caches
         self.found: Discovery | None = None   # this tick's processes, from one table scan
         self.config: LaunchConfig | None = None
         self.launch_plan: dict | None = None   # the launch checks' plan, resources and skips
@@ -574,7 +576,9 @@ class Watcher:
                       self.config, work=self.tracker.work(), busy_timeout=self.opts.busy_timeout,
                       floor=self.opts.stall_timeout, vllm_sleep=self.sleep_log.states(),
                       cluster=self.cluster.view(now, agents, len(self.ranks)),
-                      served=self.served.view(self.engine_tick.idle))
+                      served=self.served.view(self.engine_tick.idle),
+                      preemptions=self.preemptions.refresh(now, self.ranks.values(),
+                                                           self.engines.values()))
 
     def _launch_rules(self) -> list[Finding]:
         """What the command line says before anything runs; printed, never blocking."""
