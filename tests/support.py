@@ -6,10 +6,12 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -194,6 +196,20 @@ def end_watched(proc: subprocess.Popen[str]) -> tuple[str, str]:
         proc.kill()
         stdout, stderr = proc.communicate()
     return stdout or "", stderr or ""
+
+
+def wait_in_file(path: Path, pattern: str, watcher: subprocess.Popen, timeout: float = 300
+                 ) -> re.Match:
+    """The first match of ``pattern`` in the file a watch writes its stderr to (a server's
+    watch: a pipe nobody reads would fill and block it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(pattern, path.read_text())
+        if found:
+            return found
+        assert watcher.poll() is None, path.read_text()[-4000:]
+        time.sleep(0.5)
+    raise AssertionError(f"{pattern!r} never came: {path.read_text()[-4000:]}")
 
 
 def start_watch(run_dir: Path, command: list[str], *options: str,

@@ -29,7 +29,7 @@ import tiny_swift
 import vllm_env
 from load import cpu_burner
 from support import (SCENARIOS, Result, alarms, end_watched, start_watch, wait_for_line,
-                     watch)
+                     wait_in_file, watch)
 from test_launcher_ranks import job_pid
 
 pytestmark = pytest.mark.timeout(480)
@@ -258,19 +258,6 @@ def _rollout(url: str, model: Path, timeout: float = 120) -> int:
         return json.load(reply)["usage"]["completion_tokens"]
 
 
-def _wait_in(path: Path, pattern: str, watcher: subprocess.Popen, timeout: float = 300
-             ) -> re.Match:
-    """The first match of ``pattern`` in the file the watch writes its stderr to."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = re.search(pattern, path.read_text())
-        if found:
-            return found
-        assert watcher.poll() is None, path.read_text()[-4000:]
-        time.sleep(0.5)
-    raise AssertionError(f"{pattern!r} never came: {path.read_text()[-4000:]}")
-
-
 def _served(tmp_path: Path, engine, *options: str) -> tuple[subprocess.Popen, Path, str]:
     """The real OpenAI server watched (stderr to a file: a full pipe would block it), once it
     serves: (the watch, its stderr file, the URL the watch says it serves)."""
@@ -278,7 +265,7 @@ def _served(tmp_path: Path, engine, *options: str) -> tuple[subprocess.Popen, Pa
     with open(err_path, "w") as err:
         watcher = start_watch(tmp_path / "run", _serve_command(engine, port), *STALL, *options,
                               env=vllm_env.ENGINE_ENV, stderr=err)
-    found = _wait_in(err_path, r"rank 0 serves (http://\S+):", watcher)
+    found = wait_in_file(err_path, r"rank 0 serves (http://\S+):", watcher)
     assert found.group(1) == f"http://127.0.0.1:{port}", found.group(0)
     return watcher, err_path, found.group(1)
 

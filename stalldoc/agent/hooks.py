@@ -18,8 +18,8 @@ import os
 import time
 
 from stalldoc.agent import channels, post_import, runtime
-from stalldoc.agent.statefile import (ENGINE_IDLE, engine_settings_path, preempted_path,
-                                      served_path)
+from stalldoc.agent.statefile import (ENGINE_IDLE, REQUESTS_RECORD, engine_settings_path,
+                                      preempted_path, requests_path, served_path)
 
 TYPE_CHECKING = False   # not typing's: the agent does not import typing (start-up cost)
 if TYPE_CHECKING:
@@ -135,6 +135,7 @@ def served(fn: Callable[..., Any], phase: str | None) -> Callable[..., Any]:
         agent = runtime._AGENT
         if agent is not None and agent.enabled and _thread.get_ident() == _MAIN:
             agent.guard(_write_served, self, _listening(self), agent.directory)
+            agent.tickers.append(RequestCounts(self, agent.directory).tick)
         return fn(self, *args, **kwargs)
 
     wrapper.__stalldoc_hook__ = True  # type: ignore[attr-defined]
@@ -167,6 +168,32 @@ def _write_preempted(directory: str, count: int) -> None:
     """One line per write, the count so far (the last line is the count)."""
     with runtime.open_private(preempted_path(directory, os.getpid())) as fh:
         fh.write(f"{count}\n")
+
+
+class RequestCounts:
+    """The HTTP requests a uvicorn server holds now and has taken so far (its own
+    ``server_state``: the tasks of requests in flight, ``total_requests``), written to
+    ``requests-<pid>.txt`` when they change (one record, rewritten in place), read each
+    heartbeat. Whether a request is in flight is what tells a server nobody asks from one that
+    cannot answer. Reading them never raises: an unknown layout writes nothing."""
+
+    __slots__ = ("server", "directory", "fd", "last")
+
+    def __init__(self, server: Any, directory: str) -> None:
+        self.server, self.directory, self.fd, self.last = server, directory, -1, None
+
+    def tick(self, now: float) -> None:
+        try:
+            state = self.server.server_state
+            counts = (len(state.tasks), int(state.total_requests))
+        except Exception:  # noqa: BLE001 - another uvicorn: nothing to count, nothing written
+            return
+        if counts == self.last:
+            return
+        if self.fd < 0:
+            self.fd = runtime.open_record(requests_path(self.directory, os.getpid()))
+        os.pwrite(self.fd, REQUESTS_RECORD.format(*counts).encode(), 0)
+        self.last = counts
 
 
 def _listening(server: Any) -> list[Any]:

@@ -67,6 +67,7 @@ class Agent:
         self.phase_count = 0
         self.phases: list[tuple[str, float, str, float]] = []   # name, start, detail, since
         self.phase_threads: list[int] = []   # the native id of the thread that entered each
+        self.tickers: list[Any] = []   # callables of the hooks, called with the time each beat
         self.groups: dict[str, statefile.GroupRing] = {}
         self.rings: dict[int, statefile.GroupRing] = {}
         self.dump_file: IO[str] | None = None
@@ -113,6 +114,8 @@ class Agent:
                 return
             now = time.time()
             self.guard(self.state.heartbeat, now)
+            for ticker in self.tickers:
+                self.guard(ticker, now)
             beats += 1
             if "torch" in sys.modules and self._gate is not False:
                 self._through_gate(self._torch_ticks, now, beats % ALLOCATOR_EVERY_BEATS == 1)
@@ -409,6 +412,12 @@ def _threading_from_main_thread() -> None:
     hang at exit forever, waiting for an endless thread, and ``threading.main_thread()`` would
     be the agent's. Imported here, first, it is always the job's (about 0.5 ms, once)."""
     import threading  # noqa: F401 - for its side effect: the main thread is recorded
+
+
+def open_record(path: str) -> int:
+    """``path`` opened for writing in place (a record rewritten at offset 0), created mode 0600
+    whatever the job's umask and never through a symbolic link: its descriptor."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
 
 def open_private(path: str) -> IO[str]:

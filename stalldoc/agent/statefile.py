@@ -261,6 +261,16 @@ def served_path(directory: str, pid: int) -> str:
     return os.path.join(directory, f"{SERVED_PREFIX}{pid}.txt")
 
 
+REQUESTS_PREFIX = "requests-"   # requests-<pid>.txt: the HTTP requests its server holds
+REQUESTS_RECORD = "{:>12} {:>12}\n"   # in flight, served so far: one record, rewritten in place
+
+
+def requests_path(directory: str, pid: int) -> str:
+    """Where the agent of ``pid`` keeps how many HTTP requests its server holds now and has
+    taken so far (uvicorn's own counts, read each heartbeat)."""
+    return os.path.join(directory, f"{REQUESTS_PREFIX}{pid}.txt")
+
+
 PREEMPTED_PREFIX = "preempted-"   # preempted-<pid>.txt: requests its vLLM scheduler preempted
 
 

@@ -44,3 +44,4 @@ class ServedRank:
     engine_idle: bool = False
     metrics: ServerMetrics | None = None
     metrics_error: str = ""
+    in_flight: int | None = None   # HTTP requests its server holds (None: not known)

@@ -12,7 +12,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from stalldoc.agent.statefile import served_path
+from stalldoc.agent.statefile import requests_path, served_path
 from stalldoc.model.served import ServerMetrics
 
 MAX_METRICS_BYTES = 4 << 20
@@ -39,6 +39,21 @@ def served_url(directory: str | None, pid: int) -> str | None:
         return None
     url = lines[-1] if lines else ""
     return url if _URL.match(url) else None
+
+
+def read_requests(directory: str | None, pid: int) -> tuple[int, int] | None:
+    """(requests in flight, requests taken so far) of the server of process ``pid``, as its
+    agent last wrote them; None where it wrote none (no uvicorn whose counts it can read)."""
+    if not directory:
+        return None
+    try:
+        with open(requests_path(directory, pid), "rb") as fh:
+            fields = fh.read(64).split()
+    except OSError:
+        return None
+    if len(fields) != 2 or not all(f.isdigit() for f in fields):
+        return None   # not written yet, or not our record
+    return int(fields[0]), int(fields[1])
 
 
 def parse_metrics(text: str, read_at: float = 0.0) -> ServerMetrics | None:

@@ -25,7 +25,10 @@ class ServedEngineStuck(Rule):
         to say so): the server took requests in and no forward pass has run since. Names the
         engine process that cannot answer (stopped, dead or gone) when there is one, and
         quotes the server's own ``/metrics`` as last read (running and waiting requests,
-        KV-cache usage, preemptions, tokens generated).
+        KV-cache usage, preemptions, tokens generated). A server without a vLLM engine (a
+        reward model's, say) is judged by the requests it holds, as uvicorn counts them: one
+        holding none is not stalled however long nobody asks; one holding requests it does not
+        answer is named with how many.
 
     Why is this bad?
         Every client waits: the trainer's ranks sit in their HTTP call to the rollout server,
@@ -35,7 +38,8 @@ class ServedEngineStuck(Rule):
 
     Evidence
         the rank, the URL it serves, the engine processes with their states (stopped, dead or
-        gone first), the server's last vLLM metrics and when they were read (or why they could
+        gone first), ``in_flight`` (the requests its server holds, where its agent counted
+        them), the server's last vLLM metrics and when they were read (or why they could
         not be), the rank's frames, seconds without progress.
 
     Fix
@@ -60,12 +64,14 @@ class ServedEngineStuck(Rule):
         if window.stall is None:
             return
         for rank, served in sorted(window.served.items()):
-            if served.engine_idle or rank not in {r.rank for r in window.ranks}:
-                continue
             engines = _engines(window, rank)
+            if served.engine_idle or rank not in {r.rank for r in window.ranks} \
+                    or (not engines and served.in_flight == 0):
+                continue
             evidence = {**rank_evidence(window, rank), "url": served.url,
-                        "waits_on_engine": engines, **_metrics(served)}
-            summary = (f"rank {rank} serves {served.url} and its engine answers no request"
+                        "waits_on_engine": engines, "in_flight": served.in_flight,
+                        **_metrics(served)}
+            summary = (f"rank {rank} serves {served.url} and {_answers(engines, served)}"
                        f"{_which(engines)}{_since(window, rank)}{_said(served)}")
             fix = _FIX if not engines or not engines[0]["broken"] else None
             yield self.finding([rank], summary, evidence, fix)
@@ -77,6 +83,17 @@ def _engines(window: Window, rank: int) -> list[dict[str, Any]]:
     return [{"pid": e.process.pid, "what": e.process.title, "role": e.process.role,
              "tp_rank": e.process.tp_rank, "state": e.state, "broken": e.broken}
             for e in states]
+
+
+def _answers(engines: list[dict[str, Any]], served: ServedRank) -> str:
+    """What does not answer: its vLLM engine, else the server itself (a server of its own, a
+    reward model's: the requests it holds, where its agent counted them)."""
+    if engines:
+        return "its engine answers no request"
+    if served.in_flight:
+        held = f"{served.in_flight} request{'s' if served.in_flight > 1 else ''}"
+        return f"answers none of the {held} it holds"
+    return "answers no request"
 
 
 def _which(engines: list[dict[str, Any]]) -> str:

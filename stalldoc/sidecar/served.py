@@ -17,7 +17,7 @@ from stalldoc.model.ranks import RankProcess
 from stalldoc.model.samples import HostSample
 from stalldoc.model.served import ServedRank, ServerMetrics
 from stalldoc.probes.host import rank_of
-from stalldoc.probes.served import read_metrics, served_url
+from stalldoc.probes.served import read_metrics, read_requests, served_url
 
 MAX_PEERS = 4   # servers asked for their metrics at one diagnosis (2 s each at most)
 
@@ -58,9 +58,14 @@ class ServedRanks:
                 if name.startswith(SERVED_PREFIX) and name.endswith(".txt")
                 and name[len(SERVED_PREFIX):-4].isdigit()}
 
-    def awaiting(self, idle: Iterable[int]) -> set[int]:
-        """The serving ranks among ``idle`` (ranks whose engine waits for requests)."""
-        return set(idle) & set(self.urls)
+    def awaiting(self, idle: Iterable[int], with_engines: Iterable[int] = ()) -> set[int]:
+        """The serving ranks with no work in hand: those among ``idle`` (their vLLM engine
+        waits for requests), and those without an engine (``with_engines``: the ranks that have
+        one) whose server holds no request now (a reward model's server, say, nobody asks)."""
+        engines = set(with_engines)
+        quiet = {rank for rank, (pid, _) in self.urls.items() if rank not in engines
+                 and (read_requests(self.directory, pid) or (None,))[0] == 0}
+        return (set(idle) & set(self.urls)) | quiet
 
     def without_traffic(self, host: Mapping[int, HostSample], engines_ran: Iterable[int]
                         ) -> dict[int, HostSample]:
@@ -78,7 +83,9 @@ class ServedRanks:
         out = {}
         for rank, (pid, url) in sorted(self.urls.items()):
             metrics, error = read_metrics(url) if rank in read else (None, "")
-            out[rank] = ServedRank(rank, pid, url, rank in idle, metrics, error)
+            counts = read_requests(self.directory, pid)
+            out[rank] = ServedRank(rank, pid, url, rank in idle, metrics, error,
+                                   counts[0] if counts is not None else None)
         return out
 
 

@@ -456,8 +456,9 @@ class Watcher:
     def _check_stall(self, now: float, agents: dict) -> None:
         if self.ending:   # what its ranks do as they are ended is no progress, nor a stall
             return
-        started, ended = self.tracker.check(now, *self.cluster.elsewhere(now),
-                                            self.served.awaiting(self.engine_tick.idle))
+        awaiting = self.served.awaiting(self.engine_tick.idle,
+                                        {e.owner for e in self.engines.values()})
+        started, ended = self.tracker.check(now, *self.cluster.elsewhere(now), awaiting)
         if ended is not None:
             self.store.save_stall(ended)
             self._save(self.ledger.stall_ended(now, ended.id))

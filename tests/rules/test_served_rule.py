@@ -98,3 +98,20 @@ def test_a_server_without_vllm_metrics_is_named_by_its_address_only():
     [finding, _] = [f for f in run_rules(trainer_window(False), "stall") if f.code == "SD107"]
     assert finding.summary.startswith("rank 0 waits for a server's reply from 127.0.0.1:8000; ")
     assert "vllm_servers" not in finding.evidence
+
+
+def test_a_server_without_an_engine_is_named_with_the_requests_it_holds():
+    # GIVEN a reward model's server (no vLLM engine) at a stall, holding 2 requests
+    reward = Window(NOW, (RankProcess(0, 100, 0, ("python", "reward_server.py")),),
+                    stall=StallEpisode(1, NOW - 17, NOW, 15.0, (0,)),
+                    last_progress={0: NOW - 17}, floor=15.0,
+                    served={0: ServedRank(0, 100, URL, False, None,
+                                          "its /metrics said HTTP 404", 2)})
+    [finding] = [f for f in run_rules(reward, "stall") if f.code == "SD117"]
+    assert finding.summary.startswith(
+        f"rank 0 serves {URL} and answers none of the 2 requests it holds, for 17 s"), finding
+    assert finding.evidence["in_flight"] == 2 and finding.evidence["waits_on_engine"] == []
+    # AND holding none, it is no server that cannot answer
+    idle = Window(NOW, reward.ranks, stall=reward.stall, last_progress=reward.last_progress,
+                  served={0: ServedRank(0, 100, URL, False, None, "", 0)})
+    assert [f for f in run_rules(idle, "stall") if f.code == "SD117"] == []

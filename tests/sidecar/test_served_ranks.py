@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from stalldoc.agent.statefile import served_path
+from stalldoc.agent.statefile import REQUESTS_RECORD, requests_path, served_path
 from stalldoc.model.ranks import RankProcess
 from stalldoc.model.samples import HostSample
 from stalldoc.model.served import ServedRank
@@ -67,3 +67,25 @@ def test_metrics_are_read_only_for_the_ranks_a_diagnosis_asks_about(tmp_path):
     assert served.view({0})[0] == ServedRank(0, 100, url, True, None, "")
     [(rank, view)] = served.view(set(), [0]).items()
     assert view.metrics is None and view.metrics_error.startswith(f"{url}/metrics did not answer")
+
+
+def test_a_server_without_an_engine_is_judged_by_the_requests_it_holds(tmp_path):
+    # GIVEN rank 0 serving a reward model (no vLLM engine), rank 1 a vLLM server whose engine
+    # is busy, both holding no request by their agents' counts
+    for pid in (100, 101):
+        Path(served_path(str(tmp_path), pid)).write_text(f"http://127.0.0.1:{8000 + pid}\n")
+        Path(requests_path(str(tmp_path), pid)).write_text(REQUESTS_RECORD.format(0, 7))
+    served = ServedRanks(str(tmp_path))
+    served.refresh([RankProcess(0, 100, 0, ("python",)), RankProcess(1, 101, 1, ("python",))],
+                   {100: 1, 101: 1})
+    # THEN the server without an engine has no work in hand; the vLLM one is judged by its
+    # engine (not idle: work in hand)
+    assert served.awaiting(set(), with_engines={1}) == {0}
+    # AND holding a request, it has work in hand, and the view says how many it holds
+    Path(requests_path(str(tmp_path), 100)).write_text(REQUESTS_RECORD.format(1, 8))
+    assert served.awaiting(set(), with_engines={1}) == set()
+    assert served.view(set())[0].in_flight == 1
+    # AND a server whose counts its agent could not read (another uvicorn) is not guessed idle
+    Path(requests_path(str(tmp_path), 100)).unlink()
+    assert served.awaiting(set(), with_engines={1}) == set()
+    assert served.view(set())[0].in_flight is None
