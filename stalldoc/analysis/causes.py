@@ -152,21 +152,22 @@ def engine_collective_cause(stacks: Mapping[int, RankStacks], culprits: Iterable
         frame = waits_in_engine_collective(main)
         size = (tp_sizes or {}).get(culprit)
         peers = [r for r in waiting if size is None or r // size == culprit // size]
-        if frame is None or main is None or not peers:
-            continue
-        waiting = peers
-        mine = user_frame(main)
-        others, one = ", ".join(f"rank {r}" for r in waiting), len(waiting) == 1
-        says = (f"rank {culprit} waits there in its colocated vLLM engine's tensor-parallel "
-                f"{frame.name}, which ends only when every rank of its TP group joins it, while "
-                f"{others} {'waits' if one else 'wait'} outside {'its' if one else 'their'} "
-                "engine: each side waits for the other, the ranks of one engine did not run the "
-                "same generate calls")
-        return Cause("engine_collective", says, ENGINE_FIX, {
-            "engine_rank": culprit, "engine_frame": str(frame),
-            "user_frame": str(mine) if mine is not None else "", "outside_engine": waiting,
-            "tp_size": size})
+        if frame is not None and main is not None and peers:
+            mine = user_frame(main)
+            return Cause("engine_collective", _engine_says(culprit, frame, peers), ENGINE_FIX, {
+                "engine_rank": culprit, "engine_frame": str(frame),
+                "user_frame": str(mine) if mine is not None else "", "outside_engine": peers,
+                "tp_size": size})
     return None
+
+
+def _engine_says(culprit: int, frame: Frame, peers: list[int]) -> str:
+    others, one = ", ".join(f"rank {r}" for r in peers), len(peers) == 1
+    return (f"rank {culprit} waits there in its colocated vLLM engine's tensor-parallel "
+            f"{frame.name}, which ends only when every rank of its TP group joins it, while "
+            f"{others} {'waits' if one else 'wait'} outside {'its' if one else 'their'} "
+            "engine: each side waits for the other, the ranks of one engine did not run the "
+            "same generate calls")
 
 
 def _main(stacks: Mapping[int, RankStacks], rank: int) -> ThreadStack | None:
