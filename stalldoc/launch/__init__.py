@@ -4,5 +4,5 @@ its environment (``config.py``, ``arguments.py``), the node's GPUs, dataset and 
 checks covered (``coverage.py``). Used by ``check``, the launch rules and the sidecar before the
 job starts.
 
-May import: ``model``.
+May import: ``model``, ``errors`` (to keep a message that repeats the user's paths one line).
 """

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from stalldoc.errors import one_line
 from stalldoc.launch.arguments import (NNODES, NPROC_PER_NODE, SWIFT_NUMBERS,
                                        TORCHRUN_NPROC_WORDS, BadArgument, NumberSpec, checked,
                                        swift_number, swift_problems)
@@ -78,7 +79,8 @@ def deepspeed_choice(value: str) -> DeepSpeedChoice:
     try:
         return _deepspeed_json(value, json.loads(read_text(value)))
     except (OSError, ValueError, RecursionError) as exc:
-        return DeepSpeedChoice(value, None, False, False, f"cannot read {value}: {reason(exc)}")
+        return DeepSpeedChoice(value, None, False, False,
+                               one_line(f"cannot read {value}: {reason(exc)}"))
 
 
 def _deepspeed_json(name: str, doc: Any) -> DeepSpeedChoice:

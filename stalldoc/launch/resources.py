@@ -11,6 +11,7 @@ import os
 import re
 from typing import Any, BinaryIO, Iterator
 
+from stalldoc.errors import one_line
 from stalldoc.launch.files import (MODEL_CONFIG_LIMIT, chunks, open_regular, read_text, reason,
                                    shape)
 from stalldoc.model.launch import LaunchConfig
@@ -46,12 +47,12 @@ def read_model(config: LaunchConfig) -> tuple[ModelInfo | None, str]:
         return None, "no --model"
     path = os.path.join(directory, "config.json")
     if not os.path.isdir(directory):
-        return None, f"{directory} is not a local directory"
+        return None, one_line(f"{directory} is not a local directory")
     try:
         return _estimate(json.loads(read_text(path, MODEL_CONFIG_LIMIT)),
                          config.value("torch_dtype")), f"read from {path}"
     except (OSError, ValueError, RecursionError) as exc:
-        return None, f"cannot read {path}: {reason(exc)}"
+        return None, one_line(f"cannot read {path}: {reason(exc)}")
 
 
 def _text_config(doc: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import pytest
 
 from stalldoc.launch.arguments import BadArgument
 from stalldoc.launch.config import deepspeed_of, number, parse_command, parse_flags
+from stalldoc.launch.resources import read_model
 
 GRPO = ["--rlhf_type", "grpo", "--model", "Qwen/Qwen2.5-32B", "--use_vllm", "true",
         "--tensor_parallel_size", "4", "--reward_funcs", "accuracy", "format",
@@ -246,3 +247,12 @@ def test_deepspeed_fifo_is_refused_without_blocking(tmp_path):
                                                       {"device": "CPU"}}}))
     choice = deepspeed_of(parse_command([*GRPO_HEAD, "--deepspeed", str(good)], {}))
     assert (choice.stage, choice.offload_param, choice.error) == (3, True, "")
+
+
+def test_a_deepspeed_path_with_a_line_break_is_said_on_one_line(tmp_path):
+    # the fuzzer's find (tests/check/test_check_fuzz.py): --deepspeed 'x<newline>y'
+    config = parse_command([*GRPO_HEAD, "--deepspeed", "x\ny"], {})
+    assert config.error == "cannot read x\\ny: No such file or directory", config.error
+    # and a --model of that kind, in the note of what could not be read
+    model = parse_command([*GRPO_HEAD, "--model", "Qwen/x\ny"], {})
+    assert read_model(model) == (None, "Qwen/x\\ny is not a local directory")
