@@ -24,7 +24,8 @@ from stalldoc.findings.ledger import Changes, Ledger
 from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.model.collectives import FlightDump
 from stalldoc.model.findings import Finding
-from stalldoc.model.ranks import EngineProcess, EngineState, RankExit, RankProcess
+from stalldoc.model.ranks import (CLAIM_STRENGTH, EngineProcess, EngineState, RankExit,
+                                  RankProcess)
 from stalldoc.model.stacks import BuildLock, RankStacks
 from stalldoc.model.window import Window
 from stalldoc.model.work import StallEpisode
@@ -344,7 +345,7 @@ class Watcher:
         for rank in self.found.ranks:
             known = self.ranks.get(rank.rank)
             if known is not None and known.pid == rank.pid:
-                if known != rank:   # the process said which rank it is since (its agent)
+                if known != rank and not _weaker(rank, known):   # it said which rank it is since
                     self.ranks[rank.rank] = rank
                     self.store.update_rank(rank)
                     if rank.from_env > known.from_env or (rank.world_rank is not None
@@ -717,6 +718,13 @@ class Watcher:
         self.link.send(say=redact_text(message))
 
 
+
+
+def _weaker(found: RankProcess, known: RankProcess) -> bool:
+    """``found`` claims the same rank less strongly than it was known by (its agent's claim not
+    read this once, as a process in its exit is found by its launch alone): no news of it."""
+    return (found.rank == known.rank and known.from_env
+            and CLAIM_STRENGTH.get(found.source, 1) < CLAIM_STRENGTH.get(known.source, 1))
 
 
 def _known_as(rank: RankProcess) -> str:
