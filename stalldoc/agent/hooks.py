@@ -18,8 +18,9 @@ import os
 import time
 
 from stalldoc.agent import channels, post_import, runtime
-from stalldoc.agent.statefile import (ENGINE_IDLE, REQUESTS_RECORD, engine_settings_path,
-                                      preempted_path, requests_path, served_path)
+from stalldoc.agent.statefile import (ENGINE_FIELDS, ENGINE_IDLE, REQUESTS_RECORD,
+                                      engine_settings_path, preempted_path, requests_path,
+                                      served_path)
 
 TYPE_CHECKING = False   # not typing's: the agent does not import typing (start-up cost)
 if TYPE_CHECKING:
@@ -298,9 +299,6 @@ def _wrapped(hook: Hook, owner: Any, attr: str, fn: Callable[..., Any]) -> Any:
     return wrap(fn, hook.phase) if isinstance(static, types.FunctionType) else None
 
 
-ENGINE_FIELDS = ("gpu_memory_utilization", "max_model_len", "tensor_parallel_size",
-                 "enable_sleep_mode", "max_num_seqs", "enable_prefix_caching",
-                 "distributed_executor_backend")
 ENGINE_ARGS = ("vllm.engine.arg_utils", "EngineArgs.create_engine_config")
 
 

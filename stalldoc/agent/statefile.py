@@ -280,6 +280,12 @@ def preempted_path(directory: str, pid: int) -> str:
     return os.path.join(directory, f"{PREEMPTED_PREFIX}{pid}.txt")
 
 
+# the settings of a vLLM engine its agent records (agent/hooks.py) and a stall reads back
+ENGINE_FIELDS = ("gpu_memory_utilization", "max_model_len", "tensor_parallel_size",
+                 "enable_sleep_mode", "max_num_seqs", "enable_prefix_caching",
+                 "distributed_executor_backend")
+
+
 def engine_settings_path(directory: str, pid: int) -> str:
     """Where the agent of ``pid`` writes the settings of each vLLM engine it creates (one JSON
     line per engine): in a rank itself when vLLM is colocated, else in vLLM's own process."""

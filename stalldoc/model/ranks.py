@@ -25,6 +25,11 @@ ENGINE_SOURCE = "vLLM engine"
 CLAIM_STRENGTH = {ENGINE_SOURCE: 4, "process group": 3, "RANK": 2, "Lightning": 2}
 
 
+def claim_strength(source: str) -> int:
+    """How strongly a claim of ``source`` says which rank a process is (any other: 1)."""
+    return CLAIM_STRENGTH.get(source, 1)
+
+
 @dataclass(frozen=True)
 class EngineProcess:
     """A process of a vLLM engine: a worker (it joined the engine's own TP/PP world) or the
@@ -65,7 +70,7 @@ class RankClaim:
     def strength(self) -> int:
         """3 from the process group, 2 from RANK or Lightning's tree, 1 from a launcher's
         variable."""
-        return CLAIM_STRENGTH.get(self.source, 1)
+        return claim_strength(self.source)
 
 
 @dataclass(frozen=True)

@@ -8,18 +8,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stalldoc.agent.statefile import engine_settings_path
+from stalldoc.agent.statefile import ENGINE_FIELDS, engine_settings_path
 
 MAX_BYTES = 64 << 10
-# what a rule may read; anything else in the file is not passed on
-FIELDS = ("gpu_memory_utilization", "max_model_len", "tensor_parallel_size",
-          "enable_sleep_mode", "max_num_seqs", "enable_prefix_caching",
-          "distributed_executor_backend")
 
 
 def read_engine_settings(directory: str | None, pid: int) -> dict[str, Any] | None:
     """The settings of the last engine process ``pid`` created (None: it created none, or its
-    file says nothing readable). Only scalar values of ``FIELDS`` are kept."""
+    file says nothing readable). Only scalar values of ``ENGINE_FIELDS`` (what the agent
+    records) are kept."""
     if not directory:
         return None
     try:
@@ -34,7 +31,7 @@ def read_engine_settings(directory: str | None, pid: int) -> dict[str, Any] | No
         except ValueError:
             continue   # a line cut by a write in progress, or not ours
         if isinstance(values, dict):
-            return {k: v for k, v in values.items() if k in FIELDS
+            return {k: v for k, v in values.items() if k in ENGINE_FIELDS
                     and (v is None or isinstance(v, (bool, int, float, str)))}
     return None
 

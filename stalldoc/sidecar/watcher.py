@@ -24,8 +24,8 @@ from stalldoc.findings.ledger import Changes, Ledger
 from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.model.collectives import FlightDump
 from stalldoc.model.findings import Finding
-from stalldoc.model.ranks import (CLAIM_STRENGTH, EngineProcess, EngineState, RankExit,
-                                  RankProcess)
+from stalldoc.model.ranks import (EngineProcess, EngineState, RankExit, RankProcess,
+                                  claim_strength)
 from stalldoc.model.stacks import BuildLock, RankStacks
 from stalldoc.model.window import Window
 from stalldoc.model.work import StallEpisode
@@ -724,7 +724,7 @@ def _weaker(found: RankProcess, known: RankProcess) -> bool:
     """``found`` claims the same rank less strongly than it was known by (its agent's claim not
     read this once, as a process in its exit is found by its launch alone): no news of it."""
     return (found.rank == known.rank and known.from_env
-            and CLAIM_STRENGTH.get(found.source, 1) < CLAIM_STRENGTH.get(known.source, 1))
+            and claim_strength(found.source) < claim_strength(known.source))
 
 
 def _known_as(rank: RankProcess) -> str:
