@@ -8,7 +8,11 @@ kill action armed stays quiet. Hung: with TP 2, rank 1's share of the prompts ru
 early and it goes to the reward's all_reduce, while rank 0 generates: rank 0 spins in vLLM's
 shared-memory all_reduce waiting for rank 1 (full CPU: once read as "slow in generate", no
 stall ever), rank 1 waits for rank 0. The stall is declared, and the finding says that each
-waits for the other, not that rank 0 alone is at fault."""
+waits for the other, not that rank 0 alone is at fault.
+
+Engines of vLLM's own executor in every rank (processes below each rank) beside the training,
+on this 2-core node: the job is healthy and slow, and the cores it oversubscribes are said to be
+taken by the ranks' engines (SD302)."""
 from __future__ import annotations
 
 import glob
@@ -40,11 +44,11 @@ def engine(tmp_path_factory) -> tuple[Path, Path]:
     return vllm_env.python(), model
 
 
-def _trainer(tmp_path: Path, engine, steps: int, tp: int, prompts: int, *options: str
-             ) -> Result:
+def _trainer(tmp_path: Path, engine, steps: int, tp: int, prompts: int, *options: str,
+             backend: str = "external_launcher") -> Result:
     python, model = engine
     command = [str(python), "-m", "torch.distributed.run", "--nproc_per_node", "2", SCRIPT,
-               str(model), str(steps), str(tp), str(prompts)]
+               str(model), str(steps), str(tp), str(prompts), backend]
     try:
         return watch(tmp_path, command, *STALL, "--on-stall", "kill", *options,
                      env=vllm_env.ENGINE_ENV, timeout=300)
@@ -90,3 +94,24 @@ def test_a_rank_that_skips_its_tp_groups_rollout_is_a_stall_of_both(tmp_path: Pa
             "outside its engine: each side waits for the other") in finding["summary"]
     assert "external_launcher" in finding["fix"]
     assert result.findings("SD108") == []
+
+
+def test_an_engine_in_every_rank_beside_training_is_named_for_the_cores_it_takes(
+        tmp_path: Path, engine) -> None:
+    # GIVEN 2 training ranks on this 2-core node, each with an engine of its own in processes
+    # below it (vLLM's multiprocessing executor: an engine core and a worker per rank, one
+    # engine per rank as swift's num_infer_workers started them), watched with kill armed
+    result = _trainer(tmp_path, engine, 40, 1, 80, backend="mp")
+    # THEN the job trains to its end: slow from the contention, never a stall
+    assert result.code == 0, result.stderr[-4000:]
+    assert "train step 39:" in result.stdout, result.stdout[-2000:]
+    report = result.report()
+    assert report["stalls"] == [], result.stderr[-4000:]
+    # AND the cores are said to be oversubscribed by the job itself, most of it by the ranks'
+    # engines' processes, whose CPU is no work of the ranks (once read nowhere: no finding)
+    [finding] = result.findings("SD302")
+    engines = finding["evidence"]["engine_cpu_percent"]
+    assert sorted(engines) == ["0", "1"] and min(engines.values()) > 40, finding
+    assert "of that, the ranks' vLLM engines' processes use " in finding["summary"], finding
+    assert "core for every vLLM worker and engine core" in finding["fix"]
+    assert [a for a in alarms(report) if not a.startswith("CPU oversubscribed")] == []

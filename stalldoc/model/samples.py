@@ -28,6 +28,8 @@ class HostSample:
                                        # run-queue delay) since the previous tick; 100 = one
                                        # thread the whole time. None: the kernel keeps no count
     children_cpu_wait_percent: float | None = None   # its descendants' (their main threads')
+    engine_cpu_percent: float | None = None   # its vLLM engines' processes (and theirs), apart
+                                       # from its work once they serve; None: it has none
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ class HostProbe:
         """One sample per live rank; a rank that is gone is skipped. ``table`` is this tick's
         snapshot of the process table (taken now when not given). ``apart``: processes below a
         rank whose CPU and I/O are not its work (a serving engine's, judged by its forward
-        passes), nor are those below them."""
+        passes), nor are those below them: their CPU is the sample's ``engine_cpu_percent``."""
         table = scan(now=now) if table is None else table
         available = psutil.virtual_memory().available
         rank_pids = {r.pid for r in ranks}
@@ -107,8 +107,9 @@ class HostProbe:
         out, seen = [], set()
         for rank in ranks:
             tree = descendants(rank.pid, children, stop)
-            seen.update(tree, (rank.pid,))
-            sample = self._rank_sample(now, rank, tree, available, table)
+            engines = _apart_below(rank.pid, children, rank_pids, tree)
+            seen.update(tree, engines, (rank.pid,))
+            sample = self._rank_sample(now, rank, tree, available, table, engines)
             if sample is not None:
                 out.append(sample)
         self._forget(set(self._usage) - seen)
@@ -116,7 +117,7 @@ class HostProbe:
         return out
 
     def _rank_sample(self, now: float, rank: RankProcess, tree: list[int], available: int,
-                     table: ProcessTable) -> HostSample | None:
+                     table: ProcessTable, engines: list[int]) -> HostSample | None:
         info = table.get(rank.pid)
         if info is None or info.dead:   # gone, or a zombie: its memory reads 0, not a sample
             return None
@@ -125,13 +126,15 @@ class HostProbe:
             return None
         rates = self._rates(rank.pid, own)
         child, live = self._tree_rates(now, tree, table)
+        engine, running = self._tree_rates(now, engines, table)
         io = None if rates.io is None else rates.io + (child.io or 0.0)
         self._usage[rank.pid] = own
         return HostSample(now, rank.rank, rank.pid, own.cpu, info.rss_bytes, info.threads,
                           info.status, available, rates.cpu, live,
                           child.cpu if live or child.cpu else None,
                           None if io is None else round(io, 1), rates.wait,
-                          child.wait if live else None)
+                          child.wait if live else None,
+                          engine.cpu if running else None)
 
     def _tree_rates(self, now: float, tree: Iterable[int],
                     table: ProcessTable) -> tuple[_Rates, int]:
@@ -195,6 +198,13 @@ class HostProbe:
         self._swap = (now, swap.sin, swap.sout)
         return HostMemory(now, memory.available, memory.total, *rates, os.getloadavg()[0],
                           psutil.cpu_count() or 1, _procs_running())
+
+
+def _apart_below(rank: int, children: Mapping[int, list[int]], ranks: set[int],
+                 tree: list[int]) -> list[int]:
+    """The processes below ``rank`` that are not in its work ``tree``: its engines, apart."""
+    work = set(tree)
+    return [pid for pid in descendants(rank, children, ranks) if pid not in work]
 
 
 def _procs_running() -> int | None:

@@ -75,6 +75,31 @@ def test_a_ranks_work_counts_its_children_and_its_bytes_but_not_other_ranks(tmp_
         os.kill(child, 9)
 
 
+
+def test_an_engine_set_apart_is_its_ranks_engine_cpu_not_its_work(tmp_path):
+    # GIVEN a rank whose child burns a core, and that child set apart as its serving engine
+    # (with a child of its own, as an engine core has its workers)
+    rank = subprocess.Popen([sys.executable, "-c", CHILD_WORK, str(tmp_path / "ckpt")],
+                            stdout=subprocess.PIPE, text=True)
+    worker = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        child = int(rank.stdout.readline())
+        time.sleep(0.5)
+        ranks = [RankProcess(0, rank.pid, 0, ())]
+        parents = {rank.pid: os.getpid(), child: rank.pid, worker.pid: child}
+        probe = HostProbe()
+        probe.sample(time.time(), ranks, parents, apart=[child])
+        time.sleep(1.0)
+        [sample] = probe.sample(time.time(), ranks, parents, apart=[child])
+        # THEN both busy processes are the rank's engine's CPU, and none of its work
+        assert sample.children == 0 and sample.children_cpu_percent is None
+        assert sample.engine_cpu_percent > 60, sample   # two cores' worth, shared with the load
+    finally:
+        for proc in (rank, worker):
+            proc.kill()
+            proc.wait()
+        os.kill(child, 9)
+
 SPAWNS_LATER = """
 import subprocess, sys
 sys.stdin.readline()

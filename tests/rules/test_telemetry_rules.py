@@ -6,6 +6,8 @@ report them; the host windows likewise from psutil's quantities. Each window say
 is in its name."""
 from __future__ import annotations
 
+import dataclasses
+
 from stalldoc.model.agent import AgentSnapshot, CudaState, PhaseRecord
 from stalldoc.model.findings import Severity
 from stalldoc.model.ranks import RankProcess
@@ -212,6 +214,53 @@ def test_sd302_bad_runnable_threads_now():
     [f] = codes("SD302", w)
     assert f.evidence["running"] == 12 and "load 12.0 on 4 cores" in f.summary
 
+
+
+def _with_engine(samples: tuple[HostSample, ...], cpu: float) -> tuple[HostSample, ...]:
+    return tuple(dataclasses.replace(s, engine_cpu_percent=cpu) for s in samples)
+
+
+def test_sd302_bad_the_ranks_own_vllm_engines_fill_the_cores():
+    # two training ranks at 10 % each, their colocated engines' processes spinning at 95 %:
+    # the job itself saturates the 2 cores, though its ranks' own CPU is low
+    w = window(node=node_history(100 * GiB, load=1.0, cores=2, running=6),
+               host={0: _with_engine(host(0, cpu_percent=10), 95.0),
+                     1: _with_engine(host(1, cpu_percent=10), 93.0)})
+    [f] = codes("SD302", w)
+    assert f.evidence["job_cpu_percent"] == 208 and f.evidence["engine_cpu_percent"] == {
+        "0": 95.0, "1": 93.0}
+    assert "the ranks' vLLM engines' processes use 95 % + 93 % CPU (ranks 0, 1)" in f.summary
+
+
+
+def _run_queue(running: list[int], cores: int = 2) -> tuple[HostMemory, ...]:
+    """Node samples a second apart ending now, with these runnable-thread snapshots."""
+    return tuple(HostMemory(NOW - len(running) + 1 + i, 100 * GiB, 256 * GiB, 0.0, 0.0, 1.0,
+                            cores, r) for i, r in enumerate(running))
+
+
+def test_sd302_bad_a_long_run_queue_whose_snapshots_dip_now_and_then():
+    # procs_running is a snapshot: 18-20 runnable as engines spin, 3 or 4 in the odd second
+    queue = [19, 18, 3, 20, 18, 18, 22, 4, 19, 18, 20, 18, 3, 19, 18, 20, 21, 18, 19, 18]
+    w = window(node=_run_queue(queue), host={0: _with_engine(host(0, cpu_percent=8), 90.0),
+                                             1: _with_engine(host(1, cpu_percent=8), 85.0)})
+    [f] = codes("SD302", w)
+    assert f.evidence["running"] == 18 and f.evidence["load_median"] == 18.0
+    assert "load 18.0 on 2 cores for 19 s" in f.summary, f.summary
+
+
+def test_sd302_good_a_run_queue_long_only_for_a_burst():
+    # a compile or a checkpoint's threads: a third of the window overloaded, then not
+    queue = [19, 18, 20, 18, 18, 22, 19, 3, 2, 3, 2, 2, 3, 2, 2, 3, 2, 2, 3, 2]
+    w = window(node=_run_queue(queue), host={0: _with_engine(host(0, cpu_percent=8), 90.0),
+                                             1: _with_engine(host(1, cpu_percent=8), 85.0)})
+    assert codes("SD302", w) == []
+
+def test_sd302_good_engines_that_leave_cores_free():
+    w = window(node=node_history(100 * GiB, load=1.0, cores=8, running=18),
+               host={0: _with_engine(host(0, cpu_percent=10), 95.0),
+                     1: _with_engine(host(1, cpu_percent=10), 93.0)})
+    assert codes("SD302", w) == []
 
 def test_a_quiet_window_has_no_tick_findings():
     w = window(node=node_history(120 * GiB), host={0: host(0), 1: host(1)},

@@ -10,7 +10,16 @@ has run out has nothing to roll out and goes straight to the reward's all_reduce
 the ranks' count does not divide and a TP size above 1 (the engine's forward passes then need
 every rank of its TP group), the other rank of its group waits in its engine for it.
 
-argv: MODEL STEPS TP PROMPTS"""
+Each step ends with the policy's update: a small network's forward and backward on the step's
+rewards, its gradients averaged over the ranks (as DDP does).
+
+With BACKEND ``mp`` (vLLM's own multiprocessing executor) each rank's engine is instead an
+engine core and TP workers of its own, processes below the rank, as colocated engines were
+started before external_launcher (swift's ``num_infer_workers``, one engine per rank): each
+worker polls its queue between steps, and on a small node the engines take the cores the
+training needs.
+
+argv: MODEL STEPS TP PROMPTS [BACKEND]"""
 import sys
 import time
 
@@ -22,14 +31,19 @@ def main() -> None:
     from vllm import LLM, SamplingParams
 
     model, steps, tp, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    backend = sys.argv[5] if len(sys.argv) > 5 else "external_launcher"
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     llm = LLM(model=model, dtype="float32", max_model_len=256, enforce_eager=True,
               seed=rank // tp, tensor_parallel_size=tp,
-              distributed_executor_backend="external_launcher", gpu_memory_utilization=0.3)
+              distributed_executor_backend=backend, gpu_memory_utilization=0.3)
     params = SamplingParams(n=4, max_tokens=16, temperature=1.0)
     prompts = [f"What is {11 + i} + {27 + 2 * i}?" for i in range(count)]
     mine = prompts[rank::world]
+    torch.manual_seed(0)
+    policy = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Tanh(),
+                                 torch.nn.Linear(256, 1))
+    optimizer = torch.optim.SGD(policy.parameters(), lr=1e-3)
     for step in range(steps):
         started = time.monotonic()
         batch = mine[step:step + 1]
@@ -39,10 +53,24 @@ def main() -> None:
             texts = [c.text for o in outputs for c in o.outputs]
         reward = torch.tensor([sum(any(ch.isdigit() for ch in t) for t in texts) / 4])
         dist.all_reduce(reward)
+        generated = time.monotonic()
+        update(policy, optimizer, reward.item() / world)
         if rank == 0:
             print(f"train step {step}: mean reward {reward.item() / world:.2f}, "
-                  f"{time.monotonic() - started:.2f} s", flush=True)
+                  f"{time.monotonic() - started:.2f} s (update {time.monotonic() - generated:.2f}"
+                  " s)", flush=True)
     dist.destroy_process_group()
+
+
+def update(policy: torch.nn.Module, optimizer: torch.optim.Optimizer, reward: float) -> None:
+    """The policy's step: forward and backward on a batch, gradients averaged over the ranks."""
+    loss = -(policy(torch.randn(64, 256)).mean() * reward)
+    optimizer.zero_grad()
+    loss.backward()
+    for param in policy.parameters():
+        dist.all_reduce(param.grad)
+        param.grad /= dist.get_world_size()
+    optimizer.step()
 
 
 if __name__ == "__main__":
