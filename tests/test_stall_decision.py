@@ -349,3 +349,35 @@ def test_a_hang_in_a_starved_job_is_still_named(tmp_path):
     entered = float(re.search(r"hang starts at ([\d.]+)", result.stdout).group(1))
     [stall] = result.report()["stalls"]
     assert stall["detected_at"] - entered <= float(STALL_TIMEOUT) + 10, (stall, entered)
+
+
+# ----- a one-process job without torch, whose only sign of work is its own step lines -------
+JUDGE = str(Path(__file__).parent / "scenarios" / "judge_labelling.py")
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "cpu-burner"])
+def test_a_one_process_script_whose_step_lines_advance_is_never_a_stall(tmp_path, loaded):
+    # GIVEN a labelling script that waits for its judge API's quota before each batch (asleep,
+    # no CPU, no torch: no agent marker), logging each batch, watched with the kill armed
+    with cpu_burner(2 if loaded else 0):
+        result = watch(tmp_path, [sys.executable, JUDGE, "16"], "--on-stall", "kill",
+                       timeout=120)
+    # THEN its batch lines are its progress: it runs to its end (it was once killed at 3 s)
+    assert result.code == 0, result.stderr[-3000:]
+    assert "batch 15/16:" in result.stdout, result.stdout[-2000:]
+    report = result.report()
+    assert report["stalls"] == [] and [f["summary"] for f in report["findings"]] == []
+
+
+def test_a_one_process_script_that_deadlocks_after_its_steps_is_named_at_the_lock(tmp_path):
+    # GIVEN the same script, whose quota refill after 6 batches takes the lock it holds
+    result = watch(tmp_path, [sys.executable, JUDGE, "100", "6"], "--on-stall", "kill",
+                   timeout=120)
+    # THEN its step lines stop, and the stall is declared and named at the lock
+    assert result.code == 124, result.stderr[-3000:]
+    assert "batch 4/100:" in result.stdout and "batch 5/100:" not in result.stdout
+    [stall] = result.report()["stalls"]
+    [finding] = result.findings("SD104")
+    assert finding["ranks"] == [0], finding
+    assert re.search(r"waits on a lock at Quota\.refill \(\S+/judge_labelling\.py:\d+\)",
+                     finding["summary"]), finding["summary"]

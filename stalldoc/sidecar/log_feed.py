@@ -18,10 +18,12 @@ QUEUE_LINES = 50_000   # lines waiting for the next tick; past this they are cou
 
 @dataclass(frozen=True)
 class Drained:
-    """What one drain found: the new lines, and when the newest progress line was printed."""
+    """What one drain found: the new lines, when the newest progress line was printed, and
+    when the newest counted step line was (``ProgressLines.is_counted``)."""
 
     lines: list[LogLine]
     progress_at: float | None
+    counted_at: float | None = None
 
 
 @dataclass
@@ -44,17 +46,19 @@ class LogFeed:
 
     def drain(self) -> Drained:
         batch: list[LogLine] = []
-        progress_at = None
+        progress_at = counted_at = None
         while True:
             try:
                 line = self._redacted(self.lines.get_nowait())
             except queue.Empty:
-                return Drained(batch, progress_at)
+                return Drained(batch, progress_at, counted_at)
             batch.append(line)
             self.tail.append(line.text)
             self.unread.append(line)
             if self.progress.is_progress(line.text):
                 progress_at = line.t
+            if self.progress.is_counted(line.text):
+                counted_at = line.t
             parsed = parse_launcher_line(line.text)
             if parsed:
                 self.launcher_codes[parsed[0]] = parsed[1]

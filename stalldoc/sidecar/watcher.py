@@ -407,6 +407,8 @@ class Watcher:
         self.sleep_log.feed(drained.lines)
         if drained.progress_at is not None:
             self.tracker.job_progressed(drained.progress_at)
+        elif drained.counted_at is not None and len(self.ranks) == 1:
+            self.tracker.job_progressed(drained.counted_at)   # a one-process job's step line
         self.store.add_logs(drained.lines)
 
     # ----- exits ------------------------------------------------------------------------------
