@@ -39,6 +39,7 @@ SCRIPT = str(SCENARIOS / "vllm_rollout.py")
 # step was seen to wait over 3 s on a fresh machine. The suite's 3 s is below what anyone would
 # watch an engine with; the user watched with 15 s.
 STALL = ("--stall-timeout", "15")
+IDLE = 17   # seconds a server is left without requests: past the stall timeout, and its kill
 
 
 @pytest.fixture(scope="module")
@@ -279,9 +280,9 @@ def test_a_server_nobody_asks_and_then_its_rollouts_are_no_stall(tmp_path: Path,
         try:
             # WHEN nobody sends a request for longer than the stall timeout, then a trainer's
             # rollouts come, then nothing again
-            time.sleep(20)
+            time.sleep(IDLE)
             tokens = sum(_rollout(url, engine[1]) for _ in range(6))
-            time.sleep(20)
+            time.sleep(IDLE)
             alive = watcher.poll() is None
         finally:
             stdout, _ = end_watched(watcher)   # SIGTERM, as a user ends a server
