@@ -27,7 +27,10 @@ ENV_WATCHER_PID = "STALLDOC_WATCHER_PID"
 ENV_DUMP_SIGNAL = "STALLDOC_DUMP_SIGNAL"
 ENV_AGENT_OFF = "STALLDOC_AGENT_OFF"   # features left off: "collectives,c10d,flight,cuda,hooks"
 FEATURES = ("collectives", "c10d", "flight", "cuda", "hooks")
-DEFAULT_DUMP_SIGNAL = "SIGUSR2"
+# A real-time signal nobody sends a training job: SIGUSR1 / SIGUSR2 are schedulers' and
+# frameworks' (Slurm --signal, submitit, Lightning's requeue) and end a job that leaves
+# them alone; the dump must change nothing of what a signal from someone else does
+DEFAULT_DUMP_SIGNAL = "SIGRTMAX-2"
 HEARTBEAT_SECONDS = 0.25
 ALLOCATOR_EVERY_BEATS = 4   # allocator figures once a second
 ERROR_LOG = "agent-errors.log"
@@ -40,6 +43,20 @@ _AGENT: Agent | None = None
 def feature_off(feature: str) -> bool:
     """Whether ``STALLDOC_AGENT_OFF`` (a comma-separated list of ``FEATURES``) turns it off."""
     return feature in os.environ.get(ENV_AGENT_OFF, "").replace(" ", "").split(",")
+
+
+def signal_number(name: str) -> int:
+    """A signal's number from its name (``SIGUSR2``, ``SIGRTMAX-2``, ``SIGRTMIN+3``, ``44``);
+    0 where it names none."""
+    for base in ("SIGRTMIN", "SIGRTMAX"):
+        if name.startswith(base):
+            offset = name[len(base):] or "0"
+            if offset[:1] not in "+-" and offset != "0" or not offset.lstrip("+-").isdigit():
+                return 0
+            number = getattr(_signal, base) + int(offset)
+            return number if _signal.SIGRTMIN <= number <= _signal.SIGRTMAX else 0
+    value = int(name) if name.isdigit() else getattr(_signal, name, None)
+    return value if isinstance(value, int) and 0 < value <= _signal.SIGRTMAX else 0
 
 
 def _env_int(name: str, default: int = -1) -> int:
@@ -274,9 +291,8 @@ class Agent:
     def _register_dump_signal(self) -> int:
         """faulthandler stack dump on a signal: the fallback when ptrace is denied. Returns the
         signal (0: none). The watcher sends it only while this very program still handles it."""
-        signum = getattr(_signal, os.environ.get(ENV_DUMP_SIGNAL, DEFAULT_DUMP_SIGNAL), None)
-        if not isinstance(signum, int) or _signal.getsignal(signum) not in (_signal.SIG_DFL,
-                                                                            None):
+        signum = signal_number(os.environ.get(ENV_DUMP_SIGNAL, DEFAULT_DUMP_SIGNAL))
+        if not signum or _signal.getsignal(signum) not in (_signal.SIG_DFL, None):
             return 0
         path = os.path.join(self.directory, f"faulthandler-{self.pid}.txt")
         self.dump_file = open_private(path)

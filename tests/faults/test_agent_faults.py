@@ -4,6 +4,7 @@ agent off instead of killing the job, short-lived processes leave nothing behind
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -31,6 +32,51 @@ def test_a_user_sitecustomize_keeps_what_it_added_to_sys_path(tmp_path):
     assert result.code == 0, result.stderr
     assert "value 42 True True" in result.stdout
 
+
+
+@pytest.mark.parametrize("name", ["SIGUSR1", "SIGUSR2"])
+def test_a_signal_the_job_leaves_alone_still_ends_it_with_the_agent_in(tmp_path, name):
+    # GIVEN a Python job with the agent that handles neither SIGUSR1 nor SIGUSR2 (a scheduler
+    # or a user sends them to end a job: Slurm's --signal, submitit, a preemption notice)
+    env = agent_environment(tmp_path, dict(os.environ), os.getpid())
+    job = subprocess.Popen([sys.executable, "-c", "import time; print(1, flush=True); "
+                            "time.sleep(60)"], env=env, stdout=subprocess.PIPE)
+    bare = subprocess.Popen([sys.executable, "-c", "import time; print(1, flush=True); "
+                             "time.sleep(60)"], stdout=subprocess.PIPE)
+    try:
+        for proc in (job, bare):
+            proc.stdout.readline()
+        # WHEN someone else sends it the signal
+        for proc in (job, bare):
+            proc.send_signal(getattr(signal, name))
+        # THEN it ends by that signal, as it does without the agent (it once dumped its stacks
+        # on SIGUSR2 and ran on)
+        assert job.wait(timeout=10) == bare.wait(timeout=10) == -getattr(signal, name)
+    finally:
+        for proc in (job, bare):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_the_dump_signal_is_one_nobody_sends_a_job(tmp_path):
+    # GIVEN a job with the agent, asked for its faulthandler dump (the ptrace-denied fallback)
+    env = agent_environment(tmp_path, dict(os.environ), os.getpid())
+    job = subprocess.Popen([sys.executable, "-c", "import time; print(1, flush=True); "
+                            "time.sleep(60)"], env=env, stdout=subprocess.PIPE)
+    try:
+        job.stdout.readline()
+        time.sleep(0.5)
+        signum = faulthandler_dump.safe_signal(str(tmp_path / "agents"), job.pid)
+        # THEN the signal is a real-time one: never SIGUSR1 / SIGUSR2 / SIGQUIT, which
+        # schedulers and frameworks use, and the dump still comes
+        assert signal.SIGRTMIN <= signum <= signal.SIGRTMAX, signum
+        stacks = faulthandler_dump.request(str(tmp_path / "agents"), job.pid)
+        assert any(f.function == "<module>" for t in stacks for f in t.frames)
+        assert job.poll() is None
+    finally:
+        job.kill()
+        job.wait()
 
 def test_a_process_that_exec_d_into_another_program_is_never_signalled(tmp_path):
     # GIVEN two processes that started the agent: one still Python, one that exec'd into sleep
