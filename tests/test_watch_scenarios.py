@@ -289,3 +289,38 @@ def test_a_line_printed_at_a_clean_shutdown_is_resolved(tmp_path, lines, code, r
     assert finding["evidence"]["count"] == len(lines)
     assert (finding["resolved_at"] is not None) == resolved
     assert ("SD520 printed as the job shut down; it exited 0" in result.stderr) == resolved
+
+
+def test_ranks_a_wrapper_keeps_the_agent_out_of_are_said_and_still_judged(tmp_path):
+    # GIVEN torchrun starting each rank through the team's wrapper, which sets its own
+    # PYTHONPATH (so stalldoc's bootstrap is gone from it), and rank 1 stuck outside the
+    # collective rank 0 waits in
+    wrapper = tmp_path / "run_rank.sh"
+    wrapper.write_text(f'#!/bin/sh\nexport PYTHONPATH="{tmp_path / "src"}"\n'
+                       f'exec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    command = torchrun(2, "collective_wait.py")
+    command[command.index("--master_port") + 2:command.index("--master_port") + 2] = [
+        "--no-python", str(wrapper)]
+    result = watch(tmp_path, command, "--on-stall", "kill")
+    # THEN both ranks are said to run without the agent, with why
+    [agentless] = result.findings("SD118")
+    assert agentless["ranks"] == [0, 1], agentless
+    assert "its PYTHONPATH does not hold stalldoc's bootstrap" in agentless["summary"]
+    assert "collectives and their rings" in agentless["evidence"]["missing"], agentless
+    # AND the stall is still declared and its culprit named, from py-spy's stacks
+    assert result.code == 124, result.stderr[-3000:]
+    [culprit] = result.findings("SD101")
+    assert culprit["ranks"] == [1] and "(seen from stacks)" in culprit["summary"], culprit
+
+
+def test_a_one_process_job_in_isolated_mode_is_said_and_runs_on(tmp_path):
+    # GIVEN a labelling script run with python -I (no agent), logging a line per batch
+    script = str(SCENARIOS / "judge_labelling.py")
+    result = watch(tmp_path, [sys.executable, "-I", script, "8"], "--on-stall", "kill")
+    # THEN it runs to its end, and the one finding says it ran without the agent, and why
+    assert result.code == 0, result.stderr[-3000:]
+    [agentless] = result.report()["findings"]
+    assert agentless["code"] == "SD118" and agentless["summary"].startswith(
+        "rank 0 (pid "), agentless
+    assert "runs without stalldoc's agent: python -I: isolated mode" in agentless["summary"]

@@ -15,6 +15,7 @@ import sys
 import time
 
 from stalldoc.agent import identity, statefile
+from stalldoc.agent.statefile import ENV_AGENT_DIR
 
 TYPE_CHECKING = False   # not typing's: the agent does not import typing (start-up cost)
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 
     from stalldoc.agent import cuda as cuda_telemetry
 
-ENV_AGENT_DIR = "STALLDOC_AGENT_DIR"
 ENV_WATCHER_PID = "STALLDOC_WATCHER_PID"
 ENV_DUMP_SIGNAL = "STALLDOC_DUMP_SIGNAL"
 ENV_AGENT_OFF = "STALLDOC_AGENT_OFF"   # features left off: "collectives,c10d,flight,cuda,hooks"

@@ -47,6 +47,7 @@ import mmap
 import os
 import struct
 
+ENV_AGENT_DIR = "STALLDOC_AGENT_DIR"   # where the agents write: a process without it has none
 MAGIC = b"SDAG"
 VERSION = 4
 READABLE_VERSIONS = (3, 4)   # 4 added the phase detail and the engine sleep states

@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
+from stalldoc.probes.agent_absence import BLIND_FLAGS
+
 # programs that run their command on this node in the environment they change (env -i ...):
 # the doctor's children run under them too
 LOCAL_WRAPPERS = frozenset({"env", "taskset", "numactl", "nice", "nohup", "timeout", "stdbuf",
@@ -23,10 +25,6 @@ LOCAL_WRAPPERS = frozenset({"env", "taskset", "numactl", "nice", "nohup", "timeo
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 _PYTHON = re.compile(r"^(python|pypy)[0-9.]*$")
 _FLAGS_WITH_VALUE = frozenset({"-X", "-W", "--check-hash-based-pycs"})
-# flags that make an interpreter ignore PYTHONPATH or skip site (so sitecustomize): no agent
-BLIND_FLAGS = {"-I": "isolated mode (-I) ignores PYTHONPATH and skips the user's site",
-               "-E": "-E ignores every PYTHON* variable, PYTHONPATH too",
-               "-S": "-S skips the site module, so no sitecustomize runs"}
 _RESET = re.compile(r"\bPYTHONPATH=(?![^\s;]*\$\{?PYTHONPATH\b)")
 _BLIND_CALL = re.compile(r"\bpython[0-9.]*\s+(-[A-Za-z]*[IES][A-Za-z]*)\b")
 

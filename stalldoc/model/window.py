@@ -55,3 +55,5 @@ class Window:
     engine_settings: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     # rank -> the requests its vLLM engines preempted, so far and lately (every tick)
     preemptions: Mapping[int, EnginePreemptions] = field(default_factory=dict)
+    # rank -> why its present process runs without stalldoc's agent (every tick)
+    agentless: Mapping[int, str] = field(default_factory=dict)

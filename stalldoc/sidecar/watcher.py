@@ -46,6 +46,7 @@ from stalldoc.run.inject import FLIGHT_DIR, flight_settings
 from stalldoc.run.job import JobTree
 from stalldoc.run.options import WatchOptions
 from stalldoc.run.terminal import RankLine, format_status
+from stalldoc.sidecar.agentless import AgentlessRanks
 from stalldoc.sidecar.children import child_stacks
 from stalldoc.sidecar.engine_progress import EngineProgress, EngineTick
 from stalldoc.sidecar.preemptions import PreemptionWatch
@@ -94,6 +95,7 @@ class Watcher:
         self.engine_tick = EngineTick()
         self.served = ServedRanks(self.agent_dir)   # ranks that serve HTTP, their vLLM metrics
         self.preemptions = PreemptionWatch(self.agent_dir)   # their engines' full KV caches
+        self.agentless = AgentlessRanks(str(self.run_dir / "bootstrap"))   # ranks without one
         self.found: Discovery | None = None   # this tick's processes, from one table scan
         self.config: LaunchConfig | None = None
         self.launch_plan: dict | None = None   # the launch checks' plan, resources and skips
@@ -364,6 +366,13 @@ class Watcher:
             if rank.from_env:   # a launched rank: the relay ends what is left in its session
                 self.link.send(rank_pid=rank.pid)
             self.say(f"rank {rank.rank}: pid {rank.pid}{_known_as(rank)}")
+        self._find_agentless(now)
+
+    def _find_agentless(self, now: float) -> None:
+        """The ranks that run without the agent, and why: SD118 says each at once."""
+        live = [r for r in self.ranks.values() if not self.exits.ended(r)]
+        if self.agent_dir is not None and self.agentless.unsettled(live):
+            self.agentless.check(now, live, self.agents_probe.pids_with_state(), self.parents)
 
     def _name_engines(self, engines: tuple[EngineProcess, ...]) -> None:
         """Say once what each vLLM engine process is (again when its owner becomes known): it
@@ -582,7 +591,8 @@ class Watcher:
                       cluster=self.cluster.view(now, agents, len(self.ranks)),
                       served=self.served.view(self.engine_tick.idle),
                       preemptions=self.preemptions.refresh(now, self.ranks.values(),
-                                                           self.engines.values()))
+                                                           self.engines.values()),
+                      agentless=self.agentless.view(self.ranks))
 
     def _launch_rules(self) -> list[Finding]:
         """What the command line says before anything runs; printed, never blocking."""
