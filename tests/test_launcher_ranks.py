@@ -135,7 +135,35 @@ def test_elastic_restart_the_new_processes_are_the_ranks_and_the_first_failure_i
         last_sample[point["rank"]] = max(point["t"], last_sample.get(point["rank"], 0.0))
     for rank, (_, restarted) in attempts.items():
         assert last_sample[rank] >= restarted["ended_at"] - 2.0, (rank, last_sample, restarted)
-    # and the first failure is the one reported, with the failing process's pid
+    # and the first failure is the one reported, with the failing process's pid, as recovered
+    # from: torchrun started the ranks again and the job ran on
     [failure] = [f for f in report["findings"] if f["code"] == "SD103"]
     assert failure["ranks"] == [1]
     assert f"pid {attempts[1][0]['pid']}" in failure["summary"]
+    assert failure["state"] == "resolved" and failure["severity"] == "warning", failure
+    assert failure["evidence"]["recovered_by"] == {"1": attempts[1][1]["pid"]}, failure
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "cpu-burner"])
+def test_elastic_restart_a_hang_in_the_second_attempt_is_named_as_in_the_first(
+        tmp_path: Path, loaded: bool) -> None:
+    # GIVEN torchrun --max-restarts 1, rank 1 failing on the first attempt, then, restarted,
+    # blocking in its data loader at step 3 while rank 0 waits in the step's all_reduce
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               "--max-restarts", "1", "--master_addr", "127.0.0.1",
+               "--master_port", str(free_port()), str(SCENARIOS / "elastic_retry.py")]
+    env = {"STEPS": "8", "STEP_SECONDS": "0.4", "FAIL_STEP": "-1", "LOAD_SECONDS": "3",
+           "HANG_STEP": "3"}
+    with cpu_burner(2 if loaded else 0):
+        result = watch(tmp_path, command, "--on-stall", "kill", env=env)
+    # THEN the hang is a stall, ended by the kill action, its culprit the restarted rank 1 at
+    # its data loader's frame
+    assert result.code == 124, result.stderr[-3000:]
+    report = result.report()
+    [culprit] = result.findings("SD101")
+    restarted = max((r for r in report["ranks"] if r["rank"] == 1), key=lambda r: r["first_seen"])
+    assert culprit["ranks"] == [1] and "next_batch (" in culprit["summary"], culprit
+    # AND the first attempt's failure is told as recovered from, not as the job's death
+    [failure] = result.findings("SD103")
+    assert failure["state"] == "resolved" and failure["evidence"]["recovered_by"] == {
+        "1": restarted["pid"]}, failure

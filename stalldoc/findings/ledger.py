@@ -14,10 +14,11 @@ prints and counts; the store and the metrics exporter read nothing else.
   never resolve by silence: a repeat counts up, see ``events.py``), or, at the job's end, its
   ranks' progress after it was last seen (``moved_on``);
 - a stall's findings: the stall ending (progress resumed);
-- an event printed as the job shut down, when the job then exited 0 (``shutdown``).
+- an event printed as the job shut down, when the job then exited 0 (``shutdown``);
+- an exit finding whose ranks the launcher started again (``recovered``).
 
-Launch and exit findings are never resolved: the command line and the dead ranks stay as they
-were. Exit findings are made once per (code, ranks); a later judgement of the same ones (ranks
+Launch findings are never resolved, nor are exit findings but by a restart: the command line
+and the dead ranks stay as they were. Exit findings are made once per (code, ranks); a later judgement of the same ones (ranks
 that died after the first, settling) updates that entry in place.
 
 The ledger holds the open entries only; a resolved entry is handed back once in ``Changes``
@@ -32,12 +33,13 @@ from dataclasses import dataclass
 from typing import Iterable, Literal, Mapping
 
 from stalldoc.findings.events import Key, key_of, printed_at_shutdown, repeated_event
-from stalldoc.model.findings import Finding
+from stalldoc.model.findings import Finding, Severity
 
 Trigger = Literal["launch", "stall", "exit", "tick"]
 TRIGGERS: tuple[Trigger, ...] = ("launch", "stall", "exit", "tick")
 OPEN, RESOLVED = "open", "resolved"
 CodeSeverity = tuple[str, str]
+_SEVERITY_ORDER = (Severity.INFO, Severity.WARNING, Severity.ERROR, Severity.CRITICAL)
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,30 @@ class Ledger:
                 and e.finding.code in codes and e.finding.ranks
                 and all(progressed_at.get(r, 0.0) > e.updated_at for r in e.finding.ranks)]
         return Changes(resolved=tuple(self._resolve(i, now) for i in done))
+
+    def recovered(self, now: float, live: Mapping[int, int]) -> Changes:
+        """Ranks the launcher started again (``live``: rank -> its present process): an open
+        exit finding whose ranks each run in a process other than the one it judged (torchrun
+        ``--max-restarts``, an elastic agent, a requeue) was recovered from. It is resolved,
+        with the new processes in its evidence (``recovered_by``) and its summary, and, past,
+        no longer critical: the same failure again in the new processes is a finding of its
+        own."""
+        done = []
+        for entry in [e for e in self._open.values() if e.trigger == "exit"]:
+            dead, ranks = entry.finding.evidence.get("pid"), entry.finding.ranks
+            if dead is None or not ranks or any(live.get(r) in (None, dead) for r in ranks):
+                continue
+            done.append(self._recover(entry, {str(r): live[r] for r in ranks}))
+            del self._exits[(entry.finding.code, entry.finding.ranks)]
+        return Changes(resolved=tuple(self._resolve(e.id, now) for e in done))
+
+    def _recover(self, entry: Entry, by: dict[str, int]) -> Entry:
+        started = ", ".join(f"rank {r} as pid {pid}" for r, pid in by.items())
+        finding = dataclasses.replace(
+            entry.finding, summary=f"{entry.finding.summary}; recovered: the launcher started "
+            f"{started}", evidence={**entry.finding.evidence, "recovered_by": by},
+            severity=min(entry.finding.severity, Severity.WARNING, key=_SEVERITY_ORDER.index))
+        return self._put(dataclasses.replace(entry, finding=finding))
 
     def shutdown(self, now: float, since: float) -> Changes:
         """The job exited 0: open events made only of lines libraries also print at a normal

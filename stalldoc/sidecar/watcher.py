@@ -367,6 +367,7 @@ class Watcher:
                 self.link.send(rank_pid=rank.pid)
             self.say(f"rank {rank.rank}: pid {rank.pid}{_known_as(rank)}")
         self._find_agentless(now)
+        self._recover_restarts(now)
 
     def _find_agentless(self, now: float) -> None:
         """The ranks that run without the agent, and why: SD118 says each at once."""
@@ -445,6 +446,13 @@ class Watcher:
         (collateral ranks that settled after the first), its stored summary is brought up to
         date instead of a second diagnosis."""
         self._diagnosis(self._save(self.ledger.exits(time.time(), findings)))
+        self._recover_restarts(time.time())
+
+    def _recover_restarts(self, now: float) -> None:
+        """Exits the launcher recovered from: their ranks run again in new processes."""
+        live = {r.rank: r.pid for r in self.ranks.values() if not self.exits.ended(r)}
+        for entry in self._save(self.ledger.recovered(now, live)).resolved:
+            self.say(f"resolved: {entry.finding.code} {entry.finding.summary}")
 
     def _with_known_status(self, exit: RankExit) -> RankExit:
         if exit.exit_code is not None:

@@ -124,6 +124,34 @@ def test_exit_findings_are_made_once_and_later_deaths_update_them_in_place():
     assert all(e.is_open for e in ledger.open_entries("exit"))   # dead ranks stay dead
 
 
+
+def test_an_exit_the_launcher_restarted_its_ranks_from_is_recovered():
+    # GIVEN rank 1 (pid 100) dead, critical, rank 0 still running
+    ledger = Ledger()
+    dead = finding("SD103", (1,), "rank 1 (pid 100) exited with status 1", Severity.CRITICAL,
+                   pid=100)
+    [entry] = ledger.exits(1.0, [dead]).opened
+    # WHEN rank 1's number is held by no process, or still by the dead one: nothing recovered
+    assert not ledger.recovered(2.0, {0: 90}) and not ledger.recovered(2.0, {0: 90, 1: 100})
+    # THEN once the launcher started rank 1 again (pid 200), the exit is resolved as recovered
+    [recovered] = ledger.recovered(3.0, {0: 91, 1: 200}).resolved
+    assert (recovered.id, recovered.state, recovered.resolved_at) == (entry.id, RESOLVED, 3.0)
+    assert recovered.finding.evidence["recovered_by"] == {"1": 200}
+    assert recovered.finding.summary.endswith("; recovered: the launcher started rank 1 as pid "
+                                              "200"), recovered.finding.summary
+    assert recovered.finding.severity == Severity.WARNING   # no longer the job's death
+    # AND the same failure of the new process is a finding of its own
+    again = finding("SD103", (1,), "rank 1 (pid 200) exited with status 1", Severity.CRITICAL,
+                    pid=200)
+    [second] = ledger.exits(4.0, [again]).opened
+    assert second.id != entry.id and second.is_open
+
+
+def test_an_exit_finding_without_the_dead_pid_is_never_taken_for_recovered():
+    ledger = Ledger()
+    ledger.exits(1.0, [finding("SD110", (0,), "rank 0 left early")])
+    assert not ledger.recovered(2.0, {0: 300})
+
 def test_events_printed_at_a_clean_shutdown_resolve_and_nothing_else():
     ledger = Ledger(frozenset({"SD520"}))
     ledger.stall(10.0, 1, [finding("SD101", (1,), at_shutdown=True, first_at=9.0)])

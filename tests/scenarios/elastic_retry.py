@@ -3,8 +3,12 @@
 before it joins the process group), torchrun's agent stops the other ranks and starts every rank
 again; the second attempt trains to its end. (A failure after the ranks joined makes the second
 attempt's gloo rendezvous fail or hang about half the time with torch 2.13 alone, stalldoc or
-not: it connects to the first attempt's addresses.)"""
+not: it connects to the first attempt's addresses.)
+
+With HANG_STEP, in the restarted attempt rank FAIL_RANK blocks in its data loader at that step
+(a prefetch queue nobody fills), while the other ranks wait in the step's all_reduce."""
 import os
+import queue
 import time
 
 import torch
@@ -14,6 +18,7 @@ STEPS = int(os.environ.get("STEPS", "8"))
 FAIL_RANK = int(os.environ.get("FAIL_RANK", "1"))
 FAIL_STEP = int(os.environ.get("FAIL_STEP", "2"))
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.4"))
+HANG_STEP = int(os.environ.get("HANG_STEP", "-1"))
 
 
 def load_checkpoint_shard(rank, attempt):
@@ -24,15 +29,24 @@ def load_checkpoint_shard(rank, attempt):
     time.sleep(float(os.environ.get("LOAD_SECONDS", "0")) if attempt == 0 else 0)
 
 
+def next_batch(rank, attempt, step, prefetched):
+    """The data loader's next batch: after a restart, rank FAIL_RANK's prefetch worker is gone
+    and its queue is never filled again."""
+    if attempt > 0 and rank == FAIL_RANK and step == HANG_STEP:
+        return prefetched.get()
+    return torch.randn(4, 8)
+
+
 def main():
     rank, attempt = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     load_checkpoint_shard(rank, attempt)
     dist.init_process_group("gloo")
     model = torch.nn.Linear(8, 8)
+    prefetched = queue.Queue()
     for step in range(STEPS):
         if attempt == 0 and rank == FAIL_RANK and step == FAIL_STEP:
             raise RuntimeError(f"CUDA error: an illegal memory access was encountered (rank {rank})")
-        model(torch.randn(4, 8)).sum().backward()
+        model(next_batch(rank, attempt, step, prefetched)).sum().backward()
         for p in model.parameters():
             dist.all_reduce(p.grad)
         print(f"attempt {attempt} rank {rank} step {step}", flush=True)
