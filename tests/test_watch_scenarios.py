@@ -324,3 +324,19 @@ def test_a_one_process_job_in_isolated_mode_is_said_and_runs_on(tmp_path):
     assert agentless["code"] == "SD118" and agentless["summary"].startswith(
         "rank 0 (pid "), agentless
     assert "runs without stalldoc's agent: python -I: isolated mode" in agentless["summary"]
+
+
+@pytest.mark.parametrize("where", ["deepspeed-chat/train.py", "train_accelerate.py",
+                                   "torchrun_tools/ray_serve_labels.py"])
+def test_a_one_process_script_named_after_launchers_is_its_own_rank(tmp_path, where):
+    # GIVEN a one-process labelling script in a folder or under a name that holds launchers'
+    # and frameworks' words (users name them after the tools they use), hung on its own lock
+    script = tmp_path / "code" / where
+    script.parent.mkdir(parents=True)
+    shutil.copy(SCENARIOS / "judge_labelling.py", script)
+    result = watch(tmp_path, [sys.executable, str(script), "100", "4"], "--on-stall", "kill")
+    # THEN its process is rank 0, and its hang is named at the script's own frame
+    assert result.code == 124, result.stderr[-3000:]
+    assert [(r["rank"], r["pid"]) for r in result.report()["ranks"]] == [(0, job_pid(result))]
+    [finding] = result.findings("SD104")
+    assert f"Quota.refill ({script}:" in finding["summary"], finding["summary"]
