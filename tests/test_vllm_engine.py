@@ -306,7 +306,7 @@ def test_a_server_whose_worker_stops_with_a_request_in_hand_is_named(tmp_path: P
     worker, pending = None, None
     try:
         assert _rollout(url, engine[1]) == 4 * 16
-        time.sleep(20)   # idle past the stall timeout: its stall clock starts at the request
+        time.sleep(IDLE)   # idle past the stall timeout: its stall clock starts at the request
         # WHEN its worker stops, and a trainer's rollout request comes
         worker = _worker_of(_watched_pid(err_path))
         worker.send_signal(signal.SIGSTOP)
