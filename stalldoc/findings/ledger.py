@@ -18,8 +18,9 @@ prints and counts; the store and the metrics exporter read nothing else.
 - an exit finding whose ranks the launcher started again (``recovered``).
 
 Launch findings are never resolved, nor are exit findings but by a restart: the command line
-and the dead ranks stay as they were. Exit findings are made once per (code, ranks); a later judgement of the same ones (ranks
-that died after the first, settling) updates that entry in place.
+and the dead ranks stay as they were. Exit findings are made once per (code, ranks); a later
+judgement of the same ones (ranks that died after the first, settling) updates that entry in
+place.
 
 The ledger holds the open entries only; a resolved entry is handed back once in ``Changes``
 (the store keeps it) and forgotten, so a run of days keeps its memory bounded. Entries are
