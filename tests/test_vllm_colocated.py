@@ -63,10 +63,10 @@ def test_a_healthy_colocated_trainer_is_its_two_ranks(tmp_path: Path, engine, tp
     # GIVEN 2 ranks generating their rollouts in their own engines (prompts enough for every
     # step of both), watched with the kill action armed
     with cpu_burner(2 if loaded else 0):
-        result = _trainer(tmp_path, engine, 30, tp, 60)
+        result = _trainer(tmp_path, engine, 20, tp, 40)
     # THEN they train to the end: no stall, no alarm
     assert result.code == 0, result.stderr[-4000:]
-    assert "train step 29:" in result.stdout, result.stdout[-2000:]
+    assert "train step 19:" in result.stdout, result.stdout[-2000:]
     report = result.report()
     assert report["stalls"] == [] and alarms(report) == [], result.stderr[-4000:]
     # AND the ranks are the two training processes: vLLM's own world is theirs

@@ -326,8 +326,7 @@ def test_a_one_process_job_in_isolated_mode_is_said_and_runs_on(tmp_path):
     assert "runs without stalldoc's agent: python -I: isolated mode" in agentless["summary"]
 
 
-@pytest.mark.parametrize("where", ["deepspeed-chat/train.py", "train_accelerate.py",
-                                   "torchrun_tools/ray_serve_labels.py"])
+@pytest.mark.parametrize("where", ["deepspeed-chat/train.py", "torchrun_tools/train_accelerate.py"])
 def test_a_one_process_script_named_after_launchers_is_its_own_rank(tmp_path, where):
     # GIVEN a one-process labelling script in a folder or under a name that holds launchers'
     # and frameworks' words (users name them after the tools they use), hung on its own lock
