@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
-from stalldoc.probes.agent_absence import BLIND_FLAGS
+from stalldoc.probes.agent_absence import BLIND_FLAGS, blind_flags, interpreter_flags
 
 # programs that run their command on this node in the environment they change (env -i ...):
 # the doctor's children run under them too
@@ -24,7 +24,6 @@ LOCAL_WRAPPERS = frozenset({"env", "taskset", "numactl", "nice", "nohup", "timeo
                             "chrt", "ionice", "setsid", "time"})
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 _PYTHON = re.compile(r"^(python|pypy)[0-9.]*$")
-_FLAGS_WITH_VALUE = frozenset({"-X", "-W", "--check-hash-based-pycs"})
 _RESET = re.compile(r"\bPYTHONPATH=(?![^\s;]*\$\{?PYTHONPATH\b)")
 _BLIND_CALL = re.compile(r"\bpython[0-9.]*\s+(-[A-Za-z]*[IES][A-Za-z]*)\b")
 
@@ -50,9 +49,7 @@ class Target:
     @property
     def blind_flags(self) -> tuple[str, ...]:
         """The interpreter's flags that keep the agent out."""
-        letters = "".join(a[1:] for a in self.python[1:] if a.startswith("-")
-                          and not a.startswith(("--", "-X", "-W")))
-        return tuple(f for f in BLIND_FLAGS if f[1] in letters)
+        return tuple(blind_flags(list(self.python[1:])))
 
 
 def resolve(command: Sequence[str], environ: Mapping[str, str] | None = None) -> Target:
@@ -113,7 +110,7 @@ def _target_of(program: str, args: list[str], env: dict[str, str], launcher: str
     name = os.path.basename(program)
     by = f" (started by {os.path.basename(launcher)})" if launcher else ""
     if _PYTHON.match(name):
-        return Target((program, *_interpreter_flags(args[1:])), f"the command's interpreter{by}",
+        return Target((program, *interpreter_flags(args[1:])), f"the command's interpreter{by}",
                       env)
     if name in SHELLS:
         script = next((a for a in args[1:] if not a.startswith("-")), "")
@@ -128,19 +125,6 @@ def _target_of(program: str, args: list[str], env: dict[str, str], launcher: str
     if base in SHELLS:
         return _wrapper(program, env)
     return None
-
-
-def _interpreter_flags(args: list[str]) -> list[str]:
-    """The interpreter's own options, up to the script, ``-m`` or ``-c``."""
-    flags: list[str] = []
-    rest = iter(args)
-    for arg in rest:
-        if not arg.startswith("-") or arg in ("-", "-m", "-c") or arg.startswith(("-m", "-c")):
-            break
-        flags.append(arg)
-        if arg in _FLAGS_WITH_VALUE:
-            flags.append(next(rest, ""))
-    return flags
 
 
 def _shebang(path: str) -> str:

@@ -34,13 +34,12 @@ from dataclasses import dataclass
 from typing import Iterable, Literal, Mapping
 
 from stalldoc.findings.events import Key, key_of, printed_at_shutdown, repeated_event
-from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.findings import SEVERITY_LEVEL, Finding, Severity
 
 Trigger = Literal["launch", "stall", "exit", "tick"]
 TRIGGERS: tuple[Trigger, ...] = ("launch", "stall", "exit", "tick")
 OPEN, RESOLVED = "open", "resolved"
 CodeSeverity = tuple[str, str]
-_SEVERITY_ORDER = (Severity.INFO, Severity.WARNING, Severity.ERROR, Severity.CRITICAL)
 
 
 @dataclass(frozen=True)
@@ -185,10 +184,11 @@ class Ledger:
 
     def _recover(self, entry: Entry, by: dict[str, int]) -> Entry:
         started = ", ".join(f"rank {r} as pid {pid}" for r, pid in by.items())
+        severity = min(entry.finding.severity, Severity.WARNING, key=SEVERITY_LEVEL.__getitem__)
         finding = dataclasses.replace(
             entry.finding, summary=f"{entry.finding.summary}; recovered: the launcher started "
             f"{started}", evidence={**entry.finding.evidence, "recovered_by": by},
-            severity=min(entry.finding.severity, Severity.WARNING, key=_SEVERITY_ORDER.index))
+            severity=severity)
         return self._put(dataclasses.replace(entry, finding=finding))
 
     def shutdown(self, now: float, since: float) -> Changes:

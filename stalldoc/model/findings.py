@@ -13,6 +13,10 @@ class Severity(str, Enum):
     CRITICAL = "critical"
 
 
+# how severe, least first; keyed by the enum, so by its string value too ("critical" -> 3)
+SEVERITY_LEVEL: dict[str, int] = {severity: level for level, severity in enumerate(Severity)}
+
+
 @dataclass(frozen=True)
 class Finding:
     code: str

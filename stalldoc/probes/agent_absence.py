@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 
 from stalldoc.agent.statefile import ENV_AGENT_DIR
+from stalldoc.probes.proc_table import read_environment
 
 # flags that make an interpreter ignore PYTHONPATH or skip site (so sitecustomize): no agent
 BLIND_FLAGS = {"-I": "isolated mode (-I) ignores PYTHONPATH and skips the user's site",
                "-E": "-E ignores every PYTHON* variable, PYTHONPATH too",
                "-S": "-S skips the site module, so no sitecustomize runs"}
-_WITH_VALUE = frozenset({"-X", "-W", "--check-hash-based-pycs"})
+FLAGS_WITH_VALUE = frozenset({"-X", "-W", "--check-hash-based-pycs"})
 _WANTED = (b"PYTHONPATH", ENV_AGENT_DIR.encode())
 
 
@@ -30,24 +31,25 @@ def is_python(pid: int, proc: str = "/proc") -> bool:
     return exe.startswith(("python", "pypy")) and exe.rstrip("0123456789.").isalpha()
 
 
-def interpreter_flags(argv: list[str]) -> list[str]:
-    """The flags before the script, ``-m`` or ``-c`` (their values too)."""
-    flags, rest = [], iter(argv[1:])
+def interpreter_flags(args: list[str]) -> list[str]:
+    """The interpreter's own options in ``args`` (its argv after the program), up to the
+    script, ``-m`` or ``-c``; a flag's value too."""
+    flags: list[str] = []
+    rest = iter(args)
     for arg in rest:
-        if not arg.startswith("-") or arg in ("-", "--") or arg.startswith(("-m", "-c")):
+        if not arg.startswith("-") or arg in ("-", "-m", "-c") or arg.startswith(("-m", "-c")):
             break
         flags.append(arg)
-        if arg in _WITH_VALUE:
+        if arg in FLAGS_WITH_VALUE:
             flags.append(next(rest, ""))
     return flags
 
 
-def blind_flags(argv: list[str]) -> list[str]:
-    """The interpreter flags in ``argv`` that keep the agent out (``-I`` says all of them)."""
-    letters = "".join(f[1:] for f in interpreter_flags(argv)
+def blind_flags(flags: list[str]) -> list[str]:
+    """Which of an interpreter's options (``interpreter_flags``) keep the agent out."""
+    letters = "".join(f[1:] for f in flags
                       if f.startswith("-") and not f.startswith(("--", "-X", "-W")))
-    found = [flag for flag in BLIND_FLAGS if flag[1] in letters]
-    return found[:1] if "-I" in found else found
+    return [flag for flag in BLIND_FLAGS if flag[1] in letters]
 
 
 def why_no_agent(pid: int, bootstrap: str, proc: str = "/proc") -> str:
@@ -57,10 +59,12 @@ def why_no_agent(pid: int, bootstrap: str, proc: str = "/proc") -> str:
             argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
     except OSError:
         argv = []
-    flags = blind_flags(argv)
+    flags = blind_flags(interpreter_flags(argv[1:]))
+    if "-I" in flags:
+        flags = ["-I"]   # it sets the other two
     if flags:
         return "; ".join(f"python {flag}: {BLIND_FLAGS[flag]}" for flag in flags)
-    env = _environment(pid, proc)
+    env = read_environment(pid, _WANTED, proc)
     if env is None:
         return "its command line and environment cannot be read (another user's process?)"
     if ENV_AGENT_DIR.encode() not in env:
@@ -72,16 +76,3 @@ def why_no_agent(pid: int, bootstrap: str, proc: str = "/proc") -> str:
                 "(add to it: PYTHONPATH=...:$PYTHONPATH)")
     return "the agent did not start in it (see agent-errors.log in the run directory)"
 
-
-def _environment(pid: int, proc: str) -> dict[bytes, bytes] | None:
-    try:
-        with open(f"{proc}/{pid}/environ", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return None
-    out = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep and key in _WANTED:
-            out[key] = value
-    return out

@@ -19,6 +19,7 @@ import time
 from typing import Iterable
 
 from stalldoc.model.stacks import BuildLock
+from stalldoc.probes.proc_table import read_environment
 
 _WANTED = (b"TORCH_EXTENSIONS_DIR", b"XDG_CACHE_HOME", b"HOME")
 
@@ -57,7 +58,7 @@ def _command(pid: int, proc: str) -> str | None:
 
 def extension_root(pid: int, proc: str = "/proc") -> str | None:
     """Where the process builds its extensions (torch's rule), None when unreadable."""
-    env = _environment(pid, proc)
+    env = read_environment(pid, _WANTED, proc)
     if env is None:
         return None
     if env.get(b"TORCH_EXTENSIONS_DIR"):
@@ -67,15 +68,6 @@ def extension_root(pid: int, proc: str = "/proc") -> str | None:
     return os.path.join(os.fsdecode(cache), "torch_extensions") if cache else None
 
 
-def _environment(pid: int, proc: str) -> dict[bytes, bytes] | None:
-    """The wanted variables of a process's environment (no other value is kept)."""
-    try:
-        with open(f"{proc}/{pid}/environ", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return None
-    pairs = (entry.partition(b"=") for entry in raw.split(b"\0") if entry)
-    return {key: value for key, _, value in pairs if key in _WANTED}
 
 
 def _locks_under(root: str) -> list[str]:

@@ -101,13 +101,13 @@ class HostProbe:
         passes), nor are those below them: their CPU is the sample's ``engine_cpu_percent``."""
         table = scan(now=now) if table is None else table
         available = psutil.virtual_memory().available
-        rank_pids = {r.pid for r in ranks}
-        stop = rank_pids | set(apart)
+        rank_pids, apart = {r.pid for r in ranks}, set(apart)
+        stop = rank_pids | apart
         children = children_of(parents or {})
         out, seen = [], set()
         for rank in ranks:
             tree = descendants(rank.pid, children, stop)
-            engines = _apart_below(rank.pid, children, rank_pids, tree)
+            engines = _apart_below(rank.pid, children, rank_pids, tree) if apart else []
             seen.update(tree, engines, (rank.pid,))
             sample = self._rank_sample(now, rank, tree, available, table, engines)
             if sample is not None:

@@ -187,6 +187,19 @@ def read_cpu_wait(pid: int, threads: bool = True, proc: str = "/proc") -> float 
     return total / 1e9 if found else None
 
 
+def read_environment(pid: int, wanted: tuple[bytes, ...],
+                     proc: str = "/proc") -> dict[bytes, bytes] | None:
+    """The ``wanted`` variables of a process's environment (no other value is kept); None
+    where it cannot be read (gone, another user's)."""
+    try:
+        with open(f"{proc}/{pid}/environ", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    pairs = (entry.partition(b"=") for entry in raw.split(b"\0") if entry)
+    return {key: value for key, sep, value in pairs if sep and key in wanted}
+
+
 def _read(path: str, size: int) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:

@@ -27,11 +27,11 @@ class CpuOversubscription(Rule):
     What it does
         Every tick, over the last 30 s: flags more runnable threads than 2 x the cores in 4
         samples of 5 or more (``procs_running``, a snapshot whose odd sample dips as threads
-        block and wake; the 1-minute load average where that is not readable)
-        while the job itself uses at least 90 % of all cores on average (so a busy neighbour alone does
-        not count): its ranks, their child processes and their vLLM engines' processes (an
-        engine core and its workers, whose CPU is kept apart from their rank's work), with the
-        ranks' thread counts and what their engines use.
+        block and wake; the 1-minute load average where that is not readable) while the job
+        itself uses at least 90 % of all cores on average (so a busy neighbour alone does not
+        count): its ranks, their child processes and their vLLM engines' processes (an engine
+        core and its workers, whose CPU is kept apart from their rank's work), with the ranks'
+        thread counts and what their engines use.
 
     Why is this bad?
         Each rank starts its own OpenMP / MKL pool (one thread per core by default), dataloader
@@ -40,8 +40,8 @@ class CpuOversubscription(Rule):
         explodes — a slow-motion stall.
 
     Evidence
-        load average, runnable threads (now, and their median over the window), cores, threads per rank, the job's CPU, each rank's
-        engines' CPU.
+        load average, runnable threads (now, and their median over the window), cores,
+        threads per rank, the job's CPU, each rank's engines' CPU.
 
     Fix
         Set OMP_NUM_THREADS to cores / ranks per node, lower dataloader_num_workers, and keep

@@ -284,8 +284,12 @@ class Watcher:
         self._status(now)                        # the terminal's live line
         self._record(now, sample)                # store
 
+    def _live(self) -> list[RankProcess]:
+        """The ranks whose present process has not ended."""
+        return [r for r in self.ranks.values() if not self.exits.ended(r)]
+
     def _sample(self, now: float) -> Tick:
-        live = [r for r in self.ranks.values() if not self.exits.ended(r)]
+        live = self._live()
         engines = self.found.engines if self.found is not None else ()
         self.engine_tick = self.engine_progress.tick(
             engines, self.agents_probe.markers(e.pid for e in engines if e.role == "worker"),
@@ -314,8 +318,7 @@ class Watcher:
         table = self.found.table if self.found is not None else None
         if table is None:
             return set()
-        return {r.rank for r in self.ranks.values() if not self.exits.ended(r)
-                and (r.pid not in table or table.procs[r.pid].dead)}
+        return {r.rank for r in self._live() if r.pid not in table or table.procs[r.pid].dead}
 
     def _request_stacks(self, now: float) -> None:
         executors = {r.rank for r in self.ranks.values() if task_executor(r.cmdline)}
@@ -371,7 +374,7 @@ class Watcher:
 
     def _find_agentless(self, now: float) -> None:
         """The ranks that run without the agent, and why: SD118 says each at once."""
-        live = [r for r in self.ranks.values() if not self.exits.ended(r)]
+        live = self._live()
         if self.agent_dir is not None and self.agentless.unsettled(live):
             self.agentless.check(now, live, self.agents_probe.pids_with_state(), self.parents)
 
@@ -450,7 +453,7 @@ class Watcher:
 
     def _recover_restarts(self, now: float) -> None:
         """Exits the launcher recovered from: their ranks run again in new processes."""
-        live = {r.rank: r.pid for r in self.ranks.values() if not self.exits.ended(r)}
+        live = {r.rank: r.pid for r in self._live()}
         for entry in self._save(self.ledger.recovered(now, live)).resolved:
             self.say(f"resolved: {entry.finding.code} {entry.finding.summary}")
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stalldoc.probes.agent_absence import blind_flags, is_python, why_no_agent
+from stalldoc.probes.agent_absence import (blind_flags, interpreter_flags, is_python,
+                                           why_no_agent)
 
 SLEEP = "import time; print(1, flush=True); time.sleep(60)"
 
@@ -51,11 +52,15 @@ def test_a_pythonpath_a_wrapper_replaced_says_why(tmp_path):
     assert str(tmp_path / "src") not in why   # the user's paths are not repeated
 
 
+def _blind(argv: list[str]) -> list[str]:
+    return blind_flags(interpreter_flags(argv[1:]))
+
+
 def test_flags_after_the_script_are_the_scripts():
-    assert blind_flags(["python3", "train.py", "-I", "-S"]) == []
-    assert blind_flags(["python3", "-X", "dev", "-m", "torch.distributed.run", "-E"]) == []
-    assert blind_flags(["python3", "-W", "ignore", "-ES", "train.py"]) == ["-E", "-S"]
-    assert blind_flags(["python3", "-X", "pycache_prefix=/tmp/SIE", "train.py"]) == []
+    assert _blind(["python3", "train.py", "-I", "-S"]) == []
+    assert _blind(["python3", "-X", "dev", "-m", "torch.distributed.run", "-E"]) == []
+    assert _blind(["python3", "-W", "ignore", "-ES", "train.py"]) == ["-E", "-S"]
+    assert _blind(["python3", "-X", "pycache_prefix=/tmp/SIE", "train.py"]) == []
 
 
 def test_a_shell_is_not_python():

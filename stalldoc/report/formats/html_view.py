@@ -7,12 +7,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from stalldoc.model.findings import SEVERITY_LEVEL
 from stalldoc.report.formats.html_timeline import exit_text
 from stalldoc.report.formats.text import ending
 from stalldoc.report.records import FindingRecord, Report, RunRecord
 from stalldoc.report.stack_groups import StackGroup, stack_groups
 
-SEVERITY_ORDER = {"critical": 3, "error": 2, "warning": 1, "info": 0}
 SHOWN_ELSEWHERE = {"frames", "frame", "culprits", "waiting_at", "phase_stack"}
 MAX_FIGURES = 14        # key figures shown per finding (all of them in the JSON below)
 MAX_VALUE = 160         # characters of one figure's value
@@ -87,13 +87,13 @@ def verdict(report: Report) -> Verdict:
     """The culprit sentence: the first error (a stall's before a launch check's), else the most
     severe finding; "no stall" when nothing was found."""
     found = [f for f in report.findings if f.trigger != "launch"] or list(report.findings)
-    severe = [f for f in found if SEVERITY_ORDER.get(f.severity, 0) >= 2]
+    severe = [f for f in found if SEVERITY_LEVEL.get(f.severity, 0) >= 2]
     stall_note = "no stall was detected" if not report.stalls else \
         f"{len(report.stalls)} stall(s) detected"
     if severe:
         return Verdict(severe[0].summary, severe[0].severity, severe[0].code, stall_note)
     if found:
-        top = max(found, key=lambda f: SEVERITY_ORDER.get(f.severity, 0))
+        top = max(found, key=lambda f: SEVERITY_LEVEL.get(f.severity, 0))
         return Verdict(top.summary, top.severity, top.code, stall_note)
     if report.stalls:
         return Verdict("Stalled, with no diagnosis: no rank showed work, and no rule matched",
@@ -165,7 +165,7 @@ def finding_view(f: FindingRecord) -> FindingView:
 def findings(report: Report, launch: bool) -> list[FindingView]:
     """The stall / exit findings (``launch`` False) or the launch checks', most severe first."""
     chosen = [f for f in report.findings if (f.trigger == "launch") == launch]
-    chosen.sort(key=lambda f: -SEVERITY_ORDER.get(f.severity, 0))
+    chosen.sort(key=lambda f: -SEVERITY_LEVEL.get(f.severity, 0))
     return [finding_view(f) for f in chosen]
 
 
@@ -190,7 +190,7 @@ def launch_plan(run: RunRecord) -> Plan | None:
 def stack_views(report: Report) -> list[GroupView]:
     """``stack_groups``, each stall's culprit group (ranks an error names) first."""
     blamed = {(f.node, r) for f in report.findings if f.trigger != "launch"
-              and SEVERITY_ORDER.get(f.severity, 0) >= 2 for r in f.ranks}
+              and SEVERITY_LEVEL.get(f.severity, 0) >= 2 for r in f.ranks}
     groups = stack_groups(report)
     stalls = list(dict.fromkeys((g.node, g.stall_id) for g in groups))
     views = []

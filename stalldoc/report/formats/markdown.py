@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 import stalldoc
+from stalldoc.model.findings import SEVERITY_LEVEL
 from stalldoc.redact import MASK, redact_argv, redact_text
 from stalldoc.report.formats.text import ending
 from stalldoc.report.records import FindingRecord, Report, RunRecord
@@ -44,7 +45,6 @@ VERSION_ROWS = (("python", "Python"), ("torch", "torch"), ("cuda", "CUDA (torch 
                 ("nccl", "NCCL"), ("driver", "NVIDIA driver"), ("vllm", "vLLM"),
                 ("deepspeed", "DeepSpeed"), ("transformers", "transformers"), ("trl", "TRL"),
                 ("ms-swift", "ms-swift"), ("stalldoc", "stalldoc"))
-SEVERITY_ORDER = {"critical": 0, "error": 1, "warning": 2, "info": 3}
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|#@~])")   # @: no one mentioned, #N: no issue linked
 
 
@@ -76,7 +76,7 @@ def _rank_list(ranks: Iterable[int], limit: int = 16) -> str:
 
 
 def _by_severity(findings: Iterable[FindingRecord]) -> list[FindingRecord]:
-    return sorted(findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 4),
+    return sorted(findings, key=lambda f: (-SEVERITY_LEVEL.get(f.severity, -1),
                                            f.stall_id is None, f.t))
 
 
