@@ -267,7 +267,7 @@ class Agent:
         previous = sys.excepthook
 
         def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-            if self.enabled:
+            if self.enabled and not _still_handled(tb):
                 import traceback
                 text = "".join(traceback.format_exception_only(kind, value)).strip()
                 self.guard(self._record_exception, text)
@@ -417,6 +417,21 @@ class Agent:
                 ring = self.groups[next(reversed(self.groups))]
             self.groups[name] = ring
         return ring
+
+
+def _still_handled(tb: Any) -> bool:
+    """Whether the frame where this traceback begins still runs: the exception was caught there
+    and only reported through ``sys.excepthook`` (weakref's exit finalizers do so, and vLLM's
+    engine shutdown raises in one), so the process goes on and ends with its own status. An
+    uncaught exception reaches the hook after every frame of its traceback has returned."""
+    if tb is None:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame is tb.tb_frame:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _threading_from_main_thread() -> None:
