@@ -195,6 +195,31 @@ def test_ray_train_hung_worker_is_named_in_its_training_thread(
     assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
 
 
+def test_ray_train_worker_group_restarted_after_a_failure_its_hang_is_named_in_attempt_2(
+        tmp_path: Path, ray_env: dict[str, str]) -> None:
+    # GIVEN FailureConfig(max_failures=1): rank 1 of 2 raises at step 1 ("corrupt shard"), Ray
+    # Train ends the worker group and starts a new one (new actor processes), in which rank 1
+    # blocks in its prompt fetch at step 2 while rank 0 waits in DDP's all-reduce
+    env = {**ray_env, "WORKERS": "2", "STEPS": "40", "FAIL_RANK": "1", "MAX_FAILURES": "1",
+           "STUCK_RANK": "1", "STUCK_AFTER_FAILURE": "1", "STUCK_FUNC": "fetch_prompts"}
+    result = run(tmp_path, "ray_train_ddp.py", env, False, "--on-stall", "kill")
+    # THEN the new group's processes are the ranks, the hang is theirs, named at its frame
+    report = assert_culprit(result, 1, "fetch_prompts")
+    pids = {rank: sorted((r for r in report["ranks"] if r["rank"] == rank),
+                         key=lambda r: r["first_seen"]) for rank in (0, 1)}
+    assert all(len(p) == 2 for p in pids.values()), report["ranks"]
+    # AND it is said to be in the second attempt, the watch having said when that began
+    [culprit] = result.findings("SD101")
+    assert culprit["summary"].startswith("attempt 2: ") and culprit["evidence"]["attempt"] == 2
+    assert "attempt 2: the ranks run again, in new processes" in result.stderr
+    # AND the first attempt's failure, which Ray caught in the worker (no process died of
+    # it), is told from Ray Train's own lines: the rank, its exception, the restart
+    [failed] = result.findings("SD531")
+    assert failed["ranks"] == [1] and failed["severity"] == "warning", failed
+    assert "RuntimeError: corrupt shard: rank 1 read 0 of 4096 bytes at step 1" in failed[
+        "summary"] and "starts it again" in failed["summary"], failed
+
+
 # ----- two worlds in one Ray job (verl's layout) --------------------------------------------
 def two_worlds(ray_env: dict[str, str], **extra: str) -> tuple[dict[str, str], dict[str, str]]:
     ports = {"actor": f"127.0.0.1:{free_port()}", "rollout": f"127.0.0.1:{free_port()}"}

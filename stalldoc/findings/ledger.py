@@ -92,8 +92,18 @@ class Ledger:
         self._exits: dict[Key, int] = {}        # exit findings: (code, ranks) -> id
         self._opened: Counter[CodeSeverity] = Counter()
         self._next_id = 1
+        self._attempts: list[float] = []   # when each attempt after the first began
 
     # ----- reading ----------------------------------------------------------------------------
+    @property
+    def attempt(self) -> int:
+        """The job's attempt: 2 once its launcher restarted the ranks, and so on."""
+        return 1 + len(self._attempts)
+
+    def attempt_at(self, t: float) -> int:
+        """The attempt that ran at time ``t``."""
+        return 1 + sum(1 for began in self._attempts if began <= t)
+
     def open_entries(self, trigger: Trigger | None = None) -> tuple[Entry, ...]:
         """The open entries (of ``trigger``), in the order they were opened."""
         return tuple(e for e in self._open.values() if trigger in (None, e.trigger))
@@ -107,19 +117,28 @@ class Ledger:
         return dict(Counter(_code_severity(e.finding) for e in self._open.values()))
 
     # ----- opening ----------------------------------------------------------------------------
+    def begin_attempt(self, attempt: int, now: float) -> bool:
+        """The ranks run again in new processes: attempt ``attempt`` began ``now`` (False when
+        it is no later than the one running)."""
+        if attempt <= self.attempt:
+            return False
+        self._attempts += [now] * (attempt - self.attempt)
+        return True
+
     def launch(self, now: float, findings: Iterable[Finding]) -> Changes:
         """The launch checks' findings."""
         return Changes(opened=tuple(self._add(f, "launch", now) for f in findings))
 
     def stall(self, now: float, stall_id: int, findings: Iterable[Finding]) -> Changes:
         """A stall's diagnosis: open until the stall ends."""
-        return Changes(opened=tuple(self._add(f, "stall", now, stall_id) for f in findings))
+        return Changes(opened=tuple(self._add(self._in_attempt(f), "stall", now, stall_id)
+                                    for f in findings))
 
     def exits(self, now: float, findings: Iterable[Finding]) -> Changes:
         """The exit rules' judgement of the ranks that ended so far: each (code, ranks) opened
         once; the same again, changed (later deaths named in it), updates that entry."""
         opened, updated = [], []
-        for finding in findings:
+        for finding in map(self._in_attempt, findings):
             known = self._exits.get((finding.code, finding.ranks))
             if known is None:
                 entry = self._add(finding, "exit", now)
@@ -134,7 +153,7 @@ class Ledger:
         """This tick's findings of the tick rules: new ones opened, those seen again updated
         (events gathered), those gone resolved (events never; with ``resolve`` False none: a
         partial look such as the last one)."""
-        current = {key_of(f, self.sticky): f for f in findings}
+        current = {key_of(f, self.sticky): f for f in map(self._in_attempt, findings)}
         opened, updated = [], []
         for key, finding in current.items():
             known = self._ticks.get(key)
@@ -185,9 +204,11 @@ class Ledger:
     def _recover(self, entry: Entry, by: dict[str, int]) -> Entry:
         started = ", ".join(f"rank {r} as pid {pid}" for r, pid in by.items())
         severity = min(entry.finding.severity, Severity.WARNING, key=SEVERITY_LEVEL.__getitem__)
+        attempt = entry.finding.evidence.get("attempt", 1)
         finding = dataclasses.replace(
             entry.finding, summary=f"{entry.finding.summary}; recovered: the launcher started "
-            f"{started}", evidence={**entry.finding.evidence, "recovered_by": by},
+            f"{started}" + (f" (attempt {self.attempt})" if self.attempt > attempt else ""),
+            evidence={**entry.finding.evidence, "recovered_by": by, "attempt": attempt},
             severity=severity)
         return self._put(dataclasses.replace(entry, finding=finding))
 
@@ -199,6 +220,17 @@ class Ledger:
         return Changes(resolved=tuple(self._resolve(i, now) for i in done))
 
     # ----- inside -----------------------------------------------------------------------------
+    def _in_attempt(self, finding: Finding) -> Finding:
+        """A finding made once the launcher restarted the ranks says in which attempt (in its
+        summary and as ``evidence["attempt"]``), unless it says already (an exit: the dead
+        process's); a line, the attempt it was printed in; the first attempt's, as before any
+        restart."""
+        if self.attempt == 1 or "attempt" in finding.evidence:
+            return finding
+        seen = finding.evidence.get("first_at")    # a line's: when it was printed
+        return in_attempt(finding, self.attempt_at(seen) if isinstance(seen, (int, float))
+                          else self.attempt)
+
     def _add(self, finding: Finding, trigger: Trigger, now: float,
              stall_id: int | None = None) -> Entry:
         entry = Entry(self._next_id, finding, trigger, now, now, stall_id)
@@ -221,6 +253,13 @@ class Ledger:
         if entry.trigger == "tick":
             del self._ticks[key_of(entry.finding, self.sticky)]
         return entry
+
+
+def in_attempt(finding: Finding, attempt: int) -> Finding:
+    """``finding``, made in the job's ``attempt``: said first in its summary, and in its
+    evidence."""
+    return dataclasses.replace(finding, summary=f"attempt {attempt}: {finding.summary}",
+                               evidence={**finding.evidence, "attempt": attempt})
 
 
 def _code_severity(finding: Finding) -> CodeSeverity:

@@ -25,6 +25,7 @@ from stalldoc.run.job import Ending, Job, become_subreaper, resolve_command
 from stalldoc.relay.leftovers import describe, split_leftovers
 from stalldoc.run.nodes import node_identity
 from stalldoc.run.options import WatchOptions, make_node_run_dir
+from stalldoc.run.rundir import earlier_attempts, requeued
 from stalldoc.relay.plain import copy_until_exit, read_chunk
 from stalldoc.relay.sidecar_link import SIDECAR_LOG, SidecarLink
 from stalldoc.relay.streams import Stream, open_stream
@@ -46,10 +47,13 @@ class Relay:
         self.opts = options
         resolve_command(list(options.argv))  # a missing command fails before anything is created
         node = node_identity(options.argv, os.environ, socket.gethostname())
-        self.run_dir, shared = make_node_run_dir(options.run_dir, node)
+        again = requeued(os.environ)
+        self.run_dir, shared = make_node_run_dir(options.run_dir, node, again)
         if node.multi:
             self.opts = dataclasses.replace(options, shared_dir=shared, node=node.name,
                                             node_index=node.index, nnodes=node.count)
+        if again and (earlier := earlier_attempts(self.run_dir)):
+            self.opts = dataclasses.replace(self.opts, attempt=len(earlier) + 1)
         self.terminal = Terminal(sys.stderr)
         self.foreground = Foreground()
         self.job: Job | None = None

@@ -63,7 +63,8 @@ def run_info(conn: sqlite3.Connection) -> RunInfo:
                   versions=_json(meta.get("versions"), {}),
                   launch=_json(meta.get("launch_plan"), None),
                   cluster=_json(meta.get("cluster"), None),
-                  attached=_json(meta.get("attached"), None))
+                  attached=_json(meta.get("attached"), None),
+                  attempt=_json(meta.get("attempt"), None))
 
 
 def _rows(conn: sqlite3.Connection, sql: str) -> list[dict[str, Any]]:

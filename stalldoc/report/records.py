@@ -40,6 +40,8 @@ class RunInfo:
     launch: Mapping[str, Any] | None = None   # the launch checks' plan, resources and skips
     cluster: Mapping[str, Any] | None = None  # node, label, index, nnodes, shared_dir (multi-node)
     attached: Mapping[str, Any] | None = None  # stalldoc attach: pids, window, job_ended ...
+    attempt: Mapping[str, Any] | None = None   # a requeue into the run directory: its attempt,
+    #                                            the earlier runs' subdirectories ("earlier")
 
 
 @dataclass(frozen=True)

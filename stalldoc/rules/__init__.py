@@ -78,6 +78,7 @@ from stalldoc.rules.sd527_deepspeed_cache_flushes import DeepspeedCacheFlushes
 from stalldoc.rules.sd528_zero3_param_not_available import Zero3ParamNotAvailable
 from stalldoc.rules.sd529_collective_mismatch_reported import CollectiveMismatchReported
 from stalldoc.rules.sd530_vllm_engine_preempting import VllmEnginePreempting
+from stalldoc.rules.sd531_ray_train_group_failed import RayTrainGroupFailed
 
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
@@ -100,7 +101,7 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  VllmWorkerMethodFailed, VllmServerNotUp, RolloutRequestFailed,
                                  RolloutConnectionDropped, DeepspeedCacheFlushes,
                                  Zero3ParamNotAvailable, CollectiveMismatchReported,
-                                 VllmEnginePreempting)
+                                 VllmEnginePreempting, RayTrainGroupFailed)
 STICKY: frozenset[str] = frozenset(rule.code for rule in RULES if rule.sticky)
 ENDS_WITH_PROGRESS: frozenset[str] = frozenset(rule.code for rule in RULES
                                                if rule.ends_with_progress)

@@ -36,6 +36,7 @@ class WatchOptions:
     node: str = ""                  # this node's subdirectory of it (the run directory)
     node_index: int | None = None
     nnodes: int | None = None
+    attempt: int = 1                # a requeue of the run in this directory: its attempt
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> WatchOptions:
@@ -49,24 +50,26 @@ class WatchOptions:
         return cls(**values)   # type: ignore[arg-type]
 
 
-def make_run_dir(requested: Path | None) -> Path:
+def make_run_dir(requested: Path | None, requeue: bool = False) -> Path:
     """The run directory, mode 0700, where no other user can redirect it (``run/rundir.py``):
-    the one asked for, or ./stalldoc-runs/<UTC time>-<id>. Its resolved path."""
-    return make_private_dir(_default(requested))
+    the one asked for, or ./stalldoc-runs/<UTC time>-<id>. Its resolved path. ``requeue``: the
+    job runs again, a run already there is set aside."""
+    return make_private_dir(_default(requested), requeue=requeue)
 
 
-def make_node_run_dir(requested: Path | None, node: NodeIdentity) -> tuple[Path, Path | None]:
+def make_node_run_dir(requested: Path | None, node: NodeIdentity, requeue: bool = False
+                      ) -> tuple[Path, Path | None]:
     """(the run directory, the shared one or None). A node of a multi-node job given
     ``--run-dir DIR`` writes DIR/<node name>: DIR is shared by the nodes' watchers (made by
     whichever comes first); the node subdirectory must be new or empty, so two watchers that
     call themselves the same node are refused. Anything else: ``make_run_dir``."""
     if requested is None or not node.multi:
-        return make_run_dir(requested), None
+        return make_run_dir(requested, requeue), None
     shared = make_private_dir(requested, shared=True)
     if (shared / DB_NAME).exists():
         raise StalldocError(f"run directory {shared} holds the run of a single node; give the "
                             "nodes of this job a new directory")
-    return make_private_dir(shared / node.name), shared
+    return make_private_dir(shared / node.name, requeue=requeue), shared
 
 
 def _default(requested: Path | None) -> Path:

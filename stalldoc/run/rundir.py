@@ -17,6 +17,11 @@ no other user can change the path to it:
   existing empty directory; either way it must be a real directory owned by us, and it is then
   made mode 0700 (a directory that is not empty is refused untouched).
 
+A run directory that holds a stalldoc run already is refused too, but for a requeue: when Slurm
+runs the job again (``SLURM_RESTART_COUNT`` of 1 or more: ``sbatch --requeue``, Lightning's
+auto-requeue), the run before it is set aside in ``attempt-N`` inside the directory (N = 1, 2, ...)
+and the new one starts beside it, so a job script's fixed ``--run-dir`` holds every attempt.
+
 A path that breaks a rule is refused before anything starts, in one line naming the directory,
 why, and what to do (exit 125). What goes inside the run directory is created by
 ``stalldoc/private_files.py``, without following anything that may already sit at the name.
@@ -27,14 +32,19 @@ import errno
 import grp
 import os
 import pwd
+import re
 import stat
 from pathlib import Path
+from typing import Mapping
 
 from stalldoc.errors import StalldocError
 from stalldoc.private_files import DIR_FLAGS as _DIR_FLAGS
 from stalldoc.private_files import PRIVATE_DIR
 _ACL = "system.posix_acl_access"
 _ELSEWHERE = "or use --run-dir somewhere only you can write"
+REQUEUE_COUNT = "SLURM_RESTART_COUNT"
+_ATTEMPT = re.compile(r"attempt-([1-9]\d*)")
+_RUN_DB = "run.db"   # the store's file (store.schema.DB_NAME): a stalldoc run is in the directory
 
 
 class UnsafeRunDir(StalldocError):
@@ -97,16 +107,32 @@ def unsafe_reason(st: os.stat_result, fd: int, path: Path, uid: int) -> str | No
 
 
 # ----- the run directory ----------------------------------------------------------------------
-def make_private_dir(requested: Path, shared: bool = False) -> Path:
+def requeued(env: Mapping[str, str]) -> bool:
+    """Slurm runs this job again (``SLURM_RESTART_COUNT`` of 1 or more)."""
+    value = env.get(REQUEUE_COUNT, "")
+    return value.isdigit() and int(value) > 0
+
+
+def earlier_attempts(run_dir: Path) -> list[str]:
+    """The runs set aside in ``run_dir`` by requeues (``attempt-1``, ...), in order."""
+    try:
+        names = [n for n in os.listdir(run_dir) if _ATTEMPT.fullmatch(n)]
+    except OSError:
+        return []
+    return sorted(names, key=lambda n: int(n.split("-")[1]))
+
+
+def make_private_dir(requested: Path, shared: bool = False, requeue: bool = False) -> Path:
     """Create (or take, when empty) the run directory ``requested`` under the rules above; its
     resolved path, to be used from now on. Raises UnsafeRunDir or StalldocError (exit 125).
     ``shared``: the run directory of a multi-node job, which the watchers of the other nodes
-    (the same user) may have made and written their node subdirectories in already."""
+    (the same user) may have made and written their node subdirectories in already.
+    ``requeue``: the job runs again; a run already in the directory is set aside in it."""
     target = resolved(requested)
     try:
         parent = _open_parent(target, os.geteuid())
         try:
-            _take_final(parent, target, os.geteuid(), shared)
+            _take_final(parent, target, os.geteuid(), shared, requeue)
         finally:
             os.close(parent)
     except OSError as exc:
@@ -182,10 +208,11 @@ def _check(fd: int, path: Path, target: Path, uid: int) -> None:
         raise UnsafeRunDir(f"unsafe run directory {target}: {why}")
 
 
-def _take_final(parent: int, target: Path, uid: int, shared: bool = False) -> None:
+def _take_final(parent: int, target: Path, uid: int, shared: bool = False,
+                requeue: bool = False) -> None:
     """mkdir the run directory (no link followed), or take an existing empty one of ours (any
-    of ours when ``shared``); then make it 0700 and check what is there now: a real directory
-    of ours, mode 0700."""
+    of ours when ``shared``; one holding a run when ``requeue``, that run set aside); then make
+    it 0700 and check what is there now: a real directory of ours, mode 0700."""
     name = target.name
     try:
         os.mkdir(name, PRIVATE_DIR, dir_fd=parent)
@@ -193,14 +220,18 @@ def _take_final(parent: int, target: Path, uid: int, shared: bool = False) -> No
     except FileExistsError:
         created = False
     _check_final(os.stat(name, dir_fd=parent, follow_symlinks=False), target, uid)
-    if not created and not shared and _not_empty(parent, name):
-        raise StalldocError(f"run directory is not empty: {target}")
+    taken = not created and not shared and _not_empty(parent, name)
+    if taken and not (requeue and _holds_run(parent, name)):
+        raise StalldocError(f"run directory is not empty: {target}" + (
+            "; it holds no stalldoc run to set aside for this requeue" if requeue else ""))
     os.chmod(name, PRIVATE_DIR, dir_fd=parent)   # a directory of ours, in a parent only we change
     st = os.stat(name, dir_fd=parent, follow_symlinks=False)
     _check_final(st, target, uid)
     if stat.S_IMODE(st.st_mode) != PRIVATE_DIR:
         raise UnsafeRunDir(f"unsafe run directory {target}: its mode stays "
                            f"{stat.S_IMODE(st.st_mode):o} after chmod 700; {_ELSEWHERE}")
+    if taken:
+        _set_aside(parent, name)
 
 
 def _check_final(st: os.stat_result, target: Path, uid: int) -> None:
@@ -212,6 +243,32 @@ def _check_final(st: os.stat_result, target: Path, uid: int) -> None:
     if st.st_uid != uid:
         raise UnsafeRunDir(f"unsafe run directory {target}: it exists and is owned by "
                            f"{user_name(st.st_uid)}; {instead}")
+
+
+def _holds_run(parent: int, name: str) -> bool:
+    """The directory holds a stalldoc run: its store, a regular file."""
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        return stat.S_ISREG(os.stat(_RUN_DB, dir_fd=fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _set_aside(parent: int, name: str) -> None:
+    """Move what the directory holds, but earlier attempts, into its next ``attempt-N``."""
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        entries = os.listdir(fd)
+        earlier = [int(m.group(1)) for e in entries if (m := _ATTEMPT.fullmatch(e))]
+        aside = f"attempt-{max(earlier, default=0) + 1}"
+        os.mkdir(aside, PRIVATE_DIR, dir_fd=fd)
+        for entry in entries:
+            if not _ATTEMPT.fullmatch(entry):
+                os.rename(entry, f"{aside}/{entry}", src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _not_empty(parent: int, name: str) -> bool:

@@ -20,7 +20,7 @@ from stalldoc.cluster.publish import LocalView
 from stalldoc.detect.progress import ProgressTracker, latest_progress
 from stalldoc.detect.vllm_sleep import SleepLog
 from stalldoc.errors import StalldocError, log_traceback
-from stalldoc.findings.ledger import Changes, Ledger
+from stalldoc.findings.ledger import Changes, Ledger, in_attempt
 from stalldoc.launch.config import LaunchConfig, parse_command
 from stalldoc.model.collectives import FlightDump
 from stalldoc.model.findings import Finding
@@ -47,6 +47,7 @@ from stalldoc.run.job import JobTree
 from stalldoc.run.options import WatchOptions
 from stalldoc.run.terminal import RankLine, format_status
 from stalldoc.sidecar.agentless import AgentlessRanks
+from stalldoc.sidecar.attempts import Attempts
 from stalldoc.sidecar.children import child_stacks
 from stalldoc.sidecar.engine_progress import EngineProgress, EngineTick
 from stalldoc.sidecar.preemptions import PreemptionWatch
@@ -82,6 +83,7 @@ class Watcher:
         self.tracker = ProgressTracker(options.stall_timeout)
         self.ranks: dict[int, RankProcess] = {}
         self.exits = ExitBook(self.store)   # ranks that ended; its death watch
+        self.attempts = Attempts()          # which attempt: the launcher may restart the ranks
         self.logs = LogFeed()
         self.sleep_log = SleepLog()   # vLLM engines' sleep state from their log lines
         link.on_line = self.logs.put
@@ -142,6 +144,7 @@ class Watcher:
             self.store.set_meta("launch_plan", json.dumps(self.launch_plan))
         self.store.set_meta("versions", json.dumps(self.versions.initial()))
         self.say(f"watching pid {self.link.job_pid}; run directory {self.run_dir}")
+        self._say_requeue()
         self._say_cluster()
         if self.store.journal.reason:
             self.say(self.store.journal.reason)
@@ -232,6 +235,17 @@ class Watcher:
         for part in (self.exits, self.sampler, self.background, self.exporter):
             if part is not None:
                 part.close()
+
+    def _say_requeue(self) -> None:
+        """A requeue of the run in this directory: its attempt, and where the earlier are."""
+        if self.opts.attempt == 1:
+            return
+        earlier = [f"attempt-{n}" for n in range(1, self.opts.attempt)]
+        self.ledger.begin_attempt(self.opts.attempt, 0.0)
+        self.store.set_meta("attempt", json.dumps({"attempt": self.opts.attempt,
+                                                   "earlier": earlier}))
+        self.say(f"attempt {self.opts.attempt}: Slurm runs the job again; the run before is in "
+                 f"{self.run_dir / earlier[-1]}")
 
     def _store_exit_codes(self) -> None:
         """watch's own exit code and who ended the job, as the relay told (unknown, and not
@@ -357,6 +371,7 @@ class Watcher:
                                                           and known.world_rank is None):
                         self.say(f"rank {rank.rank}: pid {rank.pid}{_known_as(rank)}")
                 continue
+            self._begin_attempt(self.attempts.started(rank, known, self._gone(known)), now)
             if known is not None and not known.from_env:
                 self.store.drop_rank(known)     # a guess replaced: it never was a rank
             if known is not None and not self.exits.ended(known):
@@ -371,6 +386,16 @@ class Watcher:
             self.say(f"rank {rank.rank}: pid {rank.pid}{_known_as(rank)}")
         self._find_agentless(now)
         self._recover_restarts(now)
+
+    def _gone(self, known: RankProcess | None) -> bool:
+        """The rank's process ended (its exit recorded, or no longer in the job)."""
+        return known is not None and (self.exits.ended(known) or not self._in_job(known.pid))
+
+    def _begin_attempt(self, attempt: int, now: float) -> None:
+        """New processes took the ranks' numbers after theirs ended (a restart): the findings
+        made from now on say which attempt."""
+        if self.ledger.begin_attempt(attempt, now):
+            self.say(f"attempt {attempt}: the ranks run again, in new processes")
 
     def _find_agentless(self, now: float) -> None:
         """The ranks that run without the agent, and why: SD118 says each at once."""
@@ -448,8 +473,21 @@ class Watcher:
         """Exit findings: each (rule, ranks) once; when later deaths add to one already made
         (collateral ranks that settled after the first), its stored summary is brought up to
         date instead of a second diagnosis."""
+        findings = [self._exit_attempt(f) for f in findings]
         self._diagnosis(self._save(self.ledger.exits(time.time(), findings)))
         self._recover_restarts(time.time())
+
+    def _exit_attempt(self, finding: Finding) -> Finding:
+        """Once the ranks were restarted, an exit finding says the attempt its dead processes
+        ran in (their exits may be judged after the next attempt began)."""
+        if self.ledger.attempt == 1:
+            return finding
+        dead = finding.evidence.get("pid")
+        pids = [dead] if isinstance(dead, int) else [e.pid for e in self.exits.for_rules()
+                                                      if e.rank in finding.ranks]
+        ran = [a for a in map(self.attempts.of_process, pids) if a is not None]
+        attempt = max(ran, default=self.ledger.attempt)
+        return in_attempt(finding, attempt)
 
     def _recover_restarts(self, now: float) -> None:
         """Exits the launcher recovered from: their ranks run again in new processes."""

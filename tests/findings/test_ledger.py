@@ -147,6 +147,36 @@ def test_an_exit_the_launcher_restarted_its_ranks_from_is_recovered():
     assert second.id != entry.id and second.is_open
 
 
+def test_findings_once_the_launcher_restarted_the_ranks_say_which_attempt():
+    # GIVEN rank 1 dead in the first attempt, a tick finding of that attempt still open
+    ledger = Ledger()
+    ledger.exits(1.0, [finding("SD103", (1,), "rank 1 (pid 100) exited with status 1",
+                               Severity.CRITICAL, pid=100)])
+    [first] = ledger.tick(1.5, [finding("SD302", (), "CPU oversubscribed")]).opened
+    assert "attempt" not in first.finding.evidence and first.finding.summary == "CPU oversubscribed"
+    # WHEN the launcher started the ranks again: the second attempt, from t=2
+    assert ledger.begin_attempt(2, 2.0) and not ledger.begin_attempt(2, 2.5)
+    [recovered] = ledger.recovered(2.0, {0: 101, 1: 200}).resolved
+    # THEN the first attempt's failure is recovered, in attempt 1, by attempt 2's process
+    assert recovered.finding.evidence["attempt"] == 1
+    assert recovered.finding.summary.endswith("started rank 1 as pid 200 (attempt 2)")
+    # AND what the second attempt finds says so: a stall's culprit, an exit, a tick finding
+    [culprit] = ledger.stall(3.0, 1, [finding("SD101", (1,), "rank 1 waits in next_batch")]).opened
+    [dead] = ledger.exits(4.0, [finding("SD103", (1,), "rank 1 (pid 200) exited with status 1",
+                                        Severity.CRITICAL, pid=200)]).opened
+    [held] = ledger.tick(5.0, [finding("SD302", (), "CPU oversubscribed")]).updated
+    for entry, summary in ((culprit, "rank 1 waits in next_batch"),
+                           (dead, "rank 1 (pid 200) exited with status 1"),
+                           (held, "CPU oversubscribed")):
+        assert entry.finding.summary == f"attempt 2: {summary}"
+        assert entry.finding.evidence["attempt"] == 2
+    assert held.id == first.id   # the same finding, holding in the new attempt
+    # AND a line is in the attempt it was printed in, though read after the next one began
+    [line] = ledger.tick(5.0, [finding("SD531", (1,), "worker group failed", first_at=1.9)]
+                         ).opened
+    assert line.finding.evidence["attempt"] == 1 and line.finding.summary.startswith("attempt 1: ")
+
+
 def test_an_exit_finding_without_the_dead_pid_is_never_taken_for_recovered():
     ledger = Ledger()
     ledger.exits(1.0, [finding("SD110", (0,), "rank 0 left early")])

@@ -228,3 +228,45 @@ def test_internal_error_log_is_0600_whatever_the_umask(base):
     finally:
         os.umask(old)
     assert mode(base / "relay-errors.log") == 0o600
+
+
+# ----- a requeue into the run directory of the run before ---------------------------------------
+def test_a_requeue_sets_the_run_there_aside_and_takes_the_directory(base):
+    # GIVEN the run directory of a run that ended (its store, its agents' files, a link of the
+    # job's own that must move as it is, never followed)
+    run = base / "run"
+    make_private_dir(run)
+    (run / "run.db").write_bytes(b"the first run")
+    (run / "agents").mkdir()
+    (run / "agents" / "agent-12.state").write_bytes(b"state")
+    (run / "latest").symlink_to(base / "elsewhere")
+    # WHEN Slurm requeues the job into it, twice
+    assert make_private_dir(run, requeue=True) == run
+    (run / "run.db").write_bytes(b"the second run")
+    make_private_dir(run, requeue=True)
+    # THEN each earlier run is whole in its attempt-N, the directory free for the next, 0700
+    assert sorted(p.name for p in run.iterdir()) == ["attempt-1", "attempt-2"]
+    assert (run / "attempt-1" / "run.db").read_bytes() == b"the first run"
+    assert (run / "attempt-1" / "agents" / "agent-12.state").read_bytes() == b"state"
+    assert os.readlink(run / "attempt-1" / "latest") == str(base / "elsewhere")
+    assert (run / "attempt-2" / "run.db").read_bytes() == b"the second run"
+    assert {mode(run), mode(run / "attempt-1"), mode(run / "attempt-2")} == {0o700}
+    assert rundir.earlier_attempts(run) == ["attempt-1", "attempt-2"]
+
+
+def test_a_requeue_into_a_directory_that_holds_no_run_is_refused_untouched(base):
+    # a directory of other things (a checkpoint directory given as --run-dir by mistake)
+    target = base / "checkpoints"
+    target.mkdir(mode=0o750)
+    (target / "step-100.pt").write_bytes(b"weights")
+    with pytest.raises(StalldocError, match="holds no stalldoc run to set aside"):
+        make_private_dir(target, requeue=True)
+    assert sorted(p.name for p in target.iterdir()) == ["step-100.pt"]
+    assert mode(target) == 0o750
+
+
+@pytest.mark.parametrize("value,expected", [("1", True), ("3", True), ("0", False), ("", False),
+                                            ("x", False), (None, False)])
+def test_a_requeue_is_slurms_restart_count(value, expected):
+    env = {} if value is None else {"SLURM_RESTART_COUNT": value}
+    assert rundir.requeued(env) is expected

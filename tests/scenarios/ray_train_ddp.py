@@ -9,7 +9,13 @@ for STEPS steps (default 6); each prints ``rank R step S`` as it enters a step. 
 set to a world rank (unset or -1: a healthy run), that rank blocks for good at step STUCK_STEP
 (default 2) in a function named STUCK_FUNC (default ``load_shard``), before its forward pass; the
 other ranks wait in DDP's gradient all-reduce in ``backward()``. Results go under RUN_STORAGE
-(default: a fresh temporary directory, removed at the end)."""
+(default: a fresh temporary directory, removed at the end).
+
+A worker group restarted after a failure (``FailureConfig(max_failures=MAX_FAILURES)``, default
+0): with FAIL_RANK set, that rank raises at step FAIL_STEP (default 1) in its first attempt only
+("corrupt shard", as a bad file on shared storage does); Ray Train then ends the group and
+starts a new one, from scratch. With STUCK_AFTER_FAILURE=1 the stuck rank blocks only in that
+second attempt."""
 import os
 import shutil
 import tempfile
@@ -21,7 +27,7 @@ import torch
 import ray
 import ray.train
 import ray.train.torch
-from ray.train import RunConfig, ScalingConfig
+from ray.train import FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 WORKERS = int(os.environ.get("WORKERS", "2"))
@@ -29,6 +35,10 @@ STEPS = int(os.environ.get("STEPS", "6"))
 STUCK_RANK = int(os.environ.get("STUCK_RANK", "-1"))
 STUCK_STEP = int(os.environ.get("STUCK_STEP", "2"))
 STUCK_FUNC = os.environ.get("STUCK_FUNC", "load_shard")
+FAIL_RANK = int(os.environ.get("FAIL_RANK", "-1"))
+FAIL_STEP = int(os.environ.get("FAIL_STEP", "1"))
+MAX_FAILURES = int(os.environ.get("MAX_FAILURES", "0"))
+STUCK_AFTER_FAILURE = os.environ.get("STUCK_AFTER_FAILURE") == "1"
 
 
 def load_shard() -> None:
@@ -49,9 +59,14 @@ def train_loop_per_worker(config: dict) -> None:
     model = ray.train.torch.prepare_model(torch.nn.Linear(32, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_fn = torch.nn.CrossEntropyLoss()
+    failed_before = os.path.exists(config["failed_flag"])
     for step in range(config["steps"]):
         print(f"rank {rank} step {step}", flush=True)
-        if rank == config["stuck_rank"] and step == config["stuck_step"]:
+        if rank == config["fail_rank"] and step == config["fail_step"] and not failed_before:
+            open(config["failed_flag"], "w").close()
+            raise RuntimeError(f"corrupt shard: rank {rank} read 0 of 4096 bytes at step {step}")
+        if (rank == config["stuck_rank"] and step == config["stuck_step"]
+                and (failed_before or not config["stuck_after_failure"])):
             _named(config["stuck_func"])()
         x, y = torch.randn(8, 32), torch.randint(0, 2, (8,))
         loss = loss_fn(model(x), y)
@@ -69,9 +84,13 @@ def main() -> None:
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config={"steps": STEPS, "stuck_rank": STUCK_RANK,
-                               "stuck_step": STUCK_STEP, "stuck_func": STUCK_FUNC},
+                               "stuck_step": STUCK_STEP, "stuck_func": STUCK_FUNC,
+                               "fail_rank": FAIL_RANK, "fail_step": FAIL_STEP,
+                               "stuck_after_failure": STUCK_AFTER_FAILURE,
+                               "failed_flag": os.path.join(storage or scratch, "failed-once")},
             scaling_config=ScalingConfig(num_workers=WORKERS, use_gpu=False),
-            run_config=RunConfig(name="ray_train_ddp", storage_path=storage or scratch),
+            run_config=RunConfig(name="ray_train_ddp", storage_path=storage or scratch,
+                                 failure_config=FailureConfig(max_failures=MAX_FAILURES)),
         )
         result = trainer.fit()
         print(f"done: {result.metrics}", flush=True)

@@ -79,8 +79,17 @@ def header(run: RunRecord, merged: bool) -> list[str]:
             f"  command : {' '.join(info.command)}",
             f"  started : {when(info.started_at)}  ended: {when(info.ended_at)}",
             f"  end     : {ending(info)}",
-            *attached(info),
+            *attached(info), *requeued(info),
             f"  ranks   : {len({r.rank for r in run.ranks})}", *overhead(info), ""]
+
+
+def requeued(info: RunInfo) -> list[str]:
+    """The header line of a run that a requeue started in the run directory of earlier ones."""
+    if not info.attempt:
+        return []
+    earlier = ", ".join(info.attempt.get("earlier", []))
+    return [f"  attempt : {info.attempt.get('attempt')} (Slurm ran the job again; the runs "
+            f"before it are in {earlier} in this directory)"]
 
 
 def attached(info: RunInfo) -> list[str]:
