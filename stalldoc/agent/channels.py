@@ -9,11 +9,10 @@ only, and nothing imported: this runs inside the job.
 """
 from __future__ import annotations
 
-import _thread
 import functools
 import time
 
-from stalldoc.agent import runtime, statefile
+from stalldoc.agent import primitives, runtime, statefile
 
 TYPE_CHECKING = False   # not typing's: the agent does not import typing (start-up cost)
 if TYPE_CHECKING:
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
     Describe = Callable[[str, tuple, dict], str]
     Wrap = Callable[[Callable[..., Any], "str | None"], Callable[..., Any]]
 
-_MAIN = _thread.get_ident()   # imported with the hooks by the agent's start, on the main thread
+_MAIN = primitives.get_ident()   # imported with the hooks by the agent's start, on the main thread
 _TAGS = {"weights": statefile.TAG_WEIGHTS, "kv_cache": statefile.TAG_KV_CACHE}
 _ALL_TAGS = statefile.TAG_WEIGHTS | statefile.TAG_KV_CACHE
 
@@ -93,7 +92,7 @@ def channel(describe: Describe) -> Wrap:
             agent = runtime._AGENT
             if agent is None or not agent.enabled or phase is None:
                 return fn(*args, **kwargs)
-            if _thread.get_ident() != _MAIN:
+            if primitives.get_ident() != _MAIN:
                 agent.guard(agent.progress)
                 return fn(*args, **kwargs)
             detail = _described(describe, name, args, kwargs)

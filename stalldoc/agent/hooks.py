@@ -12,12 +12,11 @@ sleep / wake_up hooks also record the engine's sleep state.
 """
 from __future__ import annotations
 
-import _thread
 import functools
 import os
 import time
 
-from stalldoc.agent import channels, post_import, runtime
+from stalldoc.agent import channels, post_import, primitives, runtime
 from stalldoc.agent.statefile import (ENGINE_FIELDS, ENGINE_IDLE, REQUESTS_RECORD,
                                       engine_settings_path, preempted_path, requests_path,
                                       served_path)
@@ -134,7 +133,7 @@ def served(fn: Callable[..., Any], phase: str | None) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         agent = runtime._AGENT
-        if agent is not None and agent.enabled and _thread.get_ident() == _MAIN:
+        if agent is not None and agent.enabled and primitives.get_ident() == _MAIN:
             agent.guard(_write_served, self, _listening(self), agent.directory)
             agent.tickers.append(RequestCounts(self, agent.directory).tick)
         return fn(self, *args, **kwargs)
@@ -245,7 +244,7 @@ HOOKS: tuple[Hook, ...] = (
     *CHANNEL_HOOKS,
 )
 
-_MAIN = _thread.get_ident()   # imported by the agent's start, on the main thread
+_MAIN = primitives.get_ident()   # imported by the agent's start, on the main thread
 
 
 def marked(fn: Callable[..., Any], phase: str | None) -> Callable[..., Any]:
@@ -255,7 +254,7 @@ def marked(fn: Callable[..., Any], phase: str | None) -> Callable[..., Any]:
         agent = runtime._AGENT
         if agent is None or not agent.enabled:
             return fn(*args, **kwargs)
-        if phase is None or _thread.get_ident() != _MAIN or (
+        if phase is None or primitives.get_ident() != _MAIN or (
                 agent.phases and agent.phases[-1][0] == phase):
             agent.guard(agent.progress)
             return fn(*args, **kwargs)

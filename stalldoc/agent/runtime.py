@@ -7,14 +7,13 @@ switches itself off, and the training process runs on untouched. Standard librar
 from __future__ import annotations
 
 import _signal   # not signal: its import would be most of the agent's start-up cost
-import _thread
 import atexit
 import faulthandler
 import os
 import sys
 import time
 
-from stalldoc.agent import identity, statefile
+from stalldoc.agent import identity, primitives, statefile
 from stalldoc.agent.statefile import ENV_AGENT_DIR
 
 TYPE_CHECKING = False   # not typing's: the agent does not import typing (start-up cost)
@@ -103,7 +102,7 @@ class Agent:
     # ----- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
         _threading_from_main_thread()
-        _thread.start_new_thread(self._beat, ())   # daemonic: never delays the job's exit
+        primitives.start_new_thread(self._beat, ())   # daemonic: never delays the job's exit
         atexit.register(self._at_exit)
         self._chain_excepthook()
         self._allow_ptrace()
@@ -126,7 +125,7 @@ class Agent:
     def _beat(self) -> None:
         beats = 0
         while True:
-            time.sleep(HEARTBEAT_SECONDS)
+            primitives.sleep(HEARTBEAT_SECONDS)
             if not self.enabled:
                 return
             now = time.time()
@@ -337,7 +336,7 @@ class Agent:
     def phase_enter(self, name: str, detail: str = "") -> None:
         now = time.time()
         self.phases.append((name, now, detail, now))
-        self._push_thread(_thread.get_native_id())
+        self._push_thread(primitives.get_native_id())
         self.state.phase_stack([p[0] for p in self.phases])
         if detail:
             self.state.phase_detail(name, now, detail)

@@ -17,8 +17,9 @@ Standard library only.
 """
 from __future__ import annotations
 
-import _thread
 import atexit
+
+from stalldoc.agent import primitives
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ class TorchGate:
     """Runs the heartbeat's calls into torch while the interpreter is not finalizing."""
 
     def __init__(self) -> None:
-        self._lock = _thread.allocate_lock()
+        self._lock = primitives.allocate_lock()
         self.closed = False
         self._registered = False
 
@@ -54,5 +55,5 @@ class TorchGate:
 
     def forget_after_fork(self) -> None:
         """In a forked child: no heartbeat runs here, and the lock may have been copied held."""
-        self._lock = _thread.allocate_lock()
+        self._lock = primitives.allocate_lock()
         self.closed = True
