@@ -10,7 +10,8 @@ falls on all alike:
 - ``watch``: ``stalldoc watch`` with everything on (the agent in the process);
 - ``watch-noagent``: ``stalldoc watch --no-agent`` (the sidecar only: py-spy, /proc).
 
-For each arm: runs that did not exit 3 / runs, the rate with its 95 % Wilson interval, and a
+For each arm: runs that did not exit 3 (a run still going after a minute is ended and counted
+as hung, status -1) / runs, the rate with its 95 % Wilson interval, and a
 one-sided Fisher exact p-value for "the arm fails more often than plain" (small p: stalldoc
 raises it); the exit statuses seen. Needs gevent (``pip install gevent``).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,6 +36,8 @@ JOB = [sys.executable, str(ROOT / "tests" / "scenarios" / "gevent_rewards.py")]
 ARMS: dict[str, tuple[str, ...] | None] = {
     "plain": None, "watch": (), "watch-noagent": ("--no-agent",)}
 CODE = 3
+HANG_SECONDS = 60   # the job takes about a second: a run past this hangs (counted as "hung")
+HUNG = -1
 
 
 def run_once(arm: str, tmp: Path, run: int) -> int:
@@ -43,9 +47,14 @@ def run_once(arm: str, tmp: Path, run: int) -> int:
         sys.executable, "-m", "stalldoc", "watch", "--run-dir", str(tmp / f"{arm}-{run}"),
         "--stall-timeout", "60", *options, "--", *JOB]
     env = {**os.environ, "CODE": str(CODE)}
-    proc = subprocess.run(command, env=env, capture_output=True, timeout=300,
-                          stdin=subprocess.DEVNULL)
-    return proc.returncode
+    with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          stdin=subprocess.DEVNULL, start_new_session=True) as proc:
+        try:
+            return proc.wait(timeout=HANG_SECONDS)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)   # the job and, under watch, the watcher
+            proc.wait()
+            return HUNG
 
 
 def measure(arms: list[str], runs: int, busy: bool) -> dict[str, collections.Counter]:

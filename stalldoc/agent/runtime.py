@@ -102,6 +102,7 @@ class Agent:
     # ----- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
         _threading_from_main_thread()
+        self._mark_when_finished()
         primitives.start_new_thread(self._beat, ())   # daemonic: never delays the job's exit
         atexit.register(self._at_exit)
         self._chain_excepthook()
@@ -241,6 +242,27 @@ class Agent:
         from stalldoc.agent import cuda as cuda_telemetry
         self._cuda_module = cuda_telemetry
         return cuda_telemetry
+
+    def _mark_when_finished(self) -> None:
+        """Have Python say when the job's script returns: ``threading._shutdown`` runs its own
+        exit calls first, before it waits for the job's threads that are not daemons, and before
+        the ``atexit`` handlers. What holds a finished process is then one of those."""
+        import threading
+        register = getattr(threading, "_register_atexit", None)   # Python 3.9+
+        if register is not None:
+            self.guard(register, self._finished)
+
+    def _finished(self) -> None:
+        """The script returned (in this process, not a child forked from it)."""
+        if self.enabled and os.getpid() == self.pid:
+            self.guard(self._write_finished)
+
+    def _write_finished(self) -> None:
+        fd = open_record(statefile.finished_path(self.directory, self.pid))
+        try:
+            os.write(fd, f"{time.time():.3f}".encode("ascii"))
+        finally:
+            os.close(fd)
 
     def _at_exit(self) -> None:
         """The interpreter exits (every other atexit handler has run): exited, unless an

@@ -296,3 +296,19 @@ def engine_settings_path(directory: str, pid: int) -> str:
 def state_path(directory: str, pid: int) -> str:
     """Where the agent of process ``pid`` keeps its state file."""
     return os.path.join(directory, f"agent-{pid}.state")
+
+
+def finished_path(directory: str, pid: int) -> str:
+    """Where the agent of process ``pid`` writes when the job's script returned (the time, as
+    text): Python then waits for the job's threads that are not daemons, then runs its exit
+    handlers, then ends the process."""
+    return os.path.join(directory, f"finished-{pid}")
+
+
+def read_finished(directory: str, pid: int) -> float | None:
+    """When process ``pid``'s script returned; None when it has not (or wrote no time)."""
+    try:
+        with open(finished_path(directory, pid), "rb") as fh:
+            return float(fh.read(32).decode("ascii"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None

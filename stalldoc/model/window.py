@@ -57,3 +57,6 @@ class Window:
     preemptions: Mapping[int, EnginePreemptions] = field(default_factory=dict)
     # rank -> why its present process runs without stalldoc's agent (every tick)
     agentless: Mapping[int, str] = field(default_factory=dict)
+    # rank -> when its script returned (its agent said so): what holds it is the process's end
+    # (threads that are not daemons, exit handlers), not its work (stall only)
+    finished: Mapping[int, float] = field(default_factory=dict)

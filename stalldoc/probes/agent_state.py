@@ -10,7 +10,7 @@ from typing import Iterable
 
 import psutil
 
-from stalldoc.agent.statefile import state_path
+from stalldoc.agent.statefile import finished_path, read_finished, state_path
 from stalldoc.agent.versions import versions_path
 from stalldoc.agent.state_reader import (IncrementalReader, StateFileError, read_claim,
                                          read_markers, read_started_at, read_state)
@@ -117,6 +117,13 @@ class AgentStateProbe:
         """Rank → its agent's state (``read`` without the count)."""
         return self.read(ranks).states
 
+    def finished(self, ranks: list[RankProcess]) -> dict[int, float]:
+        """Rank → when its script returned, for the ranks whose agents said so."""
+        if not self.directory:
+            return {}
+        return {r.rank: t for r in ranks
+                if (t := read_finished(self.directory, r.pid)) is not None}
+
     def sweep(self, keep: set[int], costs: StartupCosts) -> int:
         """Delete the files of agents whose process ended (or whose pid now belongs to another
         process) and that were never ranks (``keep``): short-lived Python processes (one per
@@ -136,6 +143,7 @@ class AgentStateProbe:
             if identity is not None:
                 costs.add(identity.startup_seconds)
             for name in (path, os.path.join(self.directory, f"faulthandler-{pid}.txt"),
+                         finished_path(self.directory, pid),
                          os.path.join(self.directory, f"flight-{pid}"),
                          versions_path(self.directory, pid),
                          versions_path(self.directory, pid) + ".tmp"):

@@ -30,6 +30,7 @@ from stalldoc.rules.sd115_teardown_crash import TeardownCrash
 from stalldoc.rules.sd116_extension_build_lock import ExtensionBuildLock
 from stalldoc.rules.sd117_served_engine_stuck import ServedEngineStuck
 from stalldoc.rules.sd118_rank_without_agent import RankWithoutAgent
+from stalldoc.rules.sd119_finished_not_exiting import FinishedNotExiting
 from stalldoc.rules.sd201_offload_thrash import OffloadThrash
 from stalldoc.rules.sd202_gpu_memory_pressure import GpuMemoryPressure
 from stalldoc.rules.sd203_gpu_not_completing import GpuNotCompleting
@@ -85,6 +86,7 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  SlowRank, BusyWithoutProgress, RankLeftEarly, HungInChannel,
                                  VllmAsleep, NodeLost, WaitingOnOtherNodes, TeardownCrash,
                                  ExtensionBuildLock, ServedEngineStuck, RankWithoutAgent,
+                                 FinishedNotExiting,
                                  OffloadThrash, GpuMemoryPressure, GpuNotCompleting,
                                  GpuIdleHostBlocked, GpuSharedByRanks, IdleGpus,
                                  HostMemoryPressure, CpuOversubscription, MaxModelLenConfig,

@@ -41,6 +41,8 @@ class PythonDeadlock(Rule):
 
     def check(self, window: Window) -> Iterator[Finding]:
         for rank, stacks in sorted(window.stacks.items()):
+            if rank in window.finished:   # its script returned: SD119 says what holds it
+                continue
             main = stacks.main
             where = waits_on_lock(main) if main else None
             if main is None or where is None:

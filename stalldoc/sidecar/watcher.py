@@ -559,7 +559,8 @@ class Watcher:
                                      engines=self._engine_states(live),
                                      served=self.served.view(self.engine_tick.idle,
                                                              episode.ranks),
-                                     engine_settings=self._engine_settings(live))
+                                     engine_settings=self._engine_settings(live),
+                                     finished=self.agents_probe.finished(live))
         self.store.add_stacks(episode.id, stacks.values())
         self.stall_stacks, self.stall_flight, self.stall_over = stacks, flight, False
         self._diagnosis(self._save(self.ledger.stall(now, episode.id,
