@@ -205,7 +205,7 @@ def _formats() -> list[str]:
 
 @main.command()
 @click.argument("run_dirs", metavar="RUN_DIR...", nargs=-1, required=True,
-                type=click.Path(path_type=Path))
+                type=click.Path(path_type=Path, readable=False))   # the reader says why, once
 @click.option("--format", "fmt", type=click.Choice(_formats()), default="text",
               show_default=True,
               help="text for a terminal, json for tools, markdown to paste into a bug report, "

@@ -5,8 +5,11 @@ open one in a read-only directory (a copied run) without them. So:
 
 - a WAL database without a ``-wal`` file (the watcher ended cleanly) is opened ``immutable``:
   no lock, no file created;
-- one with ``-wal`` and ``-shm`` (a live watcher, or one that was killed) in read-only mode,
-  which only reads them;
+- one with ``-wal`` and ``-shm`` whose watcher is alive (it holds SQLite's lock on the ``-shm``
+  file) in read-only mode, beside it;
+- one whose watcher was killed (``-wal`` and ``-shm`` left, nobody holding them) from a private
+  copy: SQLite, even read-only, would rebuild the ``-shm`` index in the run directory, and a
+  post-mortem must leave its evidence byte for byte as it was;
 - a rollback-journal database (network filesystems) in read-only mode;
 - anything else (a ``-wal`` without ``-shm``, a hot journal, a read-only copy SQLite refuses) from
   a private copy in a temporary directory, removed afterwards.
@@ -14,9 +17,11 @@ open one in a read-only directory (a copied run) without them. So:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import sqlite3
+import struct
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -27,6 +32,8 @@ from stalldoc.store.schema import DB_NAME, READABLE_VERSIONS, SCHEMA_VERSION
 
 _MAGIC = b"SQLite format 3\x00"
 _WAL_VERSION = 2       # header bytes 18-19: 1 = rollback journal, 2 = WAL
+_SHM_DMS_BYTE = 128    # (22 + SQLITE_SHM_NLOCK) * 4 + SQLITE_SHM_NLOCK: the -shm's dead-man switch
+_FLOCK = "hhqqi4x"     # struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid
 
 
 def _header(path: Path) -> bytes:
@@ -51,7 +58,25 @@ def _query_for(path: Path, header: bytes) -> str | None:
         return None if side["-journal"] else "mode=ro"
     if not side["-wal"]:
         return "mode=ro&immutable=1"
-    return "mode=ro" if side["-shm"] else None
+    return "mode=ro" if side["-shm"] and _held(Path(f"{path}-shm")) else None
+
+
+def _held(shm: Path) -> bool:
+    """Another process has the database open: it holds its shared lock on the ``-shm`` file's
+    dead-man-switch byte (SQLite's unix VFS, every connection in WAL mode). Asked with
+    ``F_GETLK``, which reads and takes nothing."""
+    try:
+        fd = os.open(shm, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        asked = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, _SHM_DMS_BYTE, 1, 0)
+        answer = fcntl.fcntl(fd, fcntl.F_GETLK, asked)
+        return struct.unpack(_FLOCK, answer)[0] != fcntl.F_UNLCK
+    except OSError:
+        return True   # cannot tell: read beside it, as before
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager

@@ -83,6 +83,43 @@ def test_a_live_run_is_read_while_the_watcher_writes(tmp_path):
     store.close()
 
 
+KILLED_WRITER = """
+import sys, time
+from pathlib import Path
+sys.path[:0] = {path!r}
+from test_reader import _store
+store = _store(Path({run_dir!r}))
+print("written", flush=True)
+time.sleep(60)
+"""
+
+
+def _digests(run_dir: Path) -> dict[str, str]:
+    import hashlib
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run_dir.iterdir())}
+
+
+def test_a_killed_run_is_read_and_left_byte_for_byte_as_it_was(tmp_path):
+    # GIVEN a watcher killed with SIGKILL after its writes: run.db, its -wal and -shm left,
+    # nobody holding them
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    code = KILLED_WRITER.format(path=[str(Path(__file__).parent), *sys.path],
+                                run_dir=str(run_dir))
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                          text=True) as writer:
+        assert writer.stdout is not None and writer.stdout.readline() == "written\n"
+        writer.kill()
+    before = _digests(run_dir)
+    assert sorted(before) == ["run.db", "run.db-shm", "run.db-wal"]
+    # WHEN it is reported, twice
+    for _ in range(2):
+        result = _report(run_dir)
+        assert result.returncode == 0 and '"SD101"' in result.stdout, result.stderr  # in the WAL
+    # THEN every file is as it was, byte for byte
+    assert _digests(run_dir) == before
+
+
 def test_a_killed_run_copied_without_its_shared_memory_file_keeps_its_last_writes(tmp_path):
     live = tmp_path / "live"
     live.mkdir()
@@ -129,6 +166,36 @@ def test_a_run_directory_that_cannot_be_entered(tmp_path, shared_tmp):
     private.chmod(0o700)
     stderr = _one_line_failure(_report(private / "run", *NOBODY))
     assert "cannot read" in stderr and "ermission denied" in stderr
+
+
+@pytest.mark.skipif(not _as_nobody_possible(), reason="needs root and setpriv to read as nobody")
+def test_a_run_directory_that_may_not_be_read_is_one_line_and_exit_1(tmp_path, shared_tmp):
+    # (click's own check once answered with its usage banner and exit 2)
+    run_dir = shared_tmp / "run"
+    shutil.copytree(_run(tmp_path), run_dir)
+    run_dir.chmod(0o700)
+    stderr = _one_line_failure(_report(run_dir, *NOBODY))
+    assert stderr.startswith(f"stalldoc: cannot read {run_dir}") and "Usage" not in stderr
+
+
+@pytest.mark.skipif(not _as_nobody_possible(), reason="needs root and setpriv to read as nobody")
+def test_a_killed_run_copied_read_only_is_read_by_another_user(tmp_path, shared_tmp):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    code = KILLED_WRITER.format(path=[str(Path(__file__).parent), *sys.path],
+                                run_dir=str(run_dir))
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                          text=True) as writer:
+        assert writer.stdout is not None and writer.stdout.readline() == "written\n"
+        writer.kill()
+    copy = shared_tmp / "copy"
+    shutil.copytree(run_dir, copy)
+    for path in [*copy.iterdir(), copy]:
+        path.chmod(0o444 if path.is_file() else 0o555)
+    before = _digests(copy)
+    result = _report(copy, *NOBODY)
+    assert result.returncode == 0 and '"SD101"' in result.stdout, result.stderr
+    assert _digests(copy) == before
 
 
 def _damage_page(run_dir: Path) -> None:
