@@ -14,14 +14,15 @@ from stalldoc.errors import StalldocError
 
 EXIT_CODES_HELP = """\b
 Exit codes of watch:
-  the job's own   the command's exit status (128+N when killed by signal N)
+  the job's own   the command's exit status (128+N: killed by signal N)
   124             --on-stall kill ended the job after storing the diagnosis
-  125             stalldoc could not start watching (bad or unsafe run directory, metrics
-                  port in use, or --strict and the launch checks found a problem); job not
-                  launched
+  125             stalldoc could not start watching (bad or unsafe run
+                  directory, metrics port in use, or --strict and the
+                  launch checks found a problem); job not launched
   126 / 127       the command is not executable / not found
   2               usage error
 """
+HELP_WIDTH = 80   # click's help is read in 80-column terminals: every line fits (tested)
 
 
 def fail(error: StalldocError) -> None:
@@ -140,12 +141,13 @@ def watch(run_dir: Path | None, stall_timeout: float, busy_timeout: float | None
 
 ATTACH_EXIT_HELP = """\b
 Exit codes of attach:
-  0     observed: the verdict printed and the run stored, stalled or not (also when
-        --follow is ended by Ctrl-C or SIGTERM; the job runs on)
-  1     nothing to attach to: no such pid, one that ended, init, a shell or stalldoc
-        itself, another user's process, no rank (RANK) in its tree, or a --log file that
-        cannot be read
-  125   the run directory cannot be used (unsafe, not empty, cannot be created)
+  0     observed: the verdict printed and the run stored, stalled or not
+        (also when --follow is ended by Ctrl-C or SIGTERM; the job runs on)
+  1     nothing to attach to: no such pid, one that ended, init, a shell or
+        stalldoc itself, another user's process, no rank (RANK) in its
+        tree, or a --log file that cannot be read
+  125   the run directory cannot be used (unsafe, not empty, cannot be
+        created)
   2     usage error (no PID, a bad option)
 """
 

@@ -247,4 +247,15 @@ def test_metrics_port_in_use_is_an_error_before_launch(tmp_path):
         result = watch(tmp_path, [sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
                        "--metrics-port", str(port))
     assert result.code == 125 and not marker.exists()
-    assert f"stalldoc: cannot serve metrics on 127.0.0.1:{port}" in result.stderr
+    # one true line: nothing about a job that never started running on
+    assert result.stderr.strip().splitlines() == [
+        f"stalldoc: cannot serve metrics on 127.0.0.1:{port}: Address already in use"]
+
+
+@pytest.mark.parametrize("command", ["", "watch", "attach", "report", "check", "doctor",
+                                     "explain", "rules", "demo"])
+def test_help_fits_an_80_column_terminal(command: str) -> None:
+    out = subprocess.run([*STALLDOC, *command.split(), "--help"], capture_output=True,
+                         text=True, env={**os.environ, "COLUMNS": "80"})
+    assert out.returncode == 0, out.stderr
+    assert [line for line in out.stdout.splitlines() if len(line) > 80] == []

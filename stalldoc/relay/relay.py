@@ -291,12 +291,14 @@ class Relay:
 
     def _sidecar_ended(self, status: int) -> None:
         self.link.exit_status = status
-        if self.code is None:
-            how = (f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
-                   if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}")
-            self.terminal.close()
-            self.say(f"the sidecar stopped ({how}; see {self.run_dir / SIDECAR_LOG}); the job "
-                     f"runs on, unwatched")
+        refused = self.verdict is not None and not self.verdict.get("launch")
+        if self.code is not None or (self.job is None and refused):
+            return   # the job ended first, or the sidecar refused the launch: its line follows
+        how = (f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+               if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}")
+        self.terminal.close()
+        self.say(f"the sidecar stopped ({how}; see {self.run_dir / SIDECAR_LOG}); the job "
+                 + ("runs on, unwatched" if self.job is not None else "starts unwatched"))
 
     # ----- signals ----------------------------------------------------------------------------
     def _install_signals(self) -> None:

@@ -85,7 +85,7 @@ class RankOutsideCollective(Rule):
         the group's prompts first and let a rank with none of its own still join the call.
 
     References
-        torch Flight Recorder "Not all ranks joining collective N"; anchors.md; PyTorch's
+        torch Flight Recorder's analyzer (``torchfrtrace``: "Not all ranks joining collective N"); PyTorch's
         "Distributed Training with Uneven Inputs Using the Join Context Manager";
         pytorch/pytorch#38174; Lightning-AI/pytorch-lightning#20404; huggingface/trl#3671
         (GRPO with vLLM colocated hangs at llm.generate); huggingface/trl#3394 (colocation via

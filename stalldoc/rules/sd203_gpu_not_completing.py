@@ -45,7 +45,7 @@ class GpuNotCompleting(Rule):
         For the device side, run with NCCL_DEBUG=INFO and TORCH_NCCL_DUMP_ON_TIMEOUT=1.
 
     References
-        anchors.md (host-vs-device progress); PyTorch Flight Recorder.
+        PyTorch Flight Recorder (a collective started on the host, not completed on the device); DLRover's xpu-timer and SageMaker HyperPod (a hang read from flat GPU utilisation).
     """
 
     code = "SD203"

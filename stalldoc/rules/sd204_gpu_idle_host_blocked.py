@@ -33,7 +33,7 @@ class GpuIdleHostBlocked(Rule):
         the blocking call on the host is the cause; the GPUs are only waiting for it.
 
     References
-        anchors.md (host-vs-device progress); ms-swift issue #6962 (util 0, memory flat).
+        DLRover's xpu-timer and SageMaker HyperPod (a hang read from flat GPU utilisation); modelscope/ms-swift#6962 (util 0, memory flat).
     """
 
     code = "SD204"
