@@ -11,7 +11,7 @@ import json
 import os
 import socket
 import time
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from stalldoc.agent.statefile import STATUS_EXCEPTION
 from stalldoc.analysis.stacks import waits_on_build_lock, waits_on_http
@@ -28,7 +28,7 @@ from stalldoc.model.ranks import (EngineProcess, EngineState, RankExit, RankProc
                                   claim_strength)
 from stalldoc.model.stacks import BuildLock, RankStacks
 from stalldoc.model.window import Window
-from stalldoc.model.work import StallEpisode
+from stalldoc.model.work import RankWork, StallEpisode
 from stalldoc.probes.agent_state import StartupCosts
 from stalldoc.probes.build_locks import build_locks
 from stalldoc.probes.connections import external_peers
@@ -528,10 +528,9 @@ class Watcher:
         if started is None:
             return
         self.store.save_stall(started)
-        seen = "; ".join(f"rank {r}: {w.describe()}" for r, w in sorted(started.work.items()))
         self.say(f"STALL #{started.id}: no rank showed work for {now - started.started_at:.0f} s "
-                 f"(threshold {started.threshold:.0f} s); {seen}; taking stacks of "
-                 f"{len(started.ranks)} rank(s)")
+                 f"(threshold {started.threshold:.0f} s); {_grouped(started.work)}; taking "
+                 f"stacks of {len(started.ranks)} rank(s)")
         self._diagnose(started, agents)
         if self.opts.on_stall == "kill":
             self.say("--on-stall kill: ending the job")
@@ -787,6 +786,18 @@ def _weaker(found: RankProcess, known: RankProcess) -> bool:
     read this once, as a process in its exit is found by its launch alone): no news of it."""
     return (found.rank == known.rank and known.from_env
             and claim_strength(found.source) < claim_strength(known.source))
+
+
+def _grouped(work: Mapping[int, RankWork], most: int = 4) -> str:
+    """What the ranks showed, ranks that showed the same together ('ranks 0,2-7: cpu 0%, io 0
+    kB/s, stack not sampled; rank 1: ...'), the largest groups first, ``most`` of them."""
+    groups: dict[str, list[int]] = {}
+    for rank, seen in sorted(work.items()):
+        groups.setdefault(seen.describe(), []).append(rank)
+    ordered = sorted(groups.items(), key=lambda g: (-len(g[1]), g[1][0]))
+    shown = "; ".join(f"{join_ranks(ranks)}: {what}" for what, ranks in ordered[:most])
+    rest = sum(len(ranks) for _, ranks in ordered[most:])
+    return shown + (f"; {rest} more rank(s) otherwise" if rest else "")
 
 
 def _known_as(rank: RankProcess) -> str:

@@ -169,8 +169,30 @@ def findings(report: Report, launch: bool) -> list[FindingView]:
     return [finding_view(f) for f in chosen]
 
 
+# The launch plan's and resources' keys in words; swift's own argument names (num_generations,
+# per_device_train_batch_size, ...) stay as the user typed them
+LABELS = {"world_size": "ranks (world size)", "global_batch_size": "global batch size",
+          "prompts_per_generation": "prompts per generation", "train_prompts": "training prompts",
+          "rollouts_per_epoch": "rollouts per epoch", "steps_per_epoch": "steps per epoch",
+          "max_steps_given": "max_steps given", "gpus": "GPUs", "gpu_memory": "memory per GPU",
+          "dataset_size": "dataset rows", "dataset_note": "dataset size from",
+          "model_note": "model from", "not_checked": "not checked",
+          "defaults": "swift's defaults used for"}
+_GIB = 1 << 30
+
+
 def _pairs(mapping: Mapping[str, Any], skip: Iterable[str] = ()) -> tuple[tuple[str, str], ...]:
-    return tuple((k, _text(v)) for k, v in mapping.items() if k not in skip and _flat(v))
+    return tuple((LABELS.get(k, k), _worded(k, v)) for k, v in mapping.items()
+                 if k not in skip and _flat(v))
+
+
+def _worded(key: str, value: Any) -> str:
+    """A value as a person reads it: yes / no, memory in GiB."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key == "gpu_memory" and isinstance(value, int):
+        return f"{value / _GIB:.1f} GiB"
+    return _text(value)
 
 
 def launch_plan(run: RunRecord) -> Plan | None:

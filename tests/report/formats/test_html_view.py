@@ -45,6 +45,6 @@ def test_the_launch_plan_alone_or_with_its_resources():
     alone = plan_of(PLAN)
     assert ("max_steps", "1320") in alone.figures and alone.arithmetic == tuple(PLAN["arithmetic"])
     whole = plan_of({"plan": PLAN, "resources": {"gpus": 8}, "skipped": ["model not local"]})
-    assert whole.figures == alone.figures and whole.resources == (("gpus", "8"),)
+    assert whole.figures == alone.figures and whole.resources == (("GPUs", "8"),)
     assert whole.skipped == ("model not local",)
     assert plan_of(None) is None and plan_of({}) is None
