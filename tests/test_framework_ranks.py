@@ -182,7 +182,7 @@ def test_a_ray_driver_waiting_on_its_tasks_is_no_stalled_rank(tmp_path: Path,
         assert f"pid {job_pid(result)} is not rank 0" in result.stderr
 
 
-@LOADS
+@pytest.mark.parametrize("loaded", [True], ids=["cpu-burner"])   # idle: the restart test below
 def test_ray_train_hung_worker_is_named_in_its_training_thread(
         tmp_path: Path, ray_env: dict[str, str], loaded: bool) -> None:
     # GIVEN world rank 1 of 2 stuck in the training loop, which Ray Train runs in a thread of
