@@ -195,6 +195,25 @@ def test_ray_train_hung_worker_is_named_in_its_training_thread(
     assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
 
 
+def test_two_worlds_a_worker_killed_like_the_oom_killer_does_is_named_with_its_actor(
+        tmp_path: Path, ray_env: dict[str, str]) -> None:
+    # GIVEN verl's layout, the rollout group's rank 1 killed at its step 1 (SIGKILL, as the OOM
+    # killer ends a worker): its actor is dead, the driver's ray.get fails
+    env, ports = two_worlds(ray_env, STUCK_GROUP="rollout", STUCK_RANK="1", STUCK_HOW="killed")
+    result = run(tmp_path, "ray_two_worlds.py", env, False, "--on-stall", "kill")
+    assert result.code == 1, result.stderr[-3000:]
+    # THEN Ray's own lines name the dead worker, and it is the rank whose process it was
+    report = result.report()
+    [killed] = [r for r in report["ranks"]
+                if (r["world"], r["world_rank"]) == (ports["rollout"], 1)]
+    [died] = result.findings("SD532")
+    assert died["ranks"] == [killed["rank"]] and died["severity"] == "critical", died
+    assert died["summary"].startswith(f"rank {killed['rank']}: ") and (
+        f"pid {killed['pid']}" in died["summary"]), died["summary"]
+    assert "SYSTEM_ERROR" in died["summary"]
+    assert report["stalls"] == []   # it died: nothing hung
+
+
 def test_ray_train_worker_group_restarted_after_a_failure_its_hang_is_named_in_attempt_2(
         tmp_path: Path, ray_env: dict[str, str]) -> None:
     # GIVEN FailureConfig(max_failures=1): rank 1 of 2 raises at step 1 ("corrupt shard"), Ray

@@ -80,6 +80,11 @@ from stalldoc.rules.sd528_zero3_param_not_available import Zero3ParamNotAvailabl
 from stalldoc.rules.sd529_collective_mismatch_reported import CollectiveMismatchReported
 from stalldoc.rules.sd530_vllm_engine_preempting import VllmEnginePreempting
 from stalldoc.rules.sd531_ray_train_group_failed import RayTrainGroupFailed
+from stalldoc.rules.sd532_ray_actor_died import RayActorDied
+from stalldoc.rules.sd533_ray_node_dead import RayNodeDead
+from stalldoc.rules.sd534_ray_unschedulable import RayUnschedulable
+from stalldoc.rules.sd535_slurm_time_limit import SlurmTimeLimit
+from stalldoc.rules.sd536_vllm_engine_not_started import VllmEngineNotStarted
 
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
@@ -103,7 +108,9 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  VllmWorkerMethodFailed, VllmServerNotUp, RolloutRequestFailed,
                                  RolloutConnectionDropped, DeepspeedCacheFlushes,
                                  Zero3ParamNotAvailable, CollectiveMismatchReported,
-                                 VllmEnginePreempting, RayTrainGroupFailed)
+                                 VllmEnginePreempting, RayTrainGroupFailed, RayActorDied,
+                                 RayNodeDead, RayUnschedulable, SlurmTimeLimit,
+                                 VllmEngineNotStarted)
 STICKY: frozenset[str] = frozenset(rule.code for rule in RULES if rule.sticky)
 ENDS_WITH_PROGRESS: frozenset[str] = frozenset(rule.code for rule in RULES
                                                if rule.ends_with_progress)

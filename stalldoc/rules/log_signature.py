@@ -139,7 +139,7 @@ class LogSignature(Rule):
         return cls._program
 
     def check(self, window: Window) -> Iterator[Finding]:
-        hits = _hits(self.program(), window.log)
+        hits = matching_lines(self.program(), window.log)
         if not hits:
             return
         first_line = hits[0][0]
@@ -170,7 +170,7 @@ class LogSignature(Rule):
         return figures
 
 
-def _hits(program: list[tuple[str, re.Pattern[str]]],
+def matching_lines(program: list[tuple[str, re.Pattern[str]]],
           lines: tuple[LogLine, ...]) -> list[tuple[LogLine, re.Match[str]]]:
     """Each line with the first pattern that matches it (a line counts once). Written as plain
     loops: every line of the job passes here once per log rule."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterator
+from typing import Any, Iterator
 
 from stalldoc.analysis.watchdog import align, align_flight
 from stalldoc.model.findings import Finding, Severity
@@ -22,7 +22,12 @@ class NcclWatchdogTimeout(LogSignature):
         timeout: WorkNCCL(SeqNum=N, OpType=X, NumelIn=.., NumelOut=.., Timeout(ms)=..)``,
         ``Timeout at NCCL work: N, last enqueued NCCL work: N, last completed NCCL work: M`` and
         ``Received a dump signal due to a collective timeout from rank N`` (the rank that saw the
-        timeout first tells the others through the store). The collective is then matched:
+        timeout first tells the others through the store), and, with ``TORCH_NCCL_BLOCKING_WAIT=1``
+        (older ``NCCL_BLOCKING_WAIT=1``), the waiting thread's own ``[Rank N] Work
+        WorkNCCL(SeqNum=N, OpType=X, ...) timed out in blocking wait`` (torch >= 2.5; before, the
+        blocking wait raised ``NCCL communicator was aborted on rank N. Original reason for
+        failure was: ... Watchdog caught collective operation timeout ...``, matched as such).
+        The collective is then matched:
         with the ranks' Flight Recorder dumps of the stall, exactly (SeqNum is the dump's
         collective_seq_id in that group, DDP's C++ all-reduces included); else with the agents'
         rings, through the printing rank's pending entry (the ring numbers Python calls, not
@@ -37,7 +42,8 @@ class NcclWatchdogTimeout(LogSignature):
     Evidence
         the lines; ``seq`` and ``op`` of the collective, ``numel_in`` / ``numel_out``,
         ``timeout_ms``, ``last_enqueued`` / ``last_completed`` work, ``pg`` (the group's
-        description or id) and ``timed_out_rank`` where the lines carry them; the global ranks
+        description or id), ``timed_out_rank`` and ``blocking_wait`` (the rank's own wait timed
+        out, TORCH_NCCL_BLOCKING_WAIT) where the lines carry them; the global ranks
         that printed them; ``ring``: its ``source`` (``flight_recorder`` or ``agent``), group,
         seq and op in that numbering, waiting / missing / passed ranks, the culprits' frames.
 
@@ -57,7 +63,9 @@ class NcclWatchdogTimeout(LogSignature):
         pytorch/pytorch#152623, pytorch/pytorch#118369, NVIDIA/nccl#1610 (``[rank13]`` prints
         ``[Rank 1]``: the rank in its group), vllm-project/vllm-omni#2928,
         modelscope/DiffSynth-Studio#458 and sgl-project/sglang#1693 (``Timeout at NCCL work`` of
-        a non-default group); PyTorch ProcessGroupNCCL watchdog and Flight Recorder.
+        a non-default group), huggingface/diffusers#12422 (``timed out in blocking wait``, after
+        the watchdog's line), mlfoundations/open_clip#1087 (``NCCL communicator was aborted``
+        with NCCL_BLOCKING_WAIT=1 set); PyTorch ProcessGroupNCCL watchdog and Flight Recorder.
     """
 
     code = "SD501"
@@ -74,7 +82,14 @@ class NcclWatchdogTimeout(LogSignature):
         r"rank (?P<timed_out_rank>\d+))(?:.*?Last enqueued NCCL work: (?P<last_enqueued>-?\d+), "
         r"last completed NCCL work: (?P<last_completed>-?\d+))?",
         r"Received a timeout signal from this local rank",
+        r"Work WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel_in>-?\d+))?"
+        r"(?:, NumelOut=(?P<numel_out>-?\d+))?(?:(?:, \w+=[^,)]*)*?, Timeout\(ms\)="
+        r"(?P<timeout_ms>\d+))?\) timed out in blocking wait",
     )
+
+    def details(self, match: re.Match[str]) -> dict[str, Any]:
+        figures = super().details(match)
+        return {**figures, "blocking_wait": True} if "in blocking wait" in match.string else figures
 
     def check(self, window: Window) -> Iterator[Finding]:
         for finding in super().check(window):

@@ -16,8 +16,11 @@ all_reduce of the gradients). Each rank prints ``<group> rank R step S``. With S
 (``actor`` or ``rollout``) and STUCK_RANK set, that rank of that group blocks for good at step
 STUCK_STEP (default 1) in a function named STUCK_FUNC (default ``load_shard``): its group's other
 ranks wait in the collective, the other group sits idle between calls, and the driver waits in
-``ray.get``. A healthy run ends with exit status 0."""
+``ray.get``. With STUCK_HOW=killed that rank is instead killed there (SIGKILL, as the OOM
+killer ends a worker): its actor is dead, and the driver's ``ray.get`` fails. A healthy run ends
+with exit status 0."""
 import os
+import signal
 import socket
 import threading
 import types
@@ -31,6 +34,7 @@ STUCK_GROUP = os.environ.get("STUCK_GROUP", "")
 STUCK_RANK = int(os.environ.get("STUCK_RANK", "-1"))
 STUCK_STEP = int(os.environ.get("STUCK_STEP", "1"))
 STUCK_FUNC = os.environ.get("STUCK_FUNC", "load_shard")
+STUCK_HOW = os.environ.get("STUCK_HOW", "hang")   # or "killed": SIGKILL, as the OOM killer does
 
 
 def load_shard() -> None:
@@ -65,6 +69,8 @@ class Worker:
         print(f"{self.group} rank {self.rank} step {step}", flush=True)
         if (self.group == self.stuck["group"] and self.rank == self.stuck["rank"]
                 and step == self.stuck["step"]):
+            if self.stuck["how"] == "killed":
+                os.kill(os.getpid(), signal.SIGKILL)
             _named(self.stuck["func"])()
 
     def generate_sequences(self, step: int) -> int:
@@ -124,7 +130,8 @@ def main() -> None:
         ray.init()
     else:
         ray.init(num_cpus=ACTOR_RANKS + ROLLOUT_RANKS, include_dashboard=False)
-    stuck = {"group": STUCK_GROUP, "rank": STUCK_RANK, "step": STUCK_STEP, "func": STUCK_FUNC}
+    stuck = {"group": STUCK_GROUP, "rank": STUCK_RANK, "step": STUCK_STEP, "func": STUCK_FUNC,
+             "how": STUCK_HOW}
     try:
         rollout = make_group("rollout", ROLLOUT_RANKS, stuck)
         actor = make_group("actor", ACTOR_RANKS, stuck)
