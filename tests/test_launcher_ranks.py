@@ -143,7 +143,7 @@ def test_srun_tasks_healthy_run_has_exactly_its_ranks(tmp_path: Path, loaded: bo
     assert_healthy(result, 3)
 
 
-def test_elastic_restart_the_new_processes_are_the_ranks_and_the_first_failure_is_told(
+def test_elastic_restart_the_new_processes_are_the_ranks_the_first_failure_told_a_slow_one(
         tmp_path: Path) -> None:
     # GIVEN torchrun --max-restarts 1, rank 1 failing to read its checkpoint shard on the first
     # attempt only (before the group: after it, torch 2.13's restarted gloo ranks connect to the
@@ -151,12 +151,18 @@ def test_elastic_restart_the_new_processes_are_the_ranks_and_the_first_failure_i
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                "--max-restarts", "1", "--master_addr", "127.0.0.1",
                "--master_port", str(free_port()), str(SCENARIOS / "elastic_retry.py")]
+    # (restarted, rank 1 is slow at step 2: its augmentation on the CPU, with no cache)
     result = watch(tmp_path, command, env={"STEPS": "8", "STEP_SECONDS": "0.4",
-                                           "FAIL_STEP": "-1", "LOAD_SECONDS": "3"})
+                                           "FAIL_STEP": "-1", "LOAD_SECONDS": "3",
+                                           "SLOW_STEP": "2", "SLOW_SECONDS": "8"})
     # THEN the job's own exit code (0), no stall, and each rank twice: first attempt, restart
     assert result.code == 0, result.stderr
     report = result.report()
     assert report["stalls"] == []
+    # AND the slow rank of the second attempt is said slow, in the second attempt
+    [slow] = result.findings("SD108")
+    assert slow["ranks"] == [1] and slow["summary"].startswith("attempt 2: "), slow
+    assert slow["evidence"]["attempt"] == 2 and "augment_batch" in slow["summary"], slow
     attempts: dict[int, list[dict[str, Any]]] = {}
     for rank in sorted(report["ranks"], key=lambda r: r["first_seen"]):
         attempts.setdefault(rank["rank"], []).append(rank)

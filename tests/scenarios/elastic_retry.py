@@ -6,7 +6,8 @@ attempt's gloo rendezvous fail or hang about half the time with torch 2.13 alone
 not: it connects to the first attempt's addresses.)
 
 With HANG_STEP, in the restarted attempt rank FAIL_RANK blocks in its data loader at that step
-(a prefetch queue nobody fills), while the other ranks wait in the step's all_reduce."""
+(a prefetch queue nobody fills), while the other ranks wait in the step's all_reduce. With
+SLOW_STEP it is slow there instead: SLOW_SECONDS (default 8) of augmentation on the CPU."""
 import os
 import queue
 import time
@@ -19,6 +20,8 @@ FAIL_RANK = int(os.environ.get("FAIL_RANK", "1"))
 FAIL_STEP = int(os.environ.get("FAIL_STEP", "2"))
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.4"))
 HANG_STEP = int(os.environ.get("HANG_STEP", "-1"))
+SLOW_STEP = int(os.environ.get("SLOW_STEP", "-1"))
+SLOW_SECONDS = float(os.environ.get("SLOW_SECONDS", "8"))
 
 
 def load_checkpoint_shard(rank, attempt):
@@ -29,11 +32,22 @@ def load_checkpoint_shard(rank, attempt):
     time.sleep(float(os.environ.get("LOAD_SECONDS", "0")) if attempt == 0 else 0)
 
 
+def augment_batch(seconds):
+    """Rank FAIL_RANK's augmentation after the restart, on the CPU, for ``seconds``: slow, not
+    hung (its cache of augmented shards went with the first attempt)."""
+    end, x = time.monotonic() + seconds, torch.randn(64, 64)
+    while time.monotonic() < end:
+        x = torch.tanh(x @ x.T / 64)
+    return x
+
+
 def next_batch(rank, attempt, step, prefetched):
     """The data loader's next batch: after a restart, rank FAIL_RANK's prefetch worker is gone
     and its queue is never filled again."""
     if attempt > 0 and rank == FAIL_RANK and step == HANG_STEP:
         return prefetched.get()
+    if attempt > 0 and rank == FAIL_RANK and step == SLOW_STEP:
+        augment_batch(SLOW_SECONDS)
     return torch.randn(4, 8)
 
 
