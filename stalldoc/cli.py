@@ -22,7 +22,6 @@ Exit codes of watch:
   126 / 127       the command is not executable / not found
   2               usage error
 """
-HELP_WIDTH = 80   # click's help is read in 80-column terminals: every line fits (tested)
 
 
 def fail(error: StalldocError) -> None:

@@ -11,10 +11,9 @@ import os
 from dataclasses import dataclass
 
 from stalldoc.analysis.stacks import frame_strings, user_frame
-from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack, os_main_thread, runs_agent
 
 THREADS, EXIT_HANDLER, UNSEEN = "threads", "exit handler", "unseen"
-_AGENT_FILES = f"{os.sep}stalldoc{os.sep}agent{os.sep}"
 
 
 @dataclass(frozen=True)
@@ -36,27 +35,17 @@ class Held:
 
 
 def held(stacks: RankStacks | None) -> Held:
-    """What holds the finished process whose stacks these are."""
-    main = _os_main(stacks)
+    """What holds the finished process whose stacks these are (its own main thread tells,
+    whatever thread runs its work)."""
+    main = os_main_thread(stacks.pid, stacks.threads) if stacks is not None else None
     if stacks is None or main is None or not main.frames:
         return Held(UNSEEN)
     outer = main.frames[-1]
     if outer.name == "_shutdown" and os.path.basename(outer.filename) == "threading.py":
-        running = [t for t in stacks.threads if t is not main and t.frames and not _agents(t)]
+        running = [t for t in stacks.threads if t is not main and t.frames
+                   and not runs_agent(t)]
         return Held(THREADS, tuple(_holder(t) for t in running))
     return Held(EXIT_HANDLER, (_holder(main),))
-
-
-def _os_main(stacks: RankStacks | None) -> ThreadStack | None:
-    """The process's own main thread (its thread id is the pid), whatever runs the work."""
-    if stacks is None:
-        return None
-    return next((t for t in stacks.threads if t.thread_id == stacks.pid), None)
-
-
-def _agents(thread: ThreadStack) -> bool:
-    """stalldoc's own heartbeat thread."""
-    return any(_AGENT_FILES in f.filename for f in thread.frames)
 
 
 def _holder(thread: ThreadStack) -> Holder:

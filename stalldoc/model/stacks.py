@@ -57,12 +57,25 @@ IDLE_LOOPS = (("main_loop", "/ray/_private/worker.py"),)
 _STDLIB = re.compile(r"/lib/python\d\.\d+/")
 
 
+AGENT_FILES = "/stalldoc/agent/"   # the agent's own files: its heartbeat thread runs in them
+
+
+def os_main_thread(pid: int, threads: tuple[ThreadStack, ...]) -> ThreadStack | None:
+    """The process's own main thread: its os thread id is the pid (None: not among them)."""
+    return next((t for t in threads if t.thread_id == pid), None)
+
+
+def runs_agent(thread: ThreadStack) -> bool:
+    """stalldoc's own heartbeat thread: a frame in the agent's files."""
+    return any(AGENT_FILES in f.filename for f in thread.frames)
+
+
 def main_thread(pid: int, threads: tuple[ThreadStack, ...]) -> ThreadStack | None:
     """The thread a rank's work runs on: its main thread (the os thread id is the pid; py-spy
     lists it first), unless that idles in a worker's task loop (``IDLE_LOOPS``) while another
     thread runs code of the job's own (not the standard library's, not an installed
     package's); then that thread, the one with the most such frames."""
-    main = next((t for t in threads if t.thread_id == pid), threads[0] if threads else None)
+    main = os_main_thread(pid, threads) or (threads[0] if threads else None)
     if main is None or not idles_in_task_loop(main):
         return main
     return max(threads, key=lambda t: (_own_frames(t), t is main))
@@ -82,7 +95,7 @@ def _own_frames(thread: ThreadStack) -> int:
     return sum(1 for f in thread.frames if not (
         "site-packages" in f.filename or "dist-packages" in f.filename
         or _STDLIB.search(f.filename) or f.filename.startswith("<")
-        or "/stalldoc/agent/" in f.filename))   # the agent's own heartbeat thread
+        or AGENT_FILES in f.filename))   # the agent's own heartbeat thread
 
 
 @dataclass(frozen=True)

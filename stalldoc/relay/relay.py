@@ -25,7 +25,7 @@ from stalldoc.run.job import Ending, Job, become_subreaper, resolve_command
 from stalldoc.relay.leftovers import describe, split_leftovers
 from stalldoc.run.nodes import node_identity
 from stalldoc.run.options import WatchOptions, make_node_run_dir
-from stalldoc.run.rundir import earlier_attempts, requeued
+from stalldoc.run.rundir import earlier_attempts, next_attempt, requeued
 from stalldoc.relay.plain import copy_until_exit, read_chunk
 from stalldoc.relay.sidecar_link import SIDECAR_LOG, SidecarLink
 from stalldoc.relay.streams import Stream, open_stream
@@ -52,8 +52,9 @@ class Relay:
         if node.multi:
             self.opts = dataclasses.replace(options, shared_dir=shared, node=node.name,
                                             node_index=node.index, nnodes=node.count)
-        if again and (earlier := earlier_attempts(self.run_dir)):
-            self.opts = dataclasses.replace(self.opts, attempt=len(earlier) + 1)
+        if again:
+            self.opts = dataclasses.replace(
+                self.opts, attempt=next_attempt(earlier_attempts(self.run_dir)))
         self.terminal = Terminal(sys.stderr)
         self.foreground = Foreground()
         self.job: Job | None = None

@@ -40,11 +40,11 @@ from typing import Mapping
 from stalldoc.errors import StalldocError
 from stalldoc.private_files import DIR_FLAGS as _DIR_FLAGS
 from stalldoc.private_files import PRIVATE_DIR
+from stalldoc.store.schema import DB_NAME
 _ACL = "system.posix_acl_access"
 _ELSEWHERE = "or use --run-dir somewhere only you can write"
 REQUEUE_COUNT = "SLURM_RESTART_COUNT"
 _ATTEMPT = re.compile(r"attempt-([1-9]\d*)")
-_RUN_DB = "run.db"   # the store's file (store.schema.DB_NAME): a stalldoc run is in the directory
 
 
 class UnsafeRunDir(StalldocError):
@@ -116,10 +116,21 @@ def requeued(env: Mapping[str, str]) -> bool:
 def earlier_attempts(run_dir: Path) -> list[str]:
     """The runs set aside in ``run_dir`` by requeues (``attempt-1``, ...), in order."""
     try:
-        names = [n for n in os.listdir(run_dir) if _ATTEMPT.fullmatch(n)]
+        return _attempt_names(os.listdir(run_dir))
     except OSError:
         return []
-    return sorted(names, key=lambda n: int(n.split("-")[1]))
+
+
+def _attempt_names(entries: list[str]) -> list[str]:
+    """The ``attempt-N`` names among a directory's entries, by N."""
+    return sorted((n for n in entries if _ATTEMPT.fullmatch(n)),
+                  key=lambda n: int(n.split("-")[1]))
+
+
+def next_attempt(earlier: list[str]) -> int:
+    """The attempt after the runs set aside as ``earlier`` (1 when none): the N of the
+    ``attempt-N`` that the next requeue sets this one aside in."""
+    return int(earlier[-1].split("-")[1]) + 1 if earlier else 1
 
 
 def make_private_dir(requested: Path, shared: bool = False, requeue: bool = False) -> Path:
@@ -245,11 +256,17 @@ def _check_final(st: os.stat_result, target: Path, uid: int) -> None:
                            f"{user_name(st.st_uid)}; {instead}")
 
 
+def _listing(parent: int, name: str) -> int:
+    """The directory ``name`` below ``parent``, opened to list (no link followed)."""
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                   dir_fd=parent)
+
+
 def _holds_run(parent: int, name: str) -> bool:
     """The directory holds a stalldoc run: its store, a regular file."""
-    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    fd = _listing(parent, name)
     try:
-        return stat.S_ISREG(os.stat(_RUN_DB, dir_fd=fd, follow_symlinks=False).st_mode)
+        return stat.S_ISREG(os.stat(DB_NAME, dir_fd=fd, follow_symlinks=False).st_mode)
     except FileNotFoundError:
         return False
     finally:
@@ -258,11 +275,10 @@ def _holds_run(parent: int, name: str) -> bool:
 
 def _set_aside(parent: int, name: str) -> None:
     """Move what the directory holds, but earlier attempts, into its next ``attempt-N``."""
-    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    fd = _listing(parent, name)
     try:
         entries = os.listdir(fd)
-        earlier = [int(m.group(1)) for e in entries if (m := _ATTEMPT.fullmatch(e))]
-        aside = f"attempt-{max(earlier, default=0) + 1}"
+        aside = f"attempt-{next_attempt(_attempt_names(entries))}"
         os.mkdir(aside, PRIVATE_DIR, dir_fd=fd)
         for entry in entries:
             if not _ATTEMPT.fullmatch(entry):
@@ -272,7 +288,7 @@ def _set_aside(parent: int, name: str) -> None:
 
 
 def _not_empty(parent: int, name: str) -> bool:
-    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    fd = _listing(parent, name)
     try:
         return bool(os.listdir(fd))
     finally:

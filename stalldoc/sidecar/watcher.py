@@ -45,6 +45,7 @@ from stalldoc.rules.base import join_ranks
 from stalldoc.run.inject import FLIGHT_DIR, flight_settings
 from stalldoc.run.job import JobTree
 from stalldoc.run.options import WatchOptions
+from stalldoc.run.rundir import earlier_attempts
 from stalldoc.run.terminal import RankLine, format_status
 from stalldoc.sidecar.agentless import AgentlessRanks
 from stalldoc.sidecar.attempts import Attempts
@@ -144,7 +145,7 @@ class Watcher:
             self.store.set_meta("launch_plan", json.dumps(self.launch_plan))
         self.store.set_meta("versions", json.dumps(self.versions.initial()))
         self.say(f"watching pid {self.link.job_pid}; run directory {self.run_dir}")
-        self._say_requeue()
+        self._begin_requeued()
         self._say_cluster()
         if self.store.journal.reason:
             self.say(self.store.journal.reason)
@@ -236,11 +237,12 @@ class Watcher:
             if part is not None:
                 part.close()
 
-    def _say_requeue(self) -> None:
-        """A requeue of the run in this directory: its attempt, and where the earlier are."""
+    def _begin_requeued(self) -> None:
+        """A requeue of the run in this directory: its findings say its attempt, the store and
+        the terminal where the earlier runs are (set aside by the relay)."""
         if self.opts.attempt == 1:
             return
-        earlier = [f"attempt-{n}" for n in range(1, self.opts.attempt)]
+        earlier = earlier_attempts(self.run_dir)
         self.ledger.begin_attempt(self.opts.attempt, 0.0)
         self.store.set_meta("attempt", json.dumps({"attempt": self.opts.attempt,
                                                    "earlier": earlier}))

@@ -270,3 +270,16 @@ def test_a_requeue_into_a_directory_that_holds_no_run_is_refused_untouched(base)
 def test_a_requeue_is_slurms_restart_count(value, expected):
     env = {} if value is None else {"SLURM_RESTART_COUNT": value}
     assert rundir.requeued(env) is expected
+
+
+def test_the_next_attempt_follows_the_last_set_aside_even_with_one_removed(base):
+    # a user removed attempt-1 to free space: the run set aside next is attempt-3, and the
+    # relay's count says so too (it once said 3 from the count of two, then named attempt-1)
+    run = base / "run"
+    make_private_dir(run)
+    (run / "attempt-2").mkdir()
+    (run / "run.db").write_bytes(b"the second run")
+    make_private_dir(run, requeue=True)
+    earlier = rundir.earlier_attempts(run)
+    assert earlier == ["attempt-2", "attempt-3"] and rundir.next_attempt(earlier) == 4
+    assert rundir.next_attempt([]) == 1

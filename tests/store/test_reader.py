@@ -94,6 +94,16 @@ time.sleep(60)
 """
 
 
+def _killed_writer(run_dir: Path) -> None:
+    """A watcher's store in ``run_dir``, its writer killed with SIGKILL after its writes."""
+    code = KILLED_WRITER.format(path=[str(Path(__file__).parent), *sys.path],
+                                run_dir=str(run_dir))
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                          text=True) as writer:
+        assert writer.stdout is not None and writer.stdout.readline() == "written\n"
+        writer.kill()
+
+
 def _digests(run_dir: Path) -> dict[str, str]:
     import hashlib
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run_dir.iterdir())}
@@ -104,12 +114,7 @@ def test_a_killed_run_is_read_and_left_byte_for_byte_as_it_was(tmp_path):
     # nobody holding them
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    code = KILLED_WRITER.format(path=[str(Path(__file__).parent), *sys.path],
-                                run_dir=str(run_dir))
-    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                          text=True) as writer:
-        assert writer.stdout is not None and writer.stdout.readline() == "written\n"
-        writer.kill()
+    _killed_writer(run_dir)
     before = _digests(run_dir)
     assert sorted(before) == ["run.db", "run.db-shm", "run.db-wal"]
     # WHEN it is reported, twice
@@ -182,12 +187,7 @@ def test_a_run_directory_that_may_not_be_read_is_one_line_and_exit_1(tmp_path, s
 def test_a_killed_run_copied_read_only_is_read_by_another_user(tmp_path, shared_tmp):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    code = KILLED_WRITER.format(path=[str(Path(__file__).parent), *sys.path],
-                                run_dir=str(run_dir))
-    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                          text=True) as writer:
-        assert writer.stdout is not None and writer.stdout.readline() == "written\n"
-        writer.kill()
+    _killed_writer(run_dir)
     copy = shared_tmp / "copy"
     shutil.copytree(run_dir, copy)
     for path in [*copy.iterdir(), copy]:
