@@ -4,6 +4,8 @@ runs for real. Failures are real ``pynvml.NVMLError`` values."""
 from __future__ import annotations
 
 import ctypes
+import threading
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -29,6 +31,7 @@ class FakeGpu:
     counter_type: int = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG   # H100, driver 580: UNSIGNED_INT
     compute: float | None = None  # GPM graphics-engine activity, percent (None: no GPM)
     broken: set[str] = field(default_factory=set)   # functions that raise NOT_SUPPORTED
+    throughput_wait: float = 0.0  # seconds the sampled throughput measures for (NVML: 0.02)
 
 
 class FakeNvml:
@@ -40,6 +43,9 @@ class FakeNvml:
         self.gpus = gpus
         self.init_error = init_error
         self.calls: list[str] = []
+        self.measuring = 0             # sampled-throughput reads under way now, and the most seen
+        self.most_measuring = 0
+        self._lock = threading.Lock()
 
     def install(self, monkeypatch: Any) -> None:
         for name in ("nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex",
@@ -95,6 +101,12 @@ class FakeNvml:
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.processes]
 
     def DeviceGetPcieThroughput(self, gpu: FakeGpu, counter: int) -> int:
+        with self._lock:
+            self.measuring += 1
+            self.most_measuring = max(self.most_measuring, self.measuring)
+        time.sleep(gpu.throughput_wait)       # NVML counts bytes over a window inside the call
+        with self._lock:
+            self.measuring -= 1
         return gpu.tx_kbps if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else gpu.rx_kbps
 
     def DeviceGetFieldValues(self, gpu: FakeGpu, ids: list[int]) -> list[Any]:

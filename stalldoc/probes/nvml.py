@@ -8,9 +8,16 @@ others. PCIe traffic comes from the cumulative byte counters where the driver ke
 wide (exact), else from NVML's sampled throughput (KB/s over a short window). An H100 with driver
 580 keeps them 32 bits wide: they wrap every 4 GiB, about ten times a second at full PCIe 5
 speed, so no two readings a tick apart can say how much moved between them.
+
+NVML's sampled throughput measures for 20 ms inside the call (about 21 ms of waiting, under 1 ms of
+CPU, on an H200 with driver 580), and TX and RX are two calls: read one after another, 8 GPUs would
+hold each tick for about 340 ms. The reads of all GPUs wait together instead, on a few threads of
+this probe's own (NVML is thread-safe, and the wait releases the GIL), so a tick waits about 21 ms
+whatever the number of GPUs.
 """
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
 from stalldoc.model.samples import GpuProcess, GpuSample
@@ -23,6 +30,7 @@ except ImportError:  # pragma: no cover - a dependency; kept so the watcher runs
 
 T = TypeVar("T")
 _COUNTERS = ("NVML_FI_DEV_PCIE_COUNT_TX_BYTES", "NVML_FI_DEV_PCIE_COUNT_RX_BYTES")
+_WAITERS = 16    # threads that wait for sampled throughput at once (two per GPU, up to 8 GPUs)
 _WIDE = ("NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "NVML_VALUE_TYPE_UNSIGNED_LONG",
          "NVML_VALUE_TYPE_SIGNED_LONG_LONG")    # counters that do not wrap within a run
 
@@ -33,6 +41,10 @@ def _read(fn: Callable[..., T], *args: Any) -> T | None:
         return fn(*args)
     except pynvml.NVMLError:
         return None
+
+
+def _kib(value: int | None) -> float | None:
+    return value * 1024.0 if value is not None else None
 
 
 def _text(value: Any) -> str | None:
@@ -47,6 +59,7 @@ class NvmlProbe:
         self.unavailable = ""
         self._counts: dict[int, tuple[float, int, int]] = {}   # gpu -> (t, tx bytes, rx bytes)
         self._compute = ComputeActivity()
+        self._pool: ThreadPoolExecutor | None = None
 
     def start(self) -> str:
         """Initialise NVML; returns why it cannot be used ("" when it can)."""
@@ -67,6 +80,9 @@ class NvmlProbe:
     def stop(self) -> None:
         if self.handles:
             self._compute.close()
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
             _read(pynvml.nvmlShutdown)
             self.handles = []
 
@@ -77,18 +93,20 @@ class NvmlProbe:
         return _text(_read(pynvml.nvmlSystemGetDriverVersion))
 
     def sample(self, now: float) -> list[GpuSample]:
-        return [self._gpu(now, index, handle) for index, handle in enumerate(self.handles)]
+        pcie = self._pcie_all(now)
+        return [self._gpu(now, index, handle, pcie[index])
+                for index, handle in enumerate(self.handles)]
 
-    def _gpu(self, now: float, index: int, handle: Any) -> GpuSample:
+    def _gpu(self, now: float, index: int, handle: Any,
+             pcie: tuple[float | None, float | None]) -> GpuSample:
         memory = _read(pynvml.nvmlDeviceGetMemoryInfo, handle)
         util = _read(pynvml.nvmlDeviceGetUtilizationRates, handle)
         power = _read(pynvml.nvmlDeviceGetPowerUsage, handle)
-        tx, rx = self._pcie(now, index, handle)
         return GpuSample(
             now, index, _text(_read(pynvml.nvmlDeviceGetUUID, handle)),
             _text(_read(pynvml.nvmlDeviceGetName, handle)),
             memory.used if memory else None, memory.total if memory else None,
-            util.gpu if util else None, util.memory if util else None, tx, rx,
+            util.gpu if util else None, util.memory if util else None, *pcie,
             power / 1000.0 if power is not None else None, self._processes(handle),
             self._compute.percent(index, handle))
 
@@ -98,20 +116,39 @@ class NvmlProbe:
             return None
         return tuple(GpuProcess(p.pid, p.usedGpuMemory) for p in procs)
 
-    def _pcie(self, now: float, index: int, handle: Any) -> tuple[float | None, float | None]:
+    def _pcie_all(self, now: float) -> list[tuple[float | None, float | None]]:
+        """PCIe TX/RX bytes per second of every GPU: from the counters where they serve, else
+        from the sampled throughput, all GPUs' reads waiting at once."""
+        rates: list[tuple[float | None, float | None] | None] = [
+            self._counted(now, index, handle) for index, handle in enumerate(self.handles)]
+        waits = {index: self._throughput(handle)
+                 for index, handle in enumerate(self.handles) if rates[index] is None}
+        for index, (tx, rx) in waits.items():
+            rates[index] = _kib(tx.result()), _kib(rx.result())
+        return [rate or (None, None) for rate in rates]
+
+    def _counted(self, now: float, index: int,
+                 handle: Any) -> tuple[float | None, float | None] | None:
+        """The rate from the cumulative counters (None: this GPU has none wide enough)."""
         counts = self._counters(handle)
-        if counts is not None:
-            last = self._counts.get(index)
-            self._counts[index] = (now, *counts)
-            if last is None or now <= last[0]:
-                return None, None
-            dt, tx, rx = now - last[0], counts[0] - last[1], counts[1] - last[2]
-            if tx < 0 or rx < 0:
-                return None, None     # the counters were reset (driver reload)
-            return tx / dt, rx / dt
-        tx = _read(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_TX_BYTES)
-        rx = _read(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
-        return (tx * 1024.0 if tx is not None else None), (rx * 1024.0 if rx is not None else None)
+        if counts is None:
+            return None
+        last = self._counts.get(index)
+        self._counts[index] = (now, *counts)
+        if last is None or now <= last[0]:
+            return None, None
+        dt, tx, rx = now - last[0], counts[0] - last[1], counts[1] - last[2]
+        if tx < 0 or rx < 0:
+            return None, None     # the counters were reset (driver reload)
+        return tx / dt, rx / dt
+
+    def _throughput(self, handle: Any) -> tuple[Future[int | None], Future[int | None]]:
+        """NVML's sampled TX and RX throughput of one GPU (KiB/s), both reads under way."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(_WAITERS, thread_name_prefix="stalldoc-nvml")
+        read = pynvml.nvmlDeviceGetPcieThroughput
+        return (self._pool.submit(_read, read, handle, pynvml.NVML_PCIE_UTIL_TX_BYTES),
+                self._pool.submit(_read, read, handle, pynvml.NVML_PCIE_UTIL_RX_BYTES))
 
     def _counters(self, handle: Any) -> tuple[int, int] | None:
         """The cumulative PCIe TX/RX byte counters, or None where the driver lacks them or keeps

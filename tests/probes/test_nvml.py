@@ -48,6 +48,22 @@ def test_pcie_falls_back_to_sampled_throughput(monkeypatch):
     assert (sample.pcie_tx_bps, sample.pcie_rx_bps) == (2048 * 1024, 9 * GiB)
 
 
+def test_the_sampled_throughput_of_all_gpus_is_measured_at_once(monkeypatch):
+    # GIVEN 4 GPUs without wide counters, whose sampled throughput waits in the call as NVML's
+    # does (20 ms there; 0.3 s here, so reads one after another could not overlap by chance)
+    gpus = [FakeGpu(f"GPU-{i}", counters=False, tx_kbps=i, rx_kbps=10 * i, throughput_wait=0.3)
+            for i in range(4)]
+    probe, nvml = started(monkeypatch, *gpus)
+    # WHEN one tick reads them
+    samples = probe.sample(100.0)
+    # THEN all 8 reads (TX and RX of each GPU) were under way together, and each GPU got its own
+    assert nvml.most_measuring == 8
+    assert [(s.pcie_tx_bps, s.pcie_rx_bps) for s in samples] == [
+        (i * 1024.0, 10 * i * 1024.0) for i in range(4)]
+    probe.stop()
+    assert nvml.measuring == 0
+
+
 def test_32_bit_counters_are_not_read_as_rates(monkeypatch):
     # GIVEN the counters an H100 with driver 580 has: 32 bits wide (valueType UNSIGNED_INT), and
     # 15 GiB moved host -> GPU in half a second (pinned copies at PCIe 5 speed: 3 wraps and more)
