@@ -85,11 +85,11 @@ def phase_windows(stdout: str) -> dict[str, tuple[float, float]]:
 @pytest.fixture(scope="module", params=[(False, 3), (True, 2)], ids=["idle", "loaded"])
 def healthy_phases(request, tmp_path_factory) -> PhasesRun:
     """Every healthy kind in one real torchrun job (3 ranks on an idle machine, 2 with both
-    cores saturated), each phase 8 s, as a long job goes through its slow parts one by one."""
+    cores saturated), each phase 7 s, as a long job goes through its slow parts one by one."""
     loaded, nproc = request.param
     tmp = tmp_path_factory.mktemp("healthy_loaded" if loaded else "healthy_idle")
     paths = {f"SLOW_PATH_{kind.upper()}": str(tmp / kind) for kind in SLOW_KINDS}
-    env = {"PHASE": ",".join(KINDS), "PHASE_SECONDS": "8", "PHASE_MB": str(PHASE_MB), **paths}
+    env = {"PHASE": ",".join(KINDS), "PHASE_SECONDS": "7", "PHASE_MB": str(PHASE_MB), **paths}
     with contextlib.ExitStack() as stack:
         for kind in SLOW_KINDS:
             stack.enter_context(storage(kind, nproc, str(tmp / kind)))
@@ -131,7 +131,7 @@ def test_a_slow_rank_is_resolved_when_its_phase_ends_right_before_the_job_exits(
                                                                                tmp_path):
     # rank 0 writes its checkpoint to slow storage while rank 1 waits, then both leave at once:
     # ticks 5 s apart, so the phase's end and the exit fall between two ticks almost always
-    env = {"PHASE": "checkpoint_one_rank", "PHASE_SECONDS": "8", "STEPS_AFTER": "0",
+    env = {"PHASE": "checkpoint_one_rank", "PHASE_SECONDS": "7", "STEPS_AFTER": "0",
            "SLOW_PATH": str(tmp_path / "slow")}
     with storage("checkpoint_one_rank", 2, env["SLOW_PATH"]):
         result = run_watch(torchrun(2, "healthy_phases.py"), "--interval", "5", env=env,
