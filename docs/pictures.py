@@ -1,8 +1,9 @@
 """The pictures of README and the docs, made from a real run of the built-in demo (needs torch,
 ``pip install '.[demo]'``, and Debian's ``chromium`` for the screenshot):
 
-- ``docs/demo.txt``: what ``stalldoc demo`` says on the terminal (stalldoc's own lines: the job's
-  output and torchrun's answer to the kill left out), paths shown relative to the checkout;
+- ``docs/demo.txt``: what ``stalldoc demo`` prints on the terminal, whole (the demo's job prints
+  nothing), but the line that says this machine has no NVIDIA driver; paths shown relative to
+  the checkout;
 - ``docs/report.png``: the top of ``stalldoc report --format html`` of that run, in headless
   Chromium with the network off;
 - README's block between ``<!-- demo:start -->`` and ``<!-- demo:end -->``: ``docs/demo.txt``
@@ -23,17 +24,12 @@ DOCS = ROOT / "docs"
 
 
 def demo_text(run_dir: Path) -> str:
-    """Run the demo; stalldoc's lines of its stderr, the checkout's path made relative."""
+    """Run the demo; what it printed (stderr, then its closing lines on stdout), the checkout's
+    path made relative."""
     out = subprocess.run([sys.executable, "-m", "stalldoc", "demo", "--run-dir", str(run_dir)],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
-    lines, ours = [], False
-    for line in out.stderr.splitlines():
-        if line.startswith("[stalldoc]"):
-            ours = True
-        elif not line.startswith("  "):
-            ours = False
-        if ours and "nvml probe off" not in line:
-            lines.append(line.replace(str(ROOT) + "/", "").replace(str(run_dir), "RUN_DIR"))
+                         capture_output=True, text=True, timeout=300, cwd=ROOT, check=True)
+    lines = [line.replace(str(ROOT) + "/", "").replace(str(run_dir), "RUN_DIR")
+             for line in (out.stderr + out.stdout).splitlines() if "nvml probe off" not in line]
     return "\n".join(lines) + "\n"
 
 

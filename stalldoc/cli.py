@@ -357,15 +357,15 @@ def explain(code: str) -> None:
 
 @main.command()
 @click.option("--ranks", type=click.IntRange(2, 8), default=3, show_default=True,
-              help="Processes of the demo job (rank 1 is the one that hangs).")
+              help="Processes of the demo job (rank 1 is the one that blocks).")
 @click.option("--stall-timeout", type=click.FloatRange(1, MAX_SECONDS), default=5.0,
               show_default=True, callback=_finite,
               help="Seconds without progress before the stall is declared (as in watch).")
 @click.option("--run-dir", type=click.Path(), default=None, callback=_run_dir,
               help="Where to store the demo's run (default ./stalldoc-runs/<UTC time>-<id>).")
 def demo(ranks: int, stall_timeout: float, run_dir: Path | None) -> None:
-    """Watch a small torchrun (gloo) job in which one rank hangs in its data loader (needs
-    torch: pip install '.[demo]')."""
+    """Watch a small torchrun (gloo) job in which one rank blocks in its data loader past the
+    stall timeout, then goes on (needs torch: pip install '.[demo]')."""
     from stalldoc.demo.run import run_demo
 
     try:

@@ -302,16 +302,21 @@ _DEMO_RUNS: dict[int, Path] = {}
 
 
 def demo_run(ranks: int = 3) -> Path:
-    """The run directory of one real ``stalldoc demo`` (rank 1 hangs in its data loader, the
-    stall is diagnosed and the job killed: watch exits 124), made once per test session and
-    shared: copy it before changing anything in it."""
+    """The run directory of the demo's job watched with the kill action armed (rank 1 hangs in
+    its data loader for good, the stall is diagnosed and the job killed: watch exits 124), made
+    once per test session and shared: copy it before changing anything in it. (``stalldoc
+    demo`` itself lets its job recover and end: tests/demo/test_demo_screen.py.)"""
     if ranks not in _DEMO_RUNS:
         import tempfile
+        from stalldoc.demo.run import demo_command
         run_dir = Path(tempfile.mkdtemp(prefix="stalldoc-demo-")) / "run"
-        subprocess.run([sys.executable, "-m", "stalldoc", "demo", "--ranks", str(ranks),
-                        "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=180,
-                       check=True, stdin=subprocess.DEVNULL,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+        env = {k: v for k, v in os.environ.items() if k != "DEMO_HANG_SECONDS"}
+        done = subprocess.run([sys.executable, "-m", "stalldoc", "watch", "--on-stall", "kill",
+                               "--stall-timeout", "5", "--interval", "0.5", "--run-dir",
+                               str(run_dir), "--", *demo_command(ranks)], capture_output=True,
+                              text=True, timeout=180, stdin=subprocess.DEVNULL,
+                              env={**env, "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 124, done.stderr[-3000:]
         _DEMO_RUNS[ranks] = run_dir
     return _DEMO_RUNS[ranks]
 

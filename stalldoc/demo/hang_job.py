@@ -1,5 +1,7 @@
-"""Demo training job: a few steps of data loading and gradient all_reduce; then one rank hangs
-in its data loader (think: a read from a dead network mount) while the others wait for it."""
+"""Demo training job: a few steps of data loading and gradient all_reduce; then one rank blocks
+in its data loader (think: a read from a network mount that stopped answering) while the others
+wait for it in all_reduce. DEMO_HANG_SECONDS: how long the read blocks before it returns and the
+job runs to its end (unset: forever, a dead mount)."""
 import os
 import time
 
@@ -10,12 +12,14 @@ import stalldoc
 
 HANG_RANK = int(os.environ.get("DEMO_HANG_RANK", "1"))
 HANG_STEP = int(os.environ.get("DEMO_HANG_STEP", "3"))
+HANG_SECONDS = float(os.environ.get("DEMO_HANG_SECONDS", "inf"))
 
 
 def load_shard(step: int) -> torch.Tensor:
     if dist.get_rank() == HANG_RANK and step == HANG_STEP:
-        while True:
-            time.sleep(1)
+        answered = time.monotonic() + HANG_SECONDS
+        while time.monotonic() < answered:
+            time.sleep(0.5)
     return torch.randn(32, 64)
 
 

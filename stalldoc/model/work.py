@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -35,16 +35,35 @@ class RankWork:
     def describe(self) -> str:
         """'cpu 98%, io 4.0 MB/s, 2 children at 190%, gpu 0%, stack working' for evidence; a rank
         that waited for a CPU says so: 'cpu 4% (waiting for a CPU 61%)'."""
-        cpu = f"cpu {_pct(self.cpu_percent)}"
-        if (self.cpu_wait_percent or 0.0) >= 1.0:
-            cpu += f" (waiting for a CPU {_pct(self.cpu_wait_percent)})"
-        parts = [cpu, f"io {_rate(self.io_bps)}"]
-        if self.children:
-            parts.append(f"{self.children} children at {_pct(self.children_cpu_percent)}")
-        if self.gpu_util is not None:
-            parts.append(f"gpu {self.gpu_util}%")
-        parts.append(f"stack {self.stack_kind or 'not sampled'}")
-        return ", ".join(parts)
+        return describe_together([self])
+
+
+def describe_together(seen: Sequence[RankWork]) -> str:
+    """What ranks doing the same showed, as ``RankWork.describe`` says it of one: a figure that
+    differs between them is the most any showed ('cpu up to 2%, io 0 kB/s, stack not sampled').
+    Their stack kind (the first's) is what they do; group them by it first."""
+    cpu = f"cpu {_most([w.cpu_percent for w in seen], _pct)}"
+    waits = [w.cpu_wait_percent or 0.0 for w in seen]
+    if max(waits) >= 1.0:
+        cpu += f" (waiting for a CPU {_most(waits, _pct)})"
+    parts = [cpu, f"io {_most([w.io_bps for w in seen], _rate)}"]
+    if any(w.children for w in seen):
+        parts.append(f"{_most([w.children for w in seen], str)} children at "
+                     f"{_most([w.children_cpu_percent for w in seen], _pct)}")
+    if any(w.gpu_util is not None for w in seen):
+        parts.append(f"gpu {_most([w.gpu_util for w in seen], lambda v: f'{v}%')}")
+    parts.append(f"stack {seen[0].stack_kind or 'not sampled'}")
+    return ", ".join(parts)
+
+
+def _most(values: Sequence[float | int | None], say: Callable[[Any], str]) -> str:
+    """One figure said: the same for all, else 'up to' the most (unknown where none is known)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return say(None)
+    said = {say(v) for v in known}
+    top = say(max(known))
+    return top if len(said) == 1 and len(known) == len(values) else f"up to {top}"
 
 
 def _pct(value: float | None) -> str:

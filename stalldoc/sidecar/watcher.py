@@ -28,7 +28,7 @@ from stalldoc.model.ranks import (EngineProcess, EngineState, RankExit, RankProc
                                   claim_strength)
 from stalldoc.model.stacks import BuildLock, RankStacks
 from stalldoc.model.window import Window
-from stalldoc.model.work import RankWork, StallEpisode
+from stalldoc.model.work import RankWork, StallEpisode, describe_together
 from stalldoc.probes.agent_state import StartupCosts
 from stalldoc.probes.build_locks import build_locks
 from stalldoc.probes.connections import external_peers
@@ -610,8 +610,8 @@ class Watcher:
         asked = set(self.flight.before)
         if dumps:
             silent = f"; none from {join_ranks(asked - set(dumps))}" if asked - set(dumps) else ""
-            self.say(f"flight recorder dumps of {join_ranks(dumps)} in {self.flight.flight_dir}"
-                     f"{silent} (torchfrtrace {self.flight.flight_dir})")
+            self.say(f"flight recorder dumps of {join_ranks(dumps)}{silent}, to read: "
+                     f"torchfrtrace {self.flight.flight_dir}")   # the directory said once
         for name, why in self.flight.skipped.items():
             self.say(f"flight recorder dump {name} not read: {why}")
         return dumps
@@ -791,14 +791,16 @@ def _weaker(found: RankProcess, known: RankProcess) -> bool:
 
 
 def _grouped(work: Mapping[int, RankWork], most: int = 4) -> str:
-    """What the ranks showed, ranks that showed the same together ('ranks 0,2-7: cpu 0%, io 0
-    kB/s, stack not sampled; rank 1: ...'), the largest groups first, ``most`` of them."""
+    """What the ranks showed, ranks that do the same (their stack's kind) together, a figure
+    that differs between them the most any showed ('ranks 0,2-7: cpu up to 2%, io 0 kB/s, stack
+    not sampled; rank 1: ...'), the largest groups first, ``most`` of them."""
     groups: dict[str, list[int]] = {}
     for rank, seen in sorted(work.items()):
-        groups.setdefault(seen.describe(), []).append(rank)
-    ordered = sorted(groups.items(), key=lambda g: (-len(g[1]), g[1][0]))
-    shown = "; ".join(f"{join_ranks(ranks)}: {what}" for what, ranks in ordered[:most])
-    rest = sum(len(ranks) for _, ranks in ordered[most:])
+        groups.setdefault(seen.stack_kind, []).append(rank)
+    ordered = sorted(groups.values(), key=lambda ranks: (-len(ranks), ranks[0]))
+    shown = "; ".join(f"{join_ranks(ranks)}: {describe_together([work[r] for r in ranks])}"
+                      for ranks in ordered[:most])
+    rest = sum(len(ranks) for ranks in ordered[most:])
     return shown + (f"; {rest} more rank(s) otherwise" if rest else "")
 
 

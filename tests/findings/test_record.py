@@ -11,7 +11,7 @@ from stalldoc.model.findings import Finding, Severity
 from stalldoc.report.build import build_report
 from stalldoc.report.formats.text import REPORTER as TEXT
 from stalldoc.report.read import read_report
-from stalldoc.report.text import record_lines, render_findings
+from stalldoc.report.text import FIX_WIDTH, record_lines, render_findings
 from stalldoc.store.db import RunStore
 
 FRAMES = [f"f{i} (train.py:{i})" for i in range(10)]
@@ -62,3 +62,19 @@ def test_the_watcher_and_the_report_print_a_finding_alike(tmp_path):
     assert record_lines(row) == printed
     text = TEXT.render(read_report([tmp_path]))
     assert "\n".join(printed) in text
+
+
+def test_a_long_fix_is_wrapped_for_a_terminal_and_its_words_kept_whole():
+    # GIVEN a real rule's fix (SD101's, over 300 characters) and one with a long command
+    from stalldoc.rules import by_code
+    fix = by_code("SD101").fix
+    command = "pip install -c constraints.txt --extra-index-url https://example.org/simple/ x"
+    for text in (fix, f"run {command} {'again ' * 20}"):
+        lines = record_lines({"code": "SD101", "severity": "error", "summary": "s",
+                              "evidence": {}, "fix": text})[1:]
+        # THEN each line fits the width, the first says fix:, the rest line up under it,
+        # and the words read back as they were
+        assert len(lines) > 1 and all(len(line) <= FIX_WIDTH for line in lines), lines
+        assert lines[0].startswith("      fix: ")
+        assert all(line.startswith(" " * 11) and line[11] != " " for line in lines[1:])
+        assert " ".join(line.strip() for line in lines)[len("fix: "):] == " ".join(text.split())
