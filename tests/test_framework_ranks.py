@@ -182,6 +182,28 @@ def test_a_ray_driver_waiting_on_its_tasks_is_no_stalled_rank(tmp_path: Path,
         assert f"pid {job_pid(result)} is not rank 0" in result.stderr
 
 
+def test_a_ray_job_whose_gpus_never_come_is_named_with_what_it_asks(tmp_path: Path,
+                                                                    ray_env: dict[str, str]
+                                                                    ) -> None:
+    # GIVEN verl's driver waiting for its rollout worker group's placement group, 2 bundles of
+    # one GPU each, on a node whose Ray has no GPU (the driver gives up after 15 s)
+    result = run(tmp_path, "ray_unschedulable.py", {**ray_env, "WAIT_SECONDS": "15"}, False,
+                 "--on-stall", "kill")
+    assert result.code == 1 and "was not placed in" in result.stdout, result.stderr[-3000:]
+    # THEN Ray's autoscaler line is read as a request no node can hold, said while it waited:
+    # what it asks for, and the fix; no rank is named (the driver waits, Ray's workers never
+    # started) and no stall is declared (there is no rank to judge)
+    report = result.report()
+    [finding] = result.findings("SD534")
+    assert finding["severity"] == "error" and finding["ranks"] == [], finding
+    evidence = finding["evidence"]
+    assert evidence["kind"] == "infeasible" and "'GPU': 2.0" in evidence["request"], evidence
+    assert "\x1b" not in evidence["last_line"], evidence["last_line"]   # Ray's colours: words
+    assert "[SD534 error] Ray cannot schedule {" in result.stderr
+    assert report["stalls"] == [] and report["ranks"] == [], result.stderr[-3000:]
+    assert [f["code"] for f in report["findings"]] == ["SD534"], report["findings"]
+
+
 @pytest.mark.parametrize("loaded", [True], ids=["cpu-burner"])   # idle: the restart test below
 def test_ray_train_hung_worker_is_named_in_its_training_thread(
         tmp_path: Path, ray_env: dict[str, str], loaded: bool) -> None:

@@ -1,9 +1,12 @@
 """The job's output as the watcher sees it: lines handed over by the relay, drained once a tick
 into the store, the rules' unread batch, a tail for the diagnosis, launcher exit reports and the
-job's own progress lines. Every line is redacted as it is drained, before anything else sees it."""
+job's own progress lines. Every line is redacted as it is drained, before anything else sees it,
+and loses the terminal's escape sequences (Ray colours its prefixes: ``\x1b[33m(autoscaler +5s)
+\x1b[0m Error: ...``), which the terminal still gets from the relay; a report shows the words."""
 from __future__ import annotations
 
 import queue
+import re
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -13,6 +16,7 @@ from stalldoc.probes.exits import parse_launcher_line
 from stalldoc.redact import LineRedactor
 
 TAIL_LINES = 200
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")   # CSI: colours, cursor moves, erasing
 QUEUE_LINES = 50_000   # lines waiting for the next tick; past this they are counted, not kept
 
 
@@ -71,5 +75,6 @@ class LogFeed:
         redactor = self.redactors.get(line.stream)
         if redactor is None:
             redactor = self.redactors[line.stream] = LineRedactor()
-        text = redactor.line(line.text)
+        plain = _ESCAPES.sub("", line.text) if "\x1b" in line.text else line.text
+        text = redactor.line(plain)
         return line if text is line.text else LogLine(line.t, line.stream, text)

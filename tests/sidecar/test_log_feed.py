@@ -16,3 +16,16 @@ def test_a_burst_past_the_queue_is_counted_not_kept(monkeypatch):
     assert feed.dropped == 30
     feed.put(LogLine(200.0, "stdout", "after the tick"))   # room again once drained
     assert [line.text for line in feed.drain().lines] == ["after the tick"]
+
+
+def test_a_coloured_line_is_kept_in_words():
+    # GIVEN Ray's autoscaler line as Ray 2.60 printed it, and a progress bar's cursor moves
+    feed = LogFeed()
+    feed.put(LogLine(1.0, "stderr", "\x1b[33m(autoscaler +5s)\x1b[0m Error: No available node "
+                     "types can fulfill resource request {'GPU': 2.0}."))
+    feed.put(LogLine(2.0, "stderr", "\x1b[A\x1b[2Kstep 3/10\x1b[0m"))
+    # WHEN the tick drains them
+    lines = [line.text for line in feed.drain().lines]
+    # THEN the store, the rules and the report see the words alone
+    assert lines == ["(autoscaler +5s) Error: No available node types can fulfill resource "
+                     "request {'GPU': 2.0}.", "step 3/10"]
