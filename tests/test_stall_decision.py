@@ -14,6 +14,7 @@ and each phase's test reads the findings opened while it ran.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -381,3 +382,26 @@ def test_a_one_process_script_that_deadlocks_after_its_steps_is_named_at_the_loc
     assert finding["ranks"] == [0], finding
     assert re.search(r"waits on a lock at Quota\.refill \(\S+/judge_labelling\.py:\d+\)",
                      finding["summary"]), finding["summary"]
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "cpu-burner"])
+def test_a_hung_script_that_says_it_is_alive_is_still_a_stall(tmp_path, loaded):
+    # GIVEN the deadlocking script with its health lines on: a metrics endpoint scraped twice a
+    # second (each request in its access log), a heartbeat line a second with the elapsed time
+    # and the last batch, an INFO line of the quota; all on side threads, going on after the hang
+    with cpu_burner(2 if loaded else 0):
+        result = watch(tmp_path, [sys.executable, JUDGE, "100", "6"], "--on-stall", "kill",
+                       env={"HEALTH": "1"}, timeout=120)
+    # THEN those lines kept nothing alive: the stall is declared and named at the lock
+    assert result.code == 124, result.stderr[-3000:]
+    assert '"GET /metrics HTTP/1.1" 200' in result.stderr   # the access log went on
+    beats = re.findall(r"heartbeat: alive, elapsed (\S+), last batch 4/100", result.stdout)
+    assert len(beats) >= 2, result.stdout[-2000:]            # and the heartbeat, after the hang
+    [stall] = result.report()["stalls"]
+    [finding] = result.findings("SD104")
+    assert finding["ranks"] == [0], finding
+    # AND none of them is a finding, nor quoted by one
+    report = result.report()
+    assert [f["code"] for f in report["findings"]] == ["SD104"], report["findings"]
+    quoted = json.dumps(report["findings"])
+    assert "heartbeat" not in quoted and "GET /metrics" not in quoted, quoted
