@@ -152,7 +152,9 @@ def test_fabric_run_hung_rank_is_named(tmp_path: Path, loaded: bool) -> None:
 
 
 # ----- Ray Train ---------------------------------------------------------------------------
-@LOADS
+# under load only: on an idle machine the worker-group restart test below finds the same ranks
+# (the train workers, never the driver) in both attempts
+@pytest.mark.parametrize("loaded", [True], ids=["cpu-burner"])
 def test_ray_train_healthy_ranks_are_the_train_workers(tmp_path: Path, ray_env: dict[str, str],
                                                        loaded: bool) -> None:
     # GIVEN TorchTrainer(num_workers=3) started as `python driver.py`, watched with the kill
