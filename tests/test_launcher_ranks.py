@@ -213,3 +213,37 @@ def test_elastic_restart_a_hang_in_the_second_attempt_is_named_as_in_the_first(
     [failure] = result.findings("SD103")
     assert failure["state"] == "resolved" and failure["evidence"]["recovered_by"] == {
         "1": restarted["pid"]}, failure
+
+
+def test_nvrx_ft_launcher_hang_is_named_before_its_rank_monitors_speak(tmp_path: Path) -> None:
+    pytest.importorskip("nvidia_resiliency_ext.fault_tolerance")
+    # GIVEN NVIDIA Resiliency Extension's ft_launcher (a torchrun with a rank monitor per rank)
+    # running 2 gloo ranks that send heartbeats each step, with an 8 s heartbeat timeout and no
+    # restart; rank 1 blocks in its batch fetch at step 4, rank 0 waits in all-reduce; watched
+    # with the default action (observe: the monitors act, stalldoc says)
+    command = [str(Path(sys.executable).parent / "ft_launcher"), "--nproc-per-node", "2",
+               "--max-restarts", "0", "--ft-initial-rank-heartbeat-timeout", "60",
+               "--ft-rank-heartbeat-timeout", "8", "--ft-workload-check-interval", "1",
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+               str(SCENARIOS / "ft_heartbeat.py")]
+    result = watch(tmp_path, command, timeout=180)
+    # THEN the monitors ended the job (each killed its rank) ...
+    assert result.code != 0 and "Did not get subsequent heartbeat" in result.stderr
+    report = result.report()
+    # ... the ranks were the two workers, the launcher never taken for one
+    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1], report["ranks"]
+    assert f"pid {job_pid(result)} is not rank 0" not in result.stderr
+    assert f"rank 0: pid {job_pid(result)} " not in result.stderr
+    # AND stalldoc named rank 1 at its frame before the monitors spoke
+    [culprit] = result.findings("SD101")
+    assert culprit["ranks"] == [1] and "fetch_batch" in culprit["summary"], culprit["summary"]
+    [verdict] = result.findings("SD537")
+    assert culprit["t"] < verdict["evidence"]["first_at"], (culprit["t"], verdict["evidence"])
+    # AND the monitors' verdict is quoted as theirs: both ranks, victim and culprit alike
+    evidence = verdict["evidence"]
+    assert evidence["tool"] == "NVIDIA Resiliency Extension's rank monitor", evidence
+    assert (evidence["kind"], evidence["heartbeat"], evidence["waited_seconds"]) == (
+        "heartbeat", "subsequent", "8.00"), evidence
+    assert evidence["monitor_ranks"] == [0, 1] and verdict["ranks"] == [], verdict
+    assert re.match(r"NVIDIA Resiliency Extension's rank monitor declared ranks? [01](,1)? hung: "
+                    r"no subsequent heartbeat in 8\.00 s", verdict["summary"]), verdict["summary"]

@@ -19,12 +19,17 @@ def key_of(finding: Finding, sticky: frozenset[str]) -> Key:
 
 
 def repeated_event(first: Finding, again: Finding) -> Finding:
-    """An event seen again: the ranks it came from add up; the first occurrence's summary,
-    figures and lines stay, later lines fill the kept lines up to ``EVENT_LINES`` and are
-    counted; the newest line is kept apart as ``last_line``."""
+    """An event seen again: the ranks it came from add up, and so do the ranks its lines name
+    (an evidence list whose key ends in ``_ranks``: the ranks a monitor's lines name, one line
+    a rank, lines that may fall in two ticks); the first occurrence's summary, figures and lines
+    stay, later lines fill the kept lines up to ``EVENT_LINES`` and are counted; the newest line
+    is kept apart as ``last_line``."""
     ranks = tuple(sorted(set(first.ranks) | set(again.ranks)))
     old, new = first.evidence, again.evidence
     evidence = dict(old)
+    for key, named in new.items():
+        if key.endswith("_ranks") and isinstance(named, list):
+            evidence[key] = sorted(set(old.get(key, [])) | set(named))
     if old.get("at_shutdown") and not new.get("at_shutdown"):
         evidence.pop("at_shutdown")
     if "lines" in old or "lines" in new:

@@ -14,10 +14,11 @@ from typing import Sequence
 
 # console scripts that start ranks (DeepSpeed installs ``ds`` beside ``deepspeed``)
 LAUNCHER_NAMES = frozenset({"torchrun", "deepspeed", "ds", "accelerate", "accelerate-launch",
-                            "swift"})
+                            "swift", "ft_launcher"})   # ft_launcher: NVRx's torchrun
 # modules run with ``python -m`` that start ranks, and the same files run as scripts
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "deepspeed.launcher",
-                    "accelerate.commands", "swift.cli.main")
+                    "accelerate.commands", "swift.cli.main",
+                    "nvidia_resiliency_ext.fault_tolerance.launcher")
 # console scripts that start ranks with some of their sub-commands: Lightning's ``fabric run``
 # (and the older ``lightning run model``) runs torchrun inside its own process; TRL's training
 # commands run ``accelerate launch`` inside theirs (``trl grpo``: one process on the CPU or one

@@ -85,6 +85,7 @@ from stalldoc.rules.sd533_ray_node_dead import RayNodeDead
 from stalldoc.rules.sd534_ray_unschedulable import RayUnschedulable
 from stalldoc.rules.sd535_slurm_time_limit import SlurmTimeLimit
 from stalldoc.rules.sd536_vllm_engine_not_started import VllmEngineNotStarted
+from stalldoc.rules.sd537_vendor_hang_verdict import VendorHangVerdict
 
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
@@ -110,7 +111,7 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  Zero3ParamNotAvailable, CollectiveMismatchReported,
                                  VllmEnginePreempting, RayTrainGroupFailed, RayActorDied,
                                  RayNodeDead, RayUnschedulable, SlurmTimeLimit,
-                                 VllmEngineNotStarted)
+                                 VllmEngineNotStarted, VendorHangVerdict)
 STICKY: frozenset[str] = frozenset(rule.code for rule in RULES if rule.sticky)
 ENDS_WITH_PROGRESS: frozenset[str] = frozenset(rule.code for rule in RULES
                                                if rule.ends_with_progress)

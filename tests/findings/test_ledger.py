@@ -95,6 +95,22 @@ def test_a_repeated_event_keeps_its_first_lines_and_figures():
     assert held.finding.ranks == tuple(range(8)) and held.occurrences == 2
 
 
+def test_a_monitors_verdicts_in_two_ticks_name_every_rank_they_named():
+    """NVRx's rank monitors speak for each rank on its own line, milliseconds apart: a tick may
+    fall between them (ft_launcher 0.4.1's lines, as it printed them)."""
+    def tick(t: float, line: str) -> list[Finding]:
+        window = Window(t, (), log=(LogLine(t - 0.5, "stderr", line),))
+        return [f for f in run_rules(window, "tick") if f.code == "SD537"]
+
+    said = ("[2026-11-28 16:07:06,{ms}] [WARNING] [RankMonServer{pid}@vm:{rank}] Did not get "
+            "subsequent heartbeat. Waited 8.00 seconds.")
+    ledger = Ledger(STICKY)
+    ledger.tick(10.0, tick(10.0, said.format(ms=262, pid=15462, rank=0)))
+    [held] = ledger.tick(11.0, tick(11.0, said.format(ms=279, pid=15463, rank=1))).updated
+    assert held.finding.evidence["monitor_ranks"] == [0, 1]
+    assert held.finding.evidence["count"] == 2 and held.occurrences == 2
+
+
 def test_a_stalls_findings_resolve_when_it_ends_and_only_they():
     ledger = Ledger()
     ledger.launch(0.0, [finding("SD407", ())])

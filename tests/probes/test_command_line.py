@@ -28,6 +28,8 @@ SITE = "/opt/venv/lib/python3.11/site-packages"
     [PY, "/opt/venv/bin/lightning", "run", "model", "--devices=2", "train.py"],
     [PY, "/opt/venv/bin/trl", "grpo", "--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct"],
     [PY, "/opt/venv/bin/trl", "sft", "--config", "sft.yaml"],
+    [PY, "/opt/venv/bin/ft_launcher", "--nproc-per-node", "8", "--max-restarts", "3", "train.py"],
+    [PY, "-m", "nvidia_resiliency_ext.fault_tolerance.launcher", "train.py"],
 ])
 def test_launchers_are_told_by_their_program(cmdline):
     assert is_launcher(cmdline) and not is_runner(cmdline)
