@@ -27,6 +27,8 @@ class NcclWatchdogTimeout(LogSignature):
         WorkNCCL(SeqNum=N, OpType=X, ...) timed out in blocking wait`` (torch >= 2.5; before, the
         blocking wait raised ``NCCL communicator was aborted on rank N. Original reason for
         failure was: ... Watchdog caught collective operation timeout ...``, matched as such).
+        Ascend's torch_npu prints the same watchdog's line for HCCL (``WorkHCCL(SeqNum=N, ...)``,
+        behind ``compiler_depend.ts``).
         The collective is then matched:
         with the ranks' Flight Recorder dumps of the stall, exactly (SeqNum is the dump's
         collective_seq_id in that group, DDP's C++ all-reduces included); else with the agents'
@@ -65,7 +67,8 @@ class NcclWatchdogTimeout(LogSignature):
         modelscope/DiffSynth-Studio#458 and sgl-project/sglang#1693 (``Timeout at NCCL work`` of
         a non-default group), huggingface/diffusers#12422 (``timed out in blocking wait``, after
         the watchdog's line), mlfoundations/open_clip#1087 (``NCCL communicator was aborted``
-        with NCCL_BLOCKING_WAIT=1 set); PyTorch ProcessGroupNCCL watchdog and Flight Recorder.
+        with NCCL_BLOCKING_WAIT=1 set), vllm-project/vllm-ascend#382 (torch_npu's WorkHCCL);
+        PyTorch ProcessGroupNCCL watchdog and Flight Recorder.
     """
 
     code = "SD501"
@@ -73,7 +76,7 @@ class NcclWatchdogTimeout(LogSignature):
     severity = Severity.CRITICAL
     headline = "NCCL watchdog timeout"
     patterns = (
-        r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), "
+        r"Watchdog caught collective operation timeout: Work(?:NCCL|HCCL)\(SeqNum=(?P<seq>\d+), "
         r"OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel_in>-?\d+))?(?:, NumelOut=(?P<numel_out>-?\d+))?"
         r"(?:(?:, \w+=[^,)]*)*?, Timeout\(ms\)=(?P<timeout_ms>\d+))?",
         r"Timeout at NCCL work: (?P<seq>\d+), last enqueued NCCL work: (?P<last_enqueued>-?\d+), "
