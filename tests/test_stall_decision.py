@@ -6,10 +6,11 @@ of real jobs: compute that sits on one source line, a C extension call, one rank
 checkpoint to slow storage while the others wait in a barrier, evaluation reading slow storage,
 preprocessing in worker processes (a pool, ``datasets.map(num_proc=2)``, DataLoader workers),
 loading shards from slow storage. "Slow storage" is a FIFO served at a few MB/s by a process
-outside the job, so the rank blocks in read / write with little CPU, as on a busy NFS. Every
-case runs once on an idle machine and once with both cores saturated by other processes; the
-healthy phases run one after another in one job for each, as a long job meets its slow parts,
-and each phase's test reads the findings opened while it ran.
+outside the job, so the rank blocks in read / write with little CPU, as on a busy NFS. The
+healthy phases run one after another in one job, as a long job meets its slow parts, with both
+cores saturated by other processes (the harder footing: an idle machine's run of the same job,
+3 ranks, was dropped for the suite's time), and each phase's test reads the findings opened
+while it ran; the hangs run once on an idle machine and once under that load.
 """
 from __future__ import annotations
 
@@ -83,10 +84,10 @@ def phase_windows(stdout: str) -> dict[str, tuple[float, float]]:
     return {kind: (min(starts[kind]), max(ends[kind])) for kind in starts if kind in ends}
 
 
-@pytest.fixture(scope="module", params=[(False, 3), (True, 2)], ids=["idle", "loaded"])
+@pytest.fixture(scope="module", params=[(True, 2)], ids=["loaded"])
 def healthy_phases(request, tmp_path_factory) -> PhasesRun:
-    """Every healthy kind in one real torchrun job (3 ranks on an idle machine, 2 with both
-    cores saturated), each phase 7 s, as a long job goes through its slow parts one by one."""
+    """Every healthy kind in one real torchrun job of 2 ranks with both cores saturated, each
+    phase 7 s, as a long job goes through its slow parts one by one."""
     loaded, nproc = request.param
     tmp = tmp_path_factory.mktemp("healthy_loaded" if loaded else "healthy_idle")
     paths = {f"SLOW_PATH_{kind.upper()}": str(tmp / kind) for kind in SLOW_KINDS}
