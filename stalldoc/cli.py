@@ -230,8 +230,9 @@ def report(run_dirs: tuple[Path, ...], fmt: str, output: Path | None) -> None:
         text = reporter(fmt).render(read_report(run_dirs))
     except StalldocError as error:
         fail(error)
-    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
-        # values of the wrong type in a damaged database, found while rendering them
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, ArithmeticError) as exc:
+        # values of the wrong type in a damaged database, found while rendering them (a time
+        # past what the platform's clock can say: OverflowError)
         fail(RunDirError(f"{', '.join(map(str, run_dirs))}: damaged run database "
                          f"({type(exc).__name__}: {str(exc)[:200]})"))
     if output is None:

@@ -290,6 +290,21 @@ def test_report_of_a_randomly_damaged_run_is_a_report_or_one_line(tmp_path, pris
     assert os.listdir(run_dir) == ["run.db"]
 
 
+def test_a_start_time_past_the_platforms_clock_is_one_line(tmp_path, pristine):
+    # the damage the test above once drew (hypothesis seed 15): a start time of 6.8e16 s, which
+    # the text report's clock formatting cannot say (OverflowError), where JSON can
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copyfile(pristine, run_dir / "run.db")
+    with contextlib.closing(sqlite3.connect(run_dir / "run.db")) as conn, conn:
+        conn.execute("UPDATE run SET started_at = ?", (6.77679762335328e+16,))
+    result = CliRunner().invoke(main, ["report", str(run_dir), "--format", "text"])
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code == 1 and "damaged run database (OverflowError" in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert os.listdir(run_dir) == ["run.db"]
+
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
