@@ -3,11 +3,14 @@ support.py."""
 from __future__ import annotations
 
 import os
+import re
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
+import machine
 from durations import expected_seconds
 from support import Result, watch
 
@@ -22,9 +25,10 @@ def run_watch(tmp_path: Path):
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one worker more than the CPUs this process may use. Most real-job tests
-    spend much of their time waiting for a stall timeout to pass, which leaves a CPU free."""
-    return len(os.sched_getaffinity(0)) + 1
+    """``-n auto``: a worker per CPU this process may use, two at least. The suite is bound by
+    CPU (real jobs importing torch): on 2 cores a third worker only loaded the timing-sensitive
+    tests more (docs/index.md), while a second fills the time each test waits for a stall."""
+    return max(2, len(os.sched_getaffinity(0)))
 
 
 def _shares_a_run(item: pytest.Item) -> bool:
@@ -72,9 +76,9 @@ def _units(items: list[pytest.Item]) -> list[tuple[str | None, list[pytest.Item]
 @pytest.hookimpl(tryfirst=True)   # before xdist's own, which reads the groups into the nodeids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In pytest-xdist's workers (``-n``): a module whose tests share a run goes to one worker as
-    one group (its run is made once), so do the tests of a fixture in ONE_AT_A_TIME, and the
-    longest tests start first, so that no long test is left for the end while the other workers
-    are done. A run without ``-n`` keeps the order.
+    one group (its run is made once), so do the tests of a fixture in ONE_AT_A_TIME; the tests
+    that run alone start first, then the longest, so that no long test is left for the end
+    while the other workers are done. A run without ``-n`` keeps the order.
     (The workers collect; each sorts alike, as xdist requires of them.)"""
     if not hasattr(config, "workerinput"):
         return
@@ -84,5 +88,45 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             for item in unit:
                 item.add_marker(pytest.mark.xdist_group(group))
     cost = expected_seconds()
-    units.sort(key=lambda unit: -sum(cost.get(item.nodeid, 0.0) for item in unit[1]))
+    units.sort(key=lambda unit: _order(unit[1], cost))
     items[:] = [item for _, unit in units for item in unit]
+
+
+def _order(unit: list[pytest.Item], cost: dict[str, float]) -> tuple[bool, bool, float]:
+    """Where a unit goes: the units with a test that runs alone first (two workers that both
+    wait to run alone lose nothing; a worker that waits for the machine while the other runs a
+    test beside loses that test's time), those of a real vLLM after the others (its virtualenv
+    builds meanwhile on a fresh machine), then the longest first."""
+    alone = any(runs_alone(item) for item in unit)
+    engine = any(hasattr(getattr(item, "module", None), "vllm_env") for item in unit)
+    return (not alone, engine, -sum(cost.get(item.nodeid, 0.0) for item in unit))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When tests of a real vLLM are to run, its virtualenv starts building at once, in the
+    background, if it is not built (tests/vllm_env.py): the tests before them run meanwhile."""
+    modules = {getattr(item, "module", None) for item in session.items}
+    if any(hasattr(module, "vllm_env") for module in modules):
+        sys.modules["vllm_env"].build_in_background()
+
+
+# a parametrization that loads the machine: ``loaded=True``, or an id that says so (a shared
+# run's fixture parametrized with its load)
+LOADED_ID = re.compile(r"(^|-)(loaded|cpu-burner)(-|$)")
+
+
+def runs_alone(item: pytest.Item) -> bool:
+    """Whether the test loads the machine on purpose and so runs with no other test beside it
+    (tests/machine.py): marked ``alone``, or parametrized with its load."""
+    if item.get_closest_marker("alone") is not None:
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and (callspec.params.get("loaded") is True
+                                     or LOADED_ID.search(callspec.id) is not None)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)   # around pytest-timeout's timer
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """In pytest-xdist's workers, each test holds the machine: alone, or beside the others."""
+    with machine.held(runs_alone(item)):
+        yield

@@ -2,8 +2,9 @@
 
 - ``cpu_burner(n)``: at least ``n`` separate Python processes spinning on a core each, for the
   duration of a ``with`` block (a loaded node). The spinners are the machine's, not the block's:
-  blocks that overlap (the suite's parallel workers) share them, so each block still runs on
-  cores that ``n`` spinners keep busy, and the machine is not loaded once more per worker.
+  blocks that overlap share them, so each block still runs on cores that ``n`` spinners keep
+  busy. In the suite's parallel run a test with a load runs alone (tests/machine.py: it fails
+  if it was not marked so), so its load is the only one, and no other test runs beside it.
 - ``starved(root)``: the process ``root`` and its descendants moved onto one CPU that many
   spinning processes share (an oversubscribed node: the job runs, at a few % of a core).
 - ``slow_reader(path, rate)``: a FIFO at ``path`` whose other end a separate process drains at
@@ -30,6 +31,8 @@ import sys
 import tempfile
 import time
 from typing import Dict, Iterator, List, Set
+
+from machine import assert_alone
 
 # spins until its parent is gone: a test run that is killed (no ``finally``) leaves no burner
 # behind to load every later run on the machine
@@ -150,6 +153,7 @@ def cpu_burner(processes: int = 2) -> Iterator[List[int]]:
     if processes <= 0:
         yield []
         return
+    assert_alone("a CPU burner")
     with _burners_locked() as state:
         state["users"].append(os.getpid())
         _save_burners(state)
@@ -251,6 +255,7 @@ def starved(root: int, spinners: int = 16, cpu: int = 0) -> Iterator[None]:
     each in a session of its own: the scheduler shares a CPU between sessions (autogroup) or
     threads, so every rank of a job of a few ranks gets a few % of a core, runnable nearly all
     the time and waiting for the CPU. Affinities are put back when the block ends."""
+    assert_alone("a starved CPU")
     procs: List[subprocess.Popen] = []
     before: Dict[int, Set[int]] = {}
     try:

@@ -40,7 +40,7 @@ def _score(url: str, texts: list[str], timeout: float = 30) -> list[float]:
         return json.load(reply)["scores"]
 
 
-@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "cpu-burner"])
+@pytest.mark.parametrize("loaded", [True], ids=["cpu-burner"])   # healthy: under load
 def test_a_reward_server_nobody_asks_then_scoring_is_no_stall(tmp_path: Path,
                                                               loaded: bool) -> None:
     # GIVEN a reward server watched alone with the kill action armed (stall timeout 3 s)

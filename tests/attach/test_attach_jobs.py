@@ -230,6 +230,7 @@ def test_attach_refuses_a_run_dir_in_use(loader_job: RunningJob, tmp_path: Path)
     assert "run directory is not empty" in result.stderr
 
 
+@pytest.mark.alone
 def test_a_working_job_is_not_called_stalled(tmp_path: Path) -> None:
     """Ranks 0-1 wait in a barrier while rank 2 computes: working, on an idle node and on one
     whose cores are all taken by other processes."""

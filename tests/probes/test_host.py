@@ -167,6 +167,7 @@ worker.join()
 
 
 @pytest.mark.skipif(bool(why_no_schedstat()), reason=why_no_schedstat())
+@pytest.mark.alone
 def test_a_rank_starved_of_cpu_shows_the_cpu_it_waited_for(tmp_path):
     # GIVEN a rank working on a second thread, with a worker process, both squeezed onto one CPU
     # with 16 spinning processes; and an idle rank beside it
