@@ -1,11 +1,12 @@
-"""What each slow test cost in a serial run, for pytest-xdist to start the long ones first.
+"""What each slow test cost in a run of README's test command (pytest-xdist's workers), for
+the workers to start the long ones first.
 
 ``durations.txt`` holds ``seconds nodeid`` lines (setup, call and teardown summed) for the tests
 that took a second or more. It only orders the tests: a test missing from it, or a figure out of
-date, changes when a test starts, never whether it runs or passes. To remake it from a serial run:
+date, changes when a test starts, never whether it runs or passes. To remake it:
 
-    python -m pytest -q --durations=0 > /tmp/serial.log
-    python tests/durations.py /tmp/serial.log > tests/durations.txt
+    python -m pytest -q -n auto --durations=0 > /tmp/run.log
+    python tests/durations.py /tmp/run.log > tests/durations.txt
 """
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from pathlib import Path
 
 TABLE = Path(__file__).resolve().parent / "durations.txt"
 LINE = re.compile(r"^(\d+(?:\.\d+)?)s (?:setup|call|teardown)\s+(\S.*)$")
+# the group pytest-xdist appends to a nodeid (``...[3-1]@ray_clusters``, ``...@tests/x.py``):
+# after the test's name or its parameters' brackets, never inside them
+XDIST_GROUP = re.compile(r"@[^\[\]\s@]+$")
 
 
 def expected_seconds(table: Path = TABLE) -> dict[str, float]:
@@ -34,7 +38,7 @@ def from_log(text: str, at_least: float = 1.0) -> dict[str, float]:
     for line in text.splitlines():
         match = LINE.match(line.strip())
         if match:
-            nodeid = re.sub(r"@tests/\S+$", "", match.group(2).strip())   # xdist's group
+            nodeid = XDIST_GROUP.sub("", match.group(2).strip())
             seconds[nodeid] = seconds.get(nodeid, 0.0) + float(match.group(1))
     return {nodeid: cost for nodeid, cost in seconds.items() if cost >= at_least}
 

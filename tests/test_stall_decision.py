@@ -103,7 +103,7 @@ def healthy_phases(request, tmp_path_factory) -> PhasesRun:
 
 @pytest.mark.timeout(480)
 def test_healthy_phases_job_runs_to_its_end_without_a_stall(healthy_phases):
-    """About 90 s (the module's one job, which every phase's test reads): nine healthy phases
+    """About 85 s (the module's one job, which every phase's test reads): nine healthy phases
     of 7 s each, each over twice the stall timeout, one after another, both cores busy."""
     # THEN the job ran to its end, untouched, and no stall was declared
     result = healthy_phases.result

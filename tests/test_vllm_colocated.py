@@ -99,7 +99,7 @@ def test_a_rank_that_skips_its_tp_groups_rollout_is_a_stall_of_both(tmp_path: Pa
 @pytest.mark.alone   # the cores it finds taken must be its own: beside another test they were not
 def test_an_engine_in_every_rank_beside_training_is_named_for_the_cores_it_takes(
         tmp_path: Path, engine) -> None:
-    """About 90 s: two real engines, one per rank, start and generate on two cores beside two
+    """About 70 s: two real engines, one per rank, start and generate on two cores beside two
     training ranks; the contention this test is about is what makes it slow."""
     # GIVEN 2 training ranks on this 2-core node, each with an engine of its own in processes
     # below it (vLLM's multiprocessing executor: an engine core and a worker per rank, one

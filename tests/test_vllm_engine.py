@@ -280,7 +280,7 @@ def _served(tmp_path: Path, engine, *options: str) -> tuple[subprocess.Popen, Pa
 @pytest.mark.alone
 def test_a_server_nobody_asks_and_then_its_rollouts_are_no_stall(tmp_path: Path,
                                                                  engine) -> None:
-    """About 75 s: the real server starts with both cores busy (most of it), then idles past
+    """About 55 s: the real server starts with both cores busy (most of it), then idles past
     the 15 s stall timeout a real engine is watched with, then serves."""
     # GIVEN the real OpenAI server watched with the kill action armed, both cores busy
     with cpu_burner(2):
