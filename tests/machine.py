@@ -58,14 +58,10 @@ def held(alone: bool) -> Iterator[None]:
             finally:
                 os.environ.pop(ALONE, None)
         return
-    with _locked(GATE, fcntl.LOCK_EX):
-        machine = open(MACHINE, "a")
-        fcntl.flock(machine, fcntl.LOCK_SH)
-    try:
+    with contextlib.ExitStack() as shared:
+        with _locked(GATE, fcntl.LOCK_EX):
+            shared.enter_context(_locked(MACHINE, fcntl.LOCK_SH))
         yield
-    finally:
-        fcntl.flock(machine, fcntl.LOCK_UN)
-        machine.close()
 
 
 def assert_alone(what: str) -> None:

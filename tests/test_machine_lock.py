@@ -34,6 +34,23 @@ def hold(tmp_path: Path, how: str, seconds: float, log: Path) -> subprocess.Pope
     return subprocess.Popen([sys.executable, "-c", code, how, str(seconds), str(log)], env=env)
 
 
+def holds(proc: subprocess.Popen, path: Path, timeout: float = 30) -> None:
+    """Wait until ``proc`` holds a lock on ``path`` (/proc/locks: its pid and the file's
+    inode), however long a loaded machine takes to start it."""
+    inode, deadline = None, time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if inode is None and path.exists():
+            inode = path.stat().st_ino
+        if inode is not None and any(
+                line.split()[4] == str(proc.pid) and line.split()[5].endswith(f":{inode}")
+                for line in Path("/proc/locks").read_text().splitlines()
+                if line.split()[1] == "FLOCK"):
+            return
+        assert proc.poll() is None, "it ended"
+        time.sleep(0.02)
+    raise AssertionError(f"pid {proc.pid} took no lock on {path} in {timeout} s")
+
+
 def spans(log: Path) -> list[tuple[str, float, float]]:
     rows = [line.split() for line in log.read_text().splitlines()]
     return sorted((how, float(start), float(end)) for how, start, end in rows)
@@ -44,9 +61,9 @@ def test_beside_tests_share_and_one_alone_runs_with_none_beside(tmp_path: Path) 
     # started while it waits
     log = tmp_path / "log"
     first = hold(tmp_path, "beside", 1.5, log)
-    time.sleep(0.5)
+    holds(first, Path(f"{tmp_path / 'machine'}.lock"))
     lone = hold(tmp_path, "alone", 1.0, log)
-    time.sleep(0.5)
+    holds(lone, Path(f"{tmp_path / 'machine'}.gate"))   # and waits for the machine
     later = [hold(tmp_path, "beside", 0.5, log) for _ in range(2)]
     for proc in (first, lone, *later):
         assert proc.wait(timeout=30) == 0
