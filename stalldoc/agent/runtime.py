@@ -94,6 +94,7 @@ class Agent:
         # the Flight Recorder dumper; None: not looked at, False: off
         self._flight: Any = False if feature_off("flight") else None
         self._versions: Any = None   # the versions publisher; None: not made yet, False: done
+        self._ray: Any = None        # the Ray facts publisher; None: not made yet, False: done
         # the process groups' counters; None: not made yet, False: off
         self._c10d: Any = False if feature_off("c10d") else None
         self._gate: Any = None   # the door of the heartbeat's calls into torch (torch_gate.py);
@@ -137,6 +138,7 @@ class Agent:
             if "torch" in sys.modules and self._gate is not False:
                 self._through_gate(self._torch_ticks, now, beats % ALLOCATOR_EVERY_BEATS == 1)
             self._versions_tick()
+            self._ray_tick()
 
     def _through_gate(self, fn: Any, *args: Any) -> None:
         """``fn`` behind the torch gate (``agent/torch_gate.py``): never while the interpreter
@@ -189,6 +191,22 @@ class Agent:
         except Exception as exc:  # noqa: BLE001 - no versions; the agent stays on
             self._versions = False
             report_failure(self.directory, exc, "versions not published")
+
+    def _ray_tick(self) -> None:
+        """Publish what this process is to Ray (``agent/ray_facts.py``): nothing before the job
+        imported ray."""
+        if self._ray is False or "ray" not in sys.modules:
+            return
+        try:
+            if self._ray is None:
+                from stalldoc.agent.ray_facts import RayFacts
+                self._ray = RayFacts(self.directory, self.pid, sys.modules)
+            self._ray.tick()
+            if self._ray.done:
+                self._ray = False
+        except Exception as exc:  # noqa: BLE001 - no Ray facts; the agent stays on
+            self._ray = False
+            report_failure(self.directory, exc, "Ray facts not published")
 
     def _flight_tick(self) -> None:
         """Answer the watcher's request for a Flight Recorder dump (``agent/flight.py``): one

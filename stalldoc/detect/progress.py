@@ -253,7 +253,8 @@ class ProgressTracker:
 
     # ----- the decision -----------------------------------------------------------------------
     def check(self, now: float, elsewhere_at: float | None = None, elsewhere_now: bool = False,
-              awaiting: Iterable[int] = ()) -> tuple[StallEpisode | None, StallEpisode | None]:
+              awaiting: Iterable[int] = (), outside_quiet: float | None = None
+              ) -> tuple[StallEpisode | None, StallEpisode | None]:
         """(a stall that starts now, a stall that ended now): at most one is not None.
         Ranks between tasks (``between_tasks``) have no work in hand and decide nothing, nor
         do ranks whose process is ending (``ending``) until it has taken longer than the
@@ -261,7 +262,11 @@ class ProgressTracker:
         ``elsewhere_at``: the last work seen on the job's other nodes (our clock); while a rank
         there works this node's waiting ranks are not stalled, and ``elsewhere_now`` (a rank
         there works now) ends a stall. ``awaiting``: ranks that serve requests and whose engine
-        waits for them: no work in hand either, their clients' turn."""
+        waits for them: no work in hand either, their clients' turn. ``outside_quiet``: when
+        every rank waits between tasks, since when the part of the job that hands them their
+        work (a Ray driver, its actors: ``sidecar/ray_job.py``) has shown none either (None:
+        it works, or there is none); then the job itself is stalled once that is longer than
+        the threshold."""
         live = self.live()
         if not live:
             return None, None
@@ -272,9 +277,10 @@ class ProgressTracker:
             live[rank].free_at = now
         idle = self.between_tasks(now) | self.ending(now) | awaiting
         in_task = [s for r, s in live.items() if r not in idle]
-        if not in_task:   # no rank has work in hand: the driver's turn, not a stall of ranks
-            return None, None
+        if not in_task and outside_quiet is None:
+            return None, None   # no rank has work in hand: the driver's turn, not a stall
         newest = max([max(s.last_work, s.free_at) for s in in_task]
+                     + ([outside_quiet] if not in_task else [])
                      + ([elsewhere_at] if elsewhere_at is not None else []))
         threshold = self.threshold()
         if now - newest <= threshold:

@@ -81,6 +81,9 @@ _WAIT_FRAMES: tuple[tuple[str, frozenset[str] | None, str], ...] = (
                                                         "wait_stream"}), "cuda sync"),
     (f"torch{os.sep}utils{os.sep}data{os.sep}dataloader.py", frozenset({
         "_try_get_data", "_get_data", "_next_data"}), "dataloader workers"),
+    # a Ray driver (or actor) waiting for the result of a task or an actor call
+    (f"ray{os.sep}_private{os.sep}worker.py", frozenset({"get_objects", "get", "wait"}),
+     "ray.get"),
     ("shm_broadcast.py", None, "shm broadcast"),   # vLLM's message queue spins while it waits
     # vLLM's TP/PP collectives on CPU (its shared-memory communicator spins in C++ until every
     # rank of the group has come): in a training rank itself when vLLM is colocated

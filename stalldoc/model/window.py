@@ -8,6 +8,7 @@ from stalldoc.model.agent import AgentSnapshot, CudaState, EngineSleepState
 from stalldoc.model.cluster import ClusterView
 from stalldoc.model.collectives import FlightDump
 from stalldoc.model.launch import LaunchConfig, Resources
+from stalldoc.model.ray_job import JobOutside, OutsideSeen
 from stalldoc.model.ranks import EnginePreemptions, EngineState, RankExit, RankProcess
 from stalldoc.model.samples import GpuSample, HostMemory, HostSample, LogLine
 from stalldoc.model.served import ServedRank, ServerMetrics
@@ -60,3 +61,9 @@ class Window:
     # rank -> when its script returned (its agent said so): what holds it is the process's end
     # (threads that are not daemons, exit handlers), not its work (stall only)
     finished: Mapping[int, float] = field(default_factory=dict)
+    # where a Ray job stands when every rank waits for its next task: its driver, its actors
+    # that are no rank, Ray's state of them (a stall of the job itself only)
+    outside: JobOutside | None = None
+    # the driver or actors busy in one unchanging stack for the busy timeout while every rank
+    # waits for its next task (every tick)
+    spinning: tuple[OutsideSeen, ...] = ()

@@ -52,6 +52,7 @@ from stalldoc.sidecar.attempts import Attempts
 from stalldoc.sidecar.children import child_stacks
 from stalldoc.sidecar.engine_progress import EngineProgress, EngineTick
 from stalldoc.sidecar.preemptions import PreemptionWatch
+from stalldoc.sidecar.ray_job import RayJob
 from stalldoc.sidecar.served import ServedRanks, peer_servers
 from stalldoc.sidecar.cluster import NodeCluster
 from stalldoc.sidecar.exits import ExitBook, of_present
@@ -81,6 +82,8 @@ class Watcher:
         self.agents_probe = self.sampler.agents
         self.stack_probe = StackProbe(self.agent_dir)
         self.background = BackgroundStacks(self.stack_probe)
+        self.ray_job = RayJob(self.agent_dir, self.stack_probe, options.stall_timeout)
+        self.job_stall = False   # the stall in course is the job's: every rank waits for work
         self.tracker = ProgressTracker(options.stall_timeout)
         self.ranks: dict[int, RankProcess] = {}
         self.exits = ExitBook(self.store)   # ranks that ended; its death watch
@@ -233,7 +236,7 @@ class Watcher:
             self.store.close()
         except Exception:  # noqa: BLE001
             self._internal_error()
-        for part in (self.exits, self.sampler, self.background, self.exporter):
+        for part in (self.exits, self.sampler, self.background, self.ray_job, self.exporter):
             if part is not None:
                 part.close()
 
@@ -325,6 +328,11 @@ class Watcher:
         host = self.served.without_traffic(sample.host, self.engine_tick.ran)
         self.tracker.observe(now, sample.agents, host, gpu_util_by_rank(sample),
                              self._ending(), self.engine_tick.progressed)
+        live = self.tracker.live()
+        self.ray_job.observe(now, bool(live) and set(live) <= self.tracker.between_tasks(now))
+        episode = self.tracker.episode
+        if self.job_stall and episode is not None and self.ray_job.moved_at > episode.detected_at:
+            self.tracker.job_progressed(now)   # the driver or an actor works again
         self.cluster.refresh(now, self.tracker.quiet_for(now), self.tracker.threshold(),
                              self.tracker.episode is not None)
 
@@ -388,6 +396,12 @@ class Watcher:
             self.say(f"rank {rank.rank}: pid {rank.pid}{_known_as(rank)}")
         self._find_agentless(now)
         self._recover_restarts(now)
+        for line in self.ray_job.refresh(self.found.pids, self._claiming):
+            self.say(line)
+
+    def _claiming(self, pids: set[int]) -> set[int]:
+        """Of ``pids``, the ranks and those whose agent claims a rank."""
+        return ({r.pid for r in self._live()} & pids) | set(self.agents_probe.claims(pids)[0])
 
     def _gone(self, known: RankProcess | None) -> bool:
         """The rank's process ended (its exit recorded, or no longer in the job)."""
@@ -521,8 +535,10 @@ class Watcher:
             return
         awaiting = self.served.awaiting(self.engine_tick.idle,
                                         {e.owner for e in self.engines.values()})
-        started, ended = self.tracker.check(now, *self.cluster.elsewhere(now), awaiting)
+        quiet = self.ray_job.quiet_since(now)
+        started, ended = self.tracker.check(now, *self.cluster.elsewhere(now), awaiting, quiet)
         if ended is not None:
+            self.job_stall = False
             self.store.save_stall(ended)
             self._save(self.ledger.stall_ended(now, ended.id))
             self.stall_over = True    # its stacks stay for this tick's rules (a line about it)
@@ -530,7 +546,10 @@ class Watcher:
         if started is None:
             return
         self.store.save_stall(started)
-        self.say(f"STALL #{started.id}: no rank showed work for {now - started.started_at:.0f} s "
+        self.job_stall = quiet is not None and self.ray_job.turn_since is not None
+        nothing = ("nothing in the job (its ranks, its driver and actors) showed work"
+                   if self.job_stall else "no rank showed work")
+        self.say(f"STALL #{started.id}: {nothing} for {now - started.started_at:.0f} s "
                  f"(threshold {started.threshold:.0f} s); {_grouped(started.work)}; taking "
                  f"stacks of {len(started.ranks)} rank(s)")
         self._diagnose(started, agents)
@@ -561,7 +580,8 @@ class Watcher:
                                      served=self.served.view(self.engine_tick.idle,
                                                              episode.ranks),
                                      engine_settings=self._engine_settings(live),
-                                     finished=self.agents_probe.finished(live))
+                                     finished=self.agents_probe.finished(live),
+                                     outside=self.ray_job.view(now) if self.job_stall else None)
         self.store.add_stacks(episode.id, stacks.values())
         self.stall_stacks, self.stall_flight, self.stall_over = stacks, flight, False
         self._diagnosis(self._save(self.ledger.stall(now, episode.id,
@@ -667,7 +687,8 @@ class Watcher:
         rules' findings stay as the last tick left them)."""
         window = dataclasses.replace(
             self._window(now, agents, self.tracker.episode, self.stall_stacks),
-            flight=self.stall_flight)
+            flight=self.stall_flight,
+            spinning=self.ray_job.spinning(now, self.opts.busy_timeout))
         self.logs.take_unread()
         if self.ending:
             return   # the ranks are being ended: their last moments (the lines they print

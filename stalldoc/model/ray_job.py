@@ -1,0 +1,101 @@
+"""The parts of a Ray job that are not its ranks: the driver that runs the loop, the actors that
+hold no rank (rollout engines, reward workers, a task runner), and what Ray's own state API says
+of them at a stall (actors, the tasks that run and those queued behind them)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stalldoc.model.stacks import Frame, RankStacks
+
+DRIVER = "driver"
+ACTOR = "actor"
+
+
+@dataclass(frozen=True)
+class RayProcess:
+    """A process of the job that Ray says is its driver, or an actor that is no rank."""
+
+    pid: int
+    role: str                 # DRIVER or ACTOR
+    actor_class: str = ""     # an actor's class, as Ray knows it
+    actor_id: str = ""
+    job_id: str = ""
+    dashboard: str = ""       # the driver's: where the cluster serves its state API
+
+    @property
+    def label(self) -> str:
+        if self.role == DRIVER:
+            return f"the driver (pid {self.pid})"
+        return f"actor {self.actor_class or '?'} (pid {self.pid})"
+
+
+@dataclass(frozen=True)
+class RayTask:
+    """A task or actor call Ray has not finished: running, or queued behind another."""
+
+    name: str                 # ``Class.method`` or the function's name
+    state: str                # Ray's: RUNNING, SUBMITTED_TO_WORKER, PENDING_ARGS_AVAIL, ...
+    actor_id: str = ""
+    pid: int | None = None    # the worker running it (None: not started)
+    started_at: float | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state == "RUNNING"
+
+
+@dataclass(frozen=True)
+class RayActor:
+    actor_id: str
+    class_name: str
+    state: str                # ALIVE, PENDING_CREATION, DEPENDENCIES_UNREADY, RESTARTING, DEAD
+    pid: int | None = None
+    name: str = ""
+    death: str = ""           # why it died, in Ray's words
+
+
+@dataclass(frozen=True)
+class RayState:
+    """What the cluster's state API answered (``error``: why nothing was read)."""
+
+    actors: tuple[RayActor, ...] = ()
+    tasks: tuple[RayTask, ...] = ()
+    source: str = ""          # the endpoint read
+    error: str = ""
+
+    def queued_behind(self, task: RayTask) -> tuple[RayTask, ...]:
+        """Calls of the same actor that wait for ``task`` to end (an actor runs one at a time
+        unless it was made with more concurrency)."""
+        return tuple(t for t in self.tasks if t.actor_id and t.actor_id == task.actor_id
+                     and not t.running)
+
+    def actor(self, actor_id: str) -> RayActor | None:
+        return next((a for a in self.actors if a.actor_id == actor_id), None)
+
+
+@dataclass(frozen=True)
+class OutsideSeen:
+    """One process outside the ranks as a stall found it: its stacks and what they show."""
+
+    process: RayProcess
+    stacks: RankStacks | None
+    kind: str = ""                 # the stack's kind: "working", "waiting: <on what>", ...
+    frame: Frame | None = None     # its user frame (else the innermost)
+    busy_for: float = 0.0          # seconds in one unchanging working stack
+
+
+@dataclass(frozen=True)
+class JobOutside:
+    """Where a Ray job stands when every rank waits for its next task: the driver, the actors
+    that are no rank, and Ray's state of them."""
+
+    since: float                                # every rank has waited between tasks since
+    seen: tuple[OutsideSeen, ...] = ()
+    ray: RayState | None = None
+
+    @property
+    def driver(self) -> OutsideSeen | None:
+        return next((s for s in self.seen if s.process.role == DRIVER), None)
+
+    def of_pid(self, pid: int | None) -> OutsideSeen | None:
+        return next((s for s in self.seen if s.process.pid == pid), None)

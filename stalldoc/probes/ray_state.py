@@ -1,0 +1,89 @@
+"""A Ray job as Ray itself knows it: which process is the driver and which an actor (its agent's
+``ray-<pid>.json``, ``agent/ray_facts.py``), and at a stall the cluster's state API, served by
+its dashboard (``/api/v0/actors``, ``/api/v0/tasks``: the records ``ray list actors`` and
+``ray list tasks`` print), read over HTTP at the address the driver's Ray gave it. ray is never
+imported here. A cluster without the dashboard (``ray`` installed without ``[default]``, or
+``include_dashboard=False``) has no state API: the stacks then say what each process does."""
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from typing import Any, Iterable
+
+from stalldoc.agent.ray_facts import facts_path
+from stalldoc.model.ray_job import ACTOR, DRIVER, RayActor, RayProcess, RayState, RayTask
+
+MAX_BYTES = 8 << 20
+LIMIT = 1000
+_ADDRESS = re.compile(r"^(https?://)?(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$")
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_FINISHED = ("FINISHED", "FAILED")
+
+
+def ray_processes(directory: str | None, pids: Iterable[int]) -> dict[int, RayProcess]:
+    """The driver and actors among ``pids``, as their agents say (pid -> process)."""
+    found: dict[int, RayProcess] = {}
+    for pid in pids:
+        facts = _facts(directory, pid) if directory else None
+        if facts is None:
+            continue
+        role = DRIVER if facts.get("mode") == "driver" else ACTOR if facts.get("actor_id") else ""
+        if role:
+            found[pid] = RayProcess(pid, role, str(facts.get("actor_class", "")),
+                                    str(facts.get("actor_id", "")), str(facts.get("job_id", "")),
+                                    str(facts.get("dashboard", "")))
+    return found
+
+
+def _facts(directory: str, pid: int) -> dict[str, Any] | None:
+    try:
+        with open(facts_path(directory, pid), encoding="utf-8") as fh:
+            facts = json.loads(fh.read(65536))
+    except (OSError, ValueError):
+        return None
+    return facts if isinstance(facts, dict) else None
+
+
+def read_state(dashboard: str, timeout: float = 3.0) -> RayState:
+    """The cluster's actors and its unfinished tasks, from the dashboard at ``dashboard``."""
+    if not _ADDRESS.match(dashboard):
+        return RayState(error="no Ray dashboard address (is ray[default] installed?)")
+    base = dashboard if dashboard.startswith("http") else f"http://{dashboard}"
+    try:
+        actors = _records(f"{base}/api/v0/actors?detail=1&limit={LIMIT}", timeout)
+        tasks = _records(f"{base}/api/v0/tasks?detail=1&limit={LIMIT}", timeout)
+    except (OSError, ValueError, urllib.error.URLError) as exc:
+        return RayState(source=base, error=f"Ray's state API at {base} did not answer: {exc}")
+    return RayState(tuple(_actor(a) for a in actors),
+                    tuple(_task(t) for t in tasks if t.get("state") not in _FINISHED), base)
+
+
+def _records(url: str, timeout: float) -> list[dict[str, Any]]:
+    with _OPENER.open(url, timeout=timeout) as response:
+        body = json.loads(response.read(MAX_BYTES))
+    result = body.get("data", {}).get("result", {}) if isinstance(body, dict) else {}
+    records = result.get("result", []) if isinstance(result, dict) else []
+    return [r for r in records if isinstance(r, dict)]
+
+
+def _actor(record: dict[str, Any]) -> RayActor:
+    death = record.get("death_cause") or {}
+    context = next(iter(death.values()), {}) if isinstance(death, dict) and death else {}
+    words = context.get("error_message", "") if isinstance(context, dict) else ""
+    return RayActor(str(record.get("actor_id", "")), str(record.get("class_name", "")),
+                    str(record.get("state", "")), _pid(record.get("pid")),
+                    str(record.get("name") or ""), str(words)[:2000])
+
+
+def _task(record: dict[str, Any]) -> RayTask:
+    started = record.get("start_time_ms")
+    return RayTask(str(record.get("func_or_class_name") or record.get("name") or ""),
+                   str(record.get("state", "")), str(record.get("actor_id") or ""),
+                   _pid(record.get("worker_pid")),
+                   started / 1000 if isinstance(started, (int, float)) else None)
+
+
+def _pid(value: Any) -> int | None:
+    return value if isinstance(value, int) and value > 0 else None

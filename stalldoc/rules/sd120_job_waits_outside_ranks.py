@@ -1,0 +1,123 @@
+"""SD120 job-waits-outside-ranks."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from stalldoc.analysis.stacks import frame_strings
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.ray_job import JobOutside, OutsideSeen, RayTask
+from stalldoc.model.window import Window
+from stalldoc.rules.base import Rule, join_ranks
+
+BETWEEN_TASKS = "waiting: next task"
+
+
+class JobWaitsOutsideRanks(Rule):
+    """Every rank waits for its next task, and what should hand it out is stuck.
+
+    What it does
+        At a stall of the job itself (every rank of a Ray job idles in its task loop, and
+        neither the driver nor any actor that is no rank has shown work for the stall
+        timeout), says where the job stands: the driver's frame, and when it waits in
+        ``ray.get``, the actor calls that run (Ray's state API: the call, how long it has run,
+        the calls queued behind it on the same actor) with that actor's own frame and what it
+        waits on. Which process is the driver and which an actor is what Ray says inside each
+        (their agents), never words of a command line.
+
+    Why is this bad?
+        In an RL loop the ranks only train when the driver hands them a batch. A reward
+        function that never returns, an actor call blocked on a peer that never comes (a
+        weight-sync group, a rendezvous), or a health check queued behind such a call holds
+        the whole job, while every GPU sits idle and no collective is ever entered: PyTorch's
+        watchdog never fires, and nothing is logged.
+
+    Evidence
+        the driver's pid, frame and frames and what it waits on; each actor call that runs
+        (its name, actor class and pid, seconds running, its frame and frames, what it waits
+        on, the calls queued behind it); the actors' processes; where Ray's state was read
+        (or why it was not).
+
+    Fix
+        Read the frame named: the driver's own code (a reward or a normaliser that does not
+        end), or the actor call it waits on. Give remote calls a deadline (`ray.get(ref,
+        timeout=...)`), make a weight-sync or rendezvous in an actor fail when its peer does not
+        come, and never queue a health check behind a call that can block (a threaded actor with
+        `max_concurrency`, or an actor of its own).
+
+    References
+        OpenRLHF#958 (vLLM engine actor stuck in weight sync, the trainer waiting),
+        open-instruct PR#1454 (a health check queued behind a blocking actor call), verl PR#6673
+        (a reward normalisation that never returns).
+    """
+
+    code = "SD120"
+    name = "job-waits-outside-ranks"
+    severity = Severity.ERROR
+
+    def check(self, window: Window) -> Iterator[Finding]:
+        outside = window.outside
+        if outside is None or not outside.seen:
+            return
+        ranks = sorted(r.rank for r in window.ranks)
+        driver = outside.driver
+        calls = _running_calls(outside)
+        where = [f"{driver.process.label} {_doing(driver)}"] if driver else []
+        where += [_describe_call(call, seen, outside, window.now) for call, seen in calls]
+        if not calls:
+            where += [f"{s.process.label} {_doing(s)}" for s in outside.seen
+                      if s is not driver and s.kind != BETWEEN_TASKS]
+        summary = (f"{join_ranks(ranks) if ranks else 'no rank'} wait for their next task "
+                   f"for {window.now - outside.since:.0f} s, and the job waits outside them: "
+                   + "; ".join(where or ["the driver and its actors wait too"]))
+        yield self.finding(ranks, summary, _evidence(outside, calls, window.now))
+
+
+def _doing(seen: OutsideSeen) -> str:
+    frame = f" at {seen.frame}" if seen.frame else ""
+    if seen.kind.startswith("waiting: "):
+        return f"waits on {seen.kind[len('waiting: '):]}{frame}"
+    if seen.kind == "working":
+        return f"works{frame}"
+    return f"({seen.kind or 'no stack read'}){frame}"
+
+
+def _running_calls(outside: JobOutside) -> list[tuple[RayTask, OutsideSeen | None]]:
+    """The actor calls Ray runs in processes that are no rank, with what those show."""
+    if outside.ray is None:
+        return []
+    return [(t, outside.of_pid(t.pid)) for t in outside.ray.tasks
+            if t.running and outside.of_pid(t.pid) is not None]
+
+
+def _describe_call(call: RayTask, seen: OutsideSeen | None, outside: JobOutside,
+                   now: float) -> str:
+    assert outside.ray is not None
+    queued = outside.ray.queued_behind(call)
+    behind = (f"{', '.join(t.name for t in queued[:3])} queued behind " if queued else "")
+    ran = f", running for {now - call.started_at:.0f} s" if call.started_at else ""
+    doing = f", {_doing(seen)}" if seen else ""
+    return f"{behind}{call.name} (pid {call.pid}{ran}){doing}"
+
+
+def _evidence(outside: JobOutside, calls: list[tuple[RayTask, OutsideSeen | None]],
+              now: float) -> dict[str, Any]:
+    driver = outside.driver
+    ray = outside.ray
+    return {
+        "between_tasks_seconds": round(now - outside.since, 1),
+        "driver": _seen(driver) if driver else None,
+        "calls": [{"call": t.name, "pid": t.pid, "state": t.state,
+                   "running_seconds": round(now - t.started_at, 1) if t.started_at else None,
+                   "queued_behind": [q.name for q in ray.queued_behind(t)] if ray else [],
+                   **(_seen(s) if s else {})} for t, s in calls],
+        "actors": [_seen(s) for s in outside.seen if s is not driver],
+        "ray_state": ray.source if ray and not ray.error else None,
+        "ray_state_error": ray.error if ray else "no Ray dashboard address published",
+    }
+
+
+def _seen(seen: OutsideSeen) -> dict[str, Any]:
+    main = seen.stacks.main if seen.stacks else None
+    return {"pid": seen.process.pid, "role": seen.process.role,
+            "actor_class": seen.process.actor_class, "kind": seen.kind,
+            "frame": str(seen.frame) if seen.frame else None, "frames": frame_strings(main)}
