@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -30,26 +28,6 @@ DIAGNOSIS_WITHIN = float(STALL_TIMEOUT) + 5
 # and scenario cost minutes of the suite and named nothing new)
 LOADED = pytest.mark.parametrize("loaded", [True], ids=["cpu-burner"])
 IDLE = pytest.mark.parametrize("loaded", [False], ids=["idle"])
-
-
-@pytest.fixture
-def ray_env() -> Iterator[dict[str, str]]:
-    """Ray kept to itself: its session files in a short private directory (socket paths have a
-    length limit), no token file in $HOME, no usage report. Ray Train may take as long as it
-    needs to start its workers: on 2 cores under the CPU burner, importing torch in 3 workers
-    took over the default 60 s, and Ray Train then retries the start for good
-    (``controller_failure_limit=-1``), a hang of Ray's making, not the job's (users of a loaded
-    node raise the same variable). Ray's workers run at its default niceness 15 unless told
-    otherwise, and beside the CPU burner's spinners at niceness 0 they got about 3 % of a core
-    each (CFS weights 36 against 1024): on CI's slower machine the trainer had not trained a step
-    in 360 s. ``RAY_worker_niceness=0``, as Ray's own job submission sets for its entrypoints,
-    puts them on the footing every other job in these tests has: half the cores."""
-    pytest.importorskip("ray")
-    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    yield {"RAY_TMPDIR": temp, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_DEDUP_LOGS": "0", "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300",
-           "RAY_worker_niceness": "0"}
-    shutil.rmtree(temp, ignore_errors=True)
 
 
 def run(tmp_path: Path, script: str, env: dict[str, str], loaded: bool, *options: str

@@ -18,7 +18,7 @@ PROCESSES = frozenset({"relay", "sidecar", "run", "check", "attach", "doctor", "
 # the agent's modules the rest may read: the files it publishes (state file, Flight Recorder
 # requests, identity), the versions it was built with, and the public ``stalldoc.phase``
 AGENT_INTERFACE = frozenset({"statefile", "state_reader", "flight", "identity", "versions",
-                             "phase"})
+                             "phase", "ray_facts"})
 
 
 def _module_name(path: Path) -> str:

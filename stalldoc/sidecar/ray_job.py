@@ -47,6 +47,8 @@ class RayJob:
         self.every = resample_every(floor)
         self.known: dict[int, _Process] = {}
         self.turn_since: float | None = None   # every rank has waited between tasks since
+        self.between_at = 0.0   # the last tick every rank waited (a rank's stack read late on
+                                # a loaded node leaves it unknown for a tick or two)
         self.moved_at = 0.0                    # the latest tick something here worked
 
     def refresh(self, pids: Iterable[int], claimed: Callable[[set[int]], set[int]]
@@ -79,12 +81,13 @@ class RayJob:
     def observe(self, now: float, between: bool) -> None:
         """One tick: ``between``, every live rank waits for its next task. Takes the samples
         finished since the last tick and asks for those due."""
-        if not between:
-            self.turn_since = None
+        if between:
+            self.between_at = now
+            self.turn_since = now if self.turn_since is None else self.turn_since
+        elif self.turn_since is not None and now - self.between_at > 2 * self.every:
+            self.turn_since = None   # a rank has had work in hand for a while: the ranks' turn
             for seen in self.known.values():
                 seen.busy_since = None
-        elif self.turn_since is None:
-            self.turn_since = now
         for stacks in self.background.done():
             if stacks.pid in self.known:
                 self._seen(self.known[stacks.pid], stacks)

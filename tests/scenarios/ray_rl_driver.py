@@ -21,7 +21,8 @@ HANG picks what goes wrong at step HANG_STEP (default 2):
   the server as rank 1) whose trainer side never comes: it waits in torch's rendezvous; the
   driver's ``ping`` is queued behind it (an actor runs one call at a time), and the driver
   waits in ``ray.get`` until PING_TIMEOUT, then exits 1.
-Without HANG the loop runs STEPS steps (default 6) and exits 0."""
+Before the step that hangs it prints ``hang HANG from T`` (T: the time, in seconds since the
+epoch). Without HANG the loop runs STEPS steps (default 6) and exits 0."""
 import math
 import os
 import socket
@@ -163,6 +164,8 @@ def main() -> None:
         learners, server, model = make_learners(), GenerationServer.remote(), reward_model()
         for step in range(STEPS):
             hang = HANG if step == HANG_STEP else ""
+            if hang:
+                print(f"hang {hang} from {time.time():.3f}", flush=True)
             samples = ray.get(server.generate.remote(step))
             rewards = normalise(score_batch(model, samples, hang == "normaliser"))
             losses = ray.get([learner.train_step.remote(rewards) for learner in learners])

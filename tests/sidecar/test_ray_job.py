@@ -1,0 +1,105 @@
+"""The part of a Ray job that is no rank (``sidecar/ray_job.py``), on real Ray: an RL loop whose
+driver scores the samples itself, two learners in a gloo world and a generation server actor
+(``scenarios/ray_rl_driver.py``). When every learner waits for its next task the job is stalled
+only when its driver and its actors do no work either: the weight sync that never completes is
+named where it stands (the driver's ``ray.get``, the health check queued behind the actor's
+call, that call's own frame), idle and under load; a driver spinning in its normaliser is named
+as spinning (a warning, never a stall); a driver that scores for longer than the stall timeout
+with its stack moving is work."""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from load import cpu_burner
+from support import SCENARIOS, Result, watch
+
+pytestmark = pytest.mark.timeout(420)
+STALL = 10
+
+
+def run(tmp_path: Path, env: dict[str, str], loaded: bool, *options: str) -> Result:
+    with cpu_burner(2 if loaded else 0):
+        return watch(tmp_path, [sys.executable, str(SCENARIOS / "ray_rl_driver.py")],
+                     "--stall-timeout", str(STALL), *options, env=env, timeout=360)
+
+
+def hang_from(result: Result) -> float:
+    found = re.search(r"^hang \w+ from ([\d.]+)$", result.stdout, re.M)
+    assert found, result.stdout[-2000:] + result.stderr[-3000:]
+    return float(found.group(1))
+
+
+@pytest.mark.parametrize("loaded", [False, pytest.param(True, marks=pytest.mark.alone)],
+                         ids=["idle", "loaded"])
+def test_a_weight_sync_that_never_completes_is_named_where_the_job_waits(
+        tmp_path: Path, ray_env: dict[str, str], loaded: bool) -> None:
+    # GIVEN the server's load_weights joining a weight-sync group whose trainer side never
+    # comes, the driver's health check queued behind it (watched with the kill action armed)
+    env = {**ray_env, "HANG": "weight_sync", "PING_TIMEOUT": "300"}
+    result = run(tmp_path, env, loaded, "--on-stall", "kill")
+    report = result.report()
+    # THEN the job's stall is declared within twice the stall timeout of the hang
+    [stall] = report["stalls"]
+    assert stall["detected_at"] - hang_from(result) <= 2 * STALL, (stall, result.stderr[-3000:])
+    assert "nothing in the job (its ranks, its driver and actors) showed work" in result.stderr
+    # AND it is named where it stands: the driver in ray.get, the health check queued behind
+    # the server's load_weights, which waits in its rendezvous at its own line
+    [finding] = result.findings("SD120")
+    assert finding["severity"] == "error" and finding["ranks"] == [0, 1], finding
+    summary, evidence = finding["summary"], finding["evidence"]
+    assert re.search(r"the driver \(pid \d+\) waits on ray\.get at main \(\S+ray_rl_driver\.py:"
+                     r"\d+\)", summary), summary
+    assert "GenerationServer.ping queued behind GenerationServer.load_weights (pid" in summary
+    assert re.search(r"waits on collective at GenerationServer\.load_weights \(\S+:\d+\)",
+                     summary), summary
+    [call] = evidence["calls"]
+    assert call["actor_class"] == "GenerationServer" and call["queued_behind"] == [
+        "GenerationServer.ping"], call
+    assert any("_create_c10d_store" in f for f in call["frames"]), call["frames"]
+    assert evidence["ray_state"].startswith("http://"), evidence
+    # AND the learners, ranks of their own world, are never taken for the job's actors
+    assert "actor PolicyLearner" not in result.stderr, result.stderr[-3000:]
+    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
+
+
+@pytest.mark.alone
+def test_a_driver_spinning_in_its_normaliser_is_named_not_stalled(
+        tmp_path: Path, ray_env: dict[str, str]) -> None:
+    # GIVEN a degenerate batch: the driver's normaliser never converges (NaN), on the CPU, and
+    # gives up after 60 s; under load, the busy timeout at its least (twice the stall timeout)
+    env = {**ray_env, "HANG": "normaliser", "GIVE_UP": "60"}
+    result = run(tmp_path, env, True, "--busy-timeout", str(2 * STALL), "--on-stall", "kill")
+    # THEN the job ran its course (the driver works: no stall, nothing ended it)
+    assert result.code == 1 and "did not converge" in result.stderr, result.stderr[-3000:]
+    report = result.report()
+    assert report["stalls"] == [], result.stderr[-3000:]
+    # AND the driver is named spinning in its normaliser's frame
+    [finding] = result.findings("SD121")
+    assert finding["severity"] == "warning", finding
+    assert re.search(r"the driver \(pid \d+\) has been busy in one unchanging stack for \d+ s "
+                     r"at normalise \(\S+ray_rl_driver\.py:\d+\)", finding["summary"]), finding
+    assert finding["evidence"]["busy_seconds"] >= 2 * STALL
+    # within the busy timeout of every learner waiting (a few seconds after the hang), and a
+    # stall timeout more for the samples a loaded machine delays
+    assert finding["t"] - hang_from(result) <= 3 * STALL, finding
+
+
+@pytest.mark.alone
+def test_a_driver_scoring_longer_than_the_stall_timeout_is_working(
+        tmp_path: Path, ray_env: dict[str, str]) -> None:
+    # GIVEN a reward model that scores for twice the stall timeout each step while every
+    # learner waits for its next task, the server idle between its calls; under load, with the
+    # kill action armed
+    env = {**ray_env, "SCORE_SECONDS": str(2 * STALL), "STEPS": "3"}
+    result = run(tmp_path, env, True, "--on-stall", "kill")
+    # THEN the loop runs to its end: no stall, no finding about the driver or its actors
+    assert result.code == 0, result.stderr[-3000:]
+    assert result.stdout.count(" loss ") == 3
+    report = result.report()
+    assert report["stalls"] == [], result.stderr[-3000:]
+    assert [f for f in report["findings"] if f["code"] in ("SD120", "SD121")] == []
+    assert "the driver (pid" in result.stderr   # it was watched, as the driver
