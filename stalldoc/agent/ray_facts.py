@@ -12,8 +12,9 @@ is one (or for ``WORKER_BEATS`` beats: a worker that runs plain tasks). Standard
 """
 from __future__ import annotations
 
-import json
 import os
+
+from stalldoc.agent.versions import write_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,13 +58,7 @@ def _actor_class(worker: Any, actor: str) -> str:
 
 
 def publish(directory: str, pid: int, facts: dict[str, str]) -> None:
-    path = facts_path(directory, pid)
-    temporary = f"{path}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    with open(fd, "w", encoding="utf-8") as fh:
-        json.dump(facts, fh)
-    os.replace(temporary, path)
+    write_json(facts_path(directory, pid), facts)
 
 
 class RayFacts:

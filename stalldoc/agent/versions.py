@@ -97,8 +97,12 @@ def collect(modules: dict[str, Any]) -> dict[str, Any]:
 
 
 def publish(directory: str, pid: int, info: dict[str, Any]) -> None:
-    """Write ``info`` for the watcher: a temporary file renamed over the last one (mode 0600)."""
-    path = versions_path(directory, pid)
+    """Write ``info`` for the watcher (``write_json``)."""
+    write_json(versions_path(directory, pid), info)
+
+
+def write_json(path: str, info: dict[str, Any]) -> None:
+    """``info`` as JSON at ``path``: a temporary file renamed over the last one (mode 0600)."""
     temporary = f"{path}.tmp"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600)
