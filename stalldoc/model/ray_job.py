@@ -52,6 +52,11 @@ class RayActor:
     pid: int | None = None
     name: str = ""
     death: str = ""           # why it died, in Ray's words
+    resources: str = ""       # what it asks to be placed, as Ray prints it ({'GPU': 1.0})
+
+    @property
+    def alive(self) -> bool:
+        return self.state == "ALIVE"
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,12 @@ class RayState:
 
     def actor(self, actor_id: str) -> RayActor | None:
         return next((a for a in self.actors if a.actor_id == actor_id), None)
+
+    def held_by_actor(self) -> tuple[tuple[RayTask, RayActor], ...]:
+        """Calls that wait because their actor is not alive: never created yet (no node can
+        place it), restarting, or dead."""
+        return tuple((t, a) for t in self.tasks if not t.running
+                     for a in [self.actor(t.actor_id)] if a is not None and not a.alive)
 
 
 @dataclass(frozen=True)

@@ -72,9 +72,11 @@ def _actor(record: dict[str, Any]) -> RayActor:
     death = record.get("death_cause") or {}
     context = next(iter(death.values()), {}) if isinstance(death, dict) and death else {}
     words = context.get("error_message", "") if isinstance(context, dict) else ""
+    asks = record.get("required_resources") or {}
     return RayActor(str(record.get("actor_id", "")), str(record.get("class_name", "")),
                     str(record.get("state", "")), _pid(record.get("pid")),
-                    str(record.get("name") or ""), str(words)[:2000])
+                    str(record.get("name") or ""), str(words)[:2000],
+                    str(asks) if isinstance(asks, dict) and asks else "")
 
 
 def _task(record: dict[str, Any]) -> RayTask:

@@ -5,11 +5,15 @@ from typing import Any, Iterator
 
 from stalldoc.analysis.stacks import frame_strings
 from stalldoc.model.findings import Finding, Severity
-from stalldoc.model.ray_job import JobOutside, OutsideSeen, RayTask
+from stalldoc.model.ray_job import JobOutside, OutsideSeen, RayActor, RayTask
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, join_ranks
 
 BETWEEN_TASKS = "waiting: next task"
+# an actor's state in Ray's words (ray.util.state's ActorState), said as what it means
+_ACTOR_STATES = {"PENDING_CREATION": "never created: no node can place it yet",
+                 "DEPENDENCIES_UNREADY": "not created: its arguments are not ready",
+                 "RESTARTING": "restarting", "DEAD": "dead"}
 
 
 class JobWaitsOutsideRanks(Rule):
@@ -21,7 +25,9 @@ class JobWaitsOutsideRanks(Rule):
         timeout), says where the job stands: the driver's frame, and when it waits in
         ``ray.get``, the actor calls that run (Ray's state API: the call, how long it has run,
         the calls queued behind it on the same actor) with that actor's own frame and what it
-        waits on. Which process is the driver and which an actor is what Ray says inside each
+        waits on, and the calls that wait for an actor that is not alive (never created
+        because no node can place what it asks, restarting, dead: with what it asks and why it
+        died). Which process is the driver and which an actor is what Ray says inside each
         (their agents), never words of a command line.
 
     Why is this bad?
@@ -34,8 +40,9 @@ class JobWaitsOutsideRanks(Rule):
     Evidence
         the driver's pid, frame and frames and what it waits on; each actor call that runs
         (its name, actor class and pid, seconds running, its frame and frames, what it waits
-        on, the calls queued behind it); the actors' processes; where Ray's state was read
-        (or why it was not).
+        on, the calls queued behind it); the calls held by an actor that is not alive (its
+        state, resources asked, death cause); the actors' processes; where Ray's state was
+        read (or why it was not).
 
     Fix
         Read the frame named: the driver's own code (a reward or a normaliser that does not
@@ -63,6 +70,7 @@ class JobWaitsOutsideRanks(Rule):
         calls = _running_calls(outside)
         where = [f"{driver.process.label} {_doing(driver)}"] if driver else []
         where += [_describe_call(call, seen, outside, window.now) for call, seen in calls]
+        where += [_describe_held(call, actor) for call, actor in _held(outside)]
         if not calls:
             where += [f"{s.process.label} {_doing(s)}" for s in outside.seen
                       if s is not driver and s.kind != BETWEEN_TASKS]
@@ -89,6 +97,21 @@ def _running_calls(outside: JobOutside) -> list[tuple[RayTask, OutsideSeen | Non
             if t.running and outside.of_pid(t.pid) is not None]
 
 
+def _held(outside: JobOutside) -> list[tuple[RayTask, RayActor]]:
+    """Calls waiting for an actor that is not alive, one per actor."""
+    if outside.ray is None:
+        return []
+    held = sorted(outside.ray.held_by_actor(), key=lambda h: not h[0].name.endswith("__init__"))
+    return list({a.actor_id: (t, a) for t, a in held}.values())   # a method call over __init__
+
+
+def _describe_held(call: RayTask, actor: RayActor) -> str:
+    state = _ACTOR_STATES.get(actor.state, actor.state.lower())
+    asks = f" (it asks for {actor.resources})" if actor.resources else ""
+    death = f": {actor.death.splitlines()[0][:300]}" if actor.death else ""
+    return f"{call.name} waits for its actor {actor.class_name}, {state}{asks}{death}"
+
+
 def _describe_call(call: RayTask, seen: OutsideSeen | None, outside: JobOutside,
                    now: float) -> str:
     assert outside.ray is not None
@@ -111,6 +134,9 @@ def _evidence(outside: JobOutside, calls: list[tuple[RayTask, OutsideSeen | None
                    "queued_behind": [q.name for q in ray.queued_behind(t)] if ray else [],
                    **(_seen(s) if s else {})} for t, s in calls],
         "actors": [_seen(s) for s in outside.seen if s is not driver],
+        "held_by_actors": [{"call": t.name, "actor_class": a.class_name, "state": a.state,
+                            "resources": a.resources, "death": a.death}
+                           for t, a in _held(outside)],
         "ray_state": ray.source if ray and not ray.error else None,
         "ray_state_error": ray.error if ray else "no Ray dashboard address published",
     }

@@ -21,7 +21,10 @@ HANG picks what goes wrong at step HANG_STEP (default 2):
   the server as rank 1) whose trainer side never comes: it waits in torch's rendezvous; the
   driver's ``ping`` is queued behind it (an actor runs one call at a time), and the driver
   waits in ``ray.get`` until PING_TIMEOUT, then exits 1.
-Before the step that hangs it prints ``hang HANG from T`` (T: the time, in seconds since the
+With SERVER_GPUS (say 1) the server asks for that many GPUs, which a node without any never
+has: it is never created, the learners are up and idle, and the driver's first call to it
+waits until GIVE_UP. With TASK_RUNNER=1 the loop runs in a ``TaskRunner`` actor that the
+driver starts and waits on, as verl's ``main_ppo`` does. Before the step that hangs it prints ``hang HANG from T`` (T: the time, in seconds since the
 epoch). Without HANG the loop runs STEPS steps (default 6) and exits 0."""
 import math
 import os
@@ -37,6 +40,8 @@ HANG_STEP = int(os.environ.get("HANG_STEP", "2"))
 SCORE_SECONDS = float(os.environ.get("SCORE_SECONDS", "0.5"))
 PING_TIMEOUT = float(os.environ.get("PING_TIMEOUT", "600"))
 GIVE_UP = float(os.environ.get("GIVE_UP", "600"))
+TASK_RUNNER = os.environ.get("TASK_RUNNER", "") == "1"
+SERVER_GPUS = float(os.environ.get("SERVER_GPUS", "0"))
 
 
 def free_port() -> int:
@@ -155,24 +160,43 @@ def make_learners() -> list:
     return learners
 
 
+def rl_loop() -> None:
+    learners, model = make_learners(), reward_model()
+    server = GenerationServer.options(num_gpus=SERVER_GPUS).remote()
+    if SERVER_GPUS:
+        print(f"hang placement from {time.time():.3f}", flush=True)
+        ray.get(server.ping.remote(), timeout=GIVE_UP)
+    for step in range(STEPS):
+        hang = HANG if step == HANG_STEP else ""
+        if hang:
+            print(f"hang {hang} from {time.time():.3f}", flush=True)
+        samples = ray.get(server.generate.remote(step))
+        rewards = normalise(score_batch(model, samples, hang == "normaliser"))
+        losses = ray.get([learner.train_step.remote(rewards) for learner in learners])
+        server.load_weights.remote(ray.get(learners[0].weights.remote()),
+                                   free_port() if hang == "weight_sync" else 0)
+        ray.get(server.ping.remote(), timeout=PING_TIMEOUT)
+        print(f"step {step} reward {sum(rewards):.3f} loss {losses[0]:.4f}", flush=True)
+
+
+@ray.remote(num_cpus=0)
+class TaskRunner:
+    """verl's main_ppo: the driver only starts this actor and waits; the loop runs in it."""
+
+    def run(self) -> None:
+        rl_loop()
+
+
 def main() -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
     else:
         ray.init(num_cpus=LEARNERS)
     try:
-        learners, server, model = make_learners(), GenerationServer.remote(), reward_model()
-        for step in range(STEPS):
-            hang = HANG if step == HANG_STEP else ""
-            if hang:
-                print(f"hang {hang} from {time.time():.3f}", flush=True)
-            samples = ray.get(server.generate.remote(step))
-            rewards = normalise(score_batch(model, samples, hang == "normaliser"))
-            losses = ray.get([learner.train_step.remote(rewards) for learner in learners])
-            server.load_weights.remote(ray.get(learners[0].weights.remote()),
-                                       free_port() if hang == "weight_sync" else 0)
-            ray.get(server.ping.remote(), timeout=PING_TIMEOUT)
-            print(f"step {step} reward {sum(rewards):.3f} loss {losses[0]:.4f}", flush=True)
+        if TASK_RUNNER:
+            ray.get(TaskRunner.remote().run.remote())
+        else:
+            rl_loop()
     finally:
         ray.shutdown()
 

@@ -28,26 +28,32 @@ def run(tmp_path: Path, env: dict[str, str], loaded: bool, *options: str) -> Res
 
 
 def hang_from(result: Result) -> float:
-    found = re.search(r"^hang \w+ from ([\d.]+)$", result.stdout, re.M)
+    # the driver's own line, or an actor's as Ray forwards it: "(TaskRunner pid=N) hang ..."
+    found = re.search(r"\bhang \w+ from ([\d.]+)$", result.stdout, re.M)
     assert found, result.stdout[-2000:] + result.stderr[-3000:]
     return float(found.group(1))
 
 
-@pytest.mark.parametrize("loaded", [False, pytest.param(True, marks=pytest.mark.alone)],
-                         ids=["idle", "loaded"])
+@pytest.mark.parametrize("loaded,runner", [(False, True),
+                                           pytest.param(True, False, marks=pytest.mark.alone)],
+                         ids=["idle-task-runner", "loaded"])
 def test_a_weight_sync_that_never_completes_is_named_where_the_job_waits(
-        tmp_path: Path, ray_env: dict[str, str], loaded: bool) -> None:
+        tmp_path: Path, ray_env: dict[str, str], loaded: bool, runner: bool) -> None:
     # GIVEN the server's load_weights joining a weight-sync group whose trainer side never
-    # comes, the driver's health check queued behind it (watched with the kill action armed)
-    env = {**ray_env, "HANG": "weight_sync", "PING_TIMEOUT": "300"}
+    # comes, the health check queued behind it; the loop run by the driver itself (loaded), or
+    # by a TaskRunner actor the driver waits on, as verl's main_ppo does (idle); watched with
+    # the kill action armed
+    env = {**ray_env, "HANG": "weight_sync", "PING_TIMEOUT": "300",
+           "TASK_RUNNER": "1" if runner else "0"}
     result = run(tmp_path, env, loaded, "--on-stall", "kill")
     report = result.report()
     # THEN the job's stall is declared within twice the stall timeout of the hang
     [stall] = report["stalls"]
     assert stall["detected_at"] - hang_from(result) <= 2 * STALL, (stall, result.stderr[-3000:])
     assert "nothing in the job (its ranks, its driver and actors) showed work" in result.stderr
-    # AND it is named where it stands: the driver in ray.get, the health check queued behind
-    # the server's load_weights, which waits in its rendezvous at its own line
+    # AND it is named where it stands: the driver in ray.get (on the loop's TaskRunner, itself
+    # in ray.get at its line), the health check queued behind the server's load_weights, which
+    # waits in its rendezvous at its own line
     [finding] = result.findings("SD120")
     assert finding["severity"] == "error" and finding["ranks"] == [0, 1], finding
     summary, evidence = finding["summary"], finding["evidence"]
@@ -56,14 +62,37 @@ def test_a_weight_sync_that_never_completes_is_named_where_the_job_waits(
     assert "GenerationServer.ping queued behind GenerationServer.load_weights (pid" in summary
     assert re.search(r"waits on collective at GenerationServer\.load_weights \(\S+:\d+\)",
                      summary), summary
-    [call] = evidence["calls"]
+    calls = {c["call"]: c for c in evidence["calls"]}
+    call = calls["GenerationServer.load_weights"]
     assert call["actor_class"] == "GenerationServer" and call["queued_behind"] == [
         "GenerationServer.ping"], call
     assert any("_create_c10d_store" in f for f in call["frames"]), call["frames"]
+    if runner:
+        assert re.search(r"TaskRunner\.run \(pid \d+, running for \d+ s\), waits on ray\.get "
+                         r"at rl_loop \(\S+ray_rl_driver\.py:\d+\)", summary), summary
+    assert set(calls) == ({"GenerationServer.load_weights", "TaskRunner.run"} if runner
+                          else {"GenerationServer.load_weights"}), calls
     assert evidence["ray_state"].startswith("http://"), evidence
     # AND the learners, ranks of their own world, are never taken for the job's actors
     assert "actor PolicyLearner" not in result.stderr, result.stderr[-3000:]
     assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
+
+
+def test_a_server_no_node_can_place_is_named_with_what_it_asks(
+        tmp_path: Path, ray_env: dict[str, str]) -> None:
+    # GIVEN the loop in a TaskRunner actor, its generation server asking for a GPU on a node
+    # without any: the learners are up and wait, the loop's first call to the server waits
+    env = {**ray_env, "SERVER_GPUS": "1", "GIVE_UP": "300", "TASK_RUNNER": "1"}
+    result = run(tmp_path, env, False, "--on-stall", "kill")
+    [stall] = result.report()["stalls"]
+    assert stall["detected_at"] - hang_from(result) <= 2 * STALL, (stall, result.stderr[-3000:])
+    # THEN the job's stall names the call, the actor never created and what it asks
+    [finding] = result.findings("SD120")
+    assert re.search(r"GenerationServer\.\w+ waits for its actor GenerationServer, never "
+                     r"created: no node can place it yet \(it asks for \{'GPU': 1\.0\}\)",
+                     finding["summary"]), finding["summary"]
+    [held] = finding["evidence"]["held_by_actors"]
+    assert held["state"] == "PENDING_CREATION" and held["actor_class"] == "GenerationServer"
 
 
 @pytest.mark.alone
