@@ -18,21 +18,33 @@ _FIELD_KEYS = {"class_name": "actor_class", "actor_id": "actor_id", "pid": "pid"
                "name": "actor_name", "ip": "node_ip"}
 _NODE_DIED = re.compile(r"The actor (?:is dead|died) because its node has died\. Node Id: (\w+)")
 _BLOCK_LINES = 8    # lines after ActorDiedError where Ray lists the actor and why it died
+_CREATION = "The actor died because of an error raised in its creation task"
+_TRACEBACK_LINES = 60   # lines after it where the traceback of its __init__ ends
+# what Ray puts before a line it forwards from an actor's log: "(LLMRayActor pid=42) "
+_RAY_PREFIX = re.compile(r"^(?:\x1b\[\d+m)?\(\w+ pid=\d+(?:, ip=[^)\s]+)?\)(?:\x1b\[\d+m)? ")
+_EXCEPTION = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit)\b(?:\(\w+\))?: .+)$")
 _OOM_FIX = ("The node ran out of host memory and the worker was killed for it: run fewer workers "
             "per node (rollout, reward, data-loading actors), look for a leak in the actor (the "
             "memory users `ray logs raylet.out -ip <node>` lists), or give the node more memory. "
             "`RAY_memory_usage_threshold` (0.95 by default) is where Ray's memory monitor kills; "
             "past it the kernel's OOM killer does (`dmesg`).")
+_CREATION_FIX = ("The actor's __init__ raised: read that exception and the traceback above it "
+                 "(an engine that cannot start: its arguments, its version against the "
+                 "trainer's, the GPUs Ray gave it). Every later call to the actor fails, and "
+                 "a loop that waits on it waits for good.")
 _NODE_FIX = ("The actor's node died with it (see the node-dead finding, SD533): read that node's "
              "`/tmp/ray/session_latest/logs/raylet.out` and its `dmesg`; `max_restarts` on the "
              "actor lets Ray start it again on another node.")
 
 
 class RayActorDied(LogSignature):
-    """A Ray actor is dead: its worker process died or was killed.
+    """A Ray actor is dead: its worker process died or was killed, or its ``__init__`` raised.
 
     What it does
-        Matches what Ray prints when an actor's worker process ends under it: the driver's
+        Matches what Ray prints when an actor dies in its creation task (``The actor died
+        because of an error raised in its creation task, ray::Class.__init__()``, with the
+        exception its ``__init__`` raised, from the traceback under it: a rollout engine that
+        cannot start), and when an actor's worker process ends under it: the driver's
         ``ActorDiedError`` / ``RayActorError: The actor died unexpectedly before finishing this
         task`` with the fields under it (``class_name``, ``actor_id``, ``pid``, ``ip``) and ``The
         actor is dead because its worker process has died. Worker exit type: ... Worker exit
@@ -54,7 +66,8 @@ class RayActorDied(LogSignature):
         the lines; ``actor_class``, ``actor_id``, ``actor_name``, ``pid`` and ``node_ip`` of the
         dead actor; ``exit_type`` and ``exit_detail``; ``owner_ip`` where its owner died; for the
         memory monitor ``used`` / ``total`` / ``usage`` / ``threshold`` of the node, the killed
-        ``task_name``, ``oom_killed`` and ``crashed`` counts. The rank, where the dead worker's
+        ``task_name``, ``oom_killed`` and ``crashed`` counts; ``creation`` and ``raised`` (the
+        exception of its ``__init__``) for a creation task. The rank, where the dead worker's
         pid is one of the job's ranks (verl's and OpenRLHF's workers are Ray actors).
 
     Fix
@@ -69,7 +82,8 @@ class RayActorDied(LogSignature):
         code 2. End of file" only says the process vanished, the kernel log of its node says why.
 
     References
-        verl-project/verl#4921 (ActorDiedError of verl's WorkerDict, the newer wording of the
+        OpenRLHF/OpenRLHF#358 and OpenRLHF/OpenRLHF#702 (a vLLM engine actor whose __init__
+        raised), verl-project/verl#4921 (ActorDiedError of verl's WorkerDict, the newer wording of the
         causes), hkust-nlp/simpleRL-reason#98 (RayActorError), Unakar/Logic-RL#18 (the older
         wording), AgentR1/Agent-R1#33 (exceeded K8s pod memory limits),
         primihub/primihub-platform#122 (NODE_OUT_OF_MEMORY), ray-project/ray#28778 (USER_ERROR,
@@ -86,6 +100,9 @@ class RayActorDied(LogSignature):
     severity = Severity.CRITICAL
     headline = "A Ray actor's worker process died"
     patterns = (
+        r"The actor died because of an error raised in its (?P<creation>creation task), "
+        r"(?:\x1b\[\d+m)?ray::(?P<actor_class>[\w.]+)\.__init__\(\)(?:\x1b\[\d+m)?"
+        r"(?: \(pid=(?P<pid>\d+), ip=(?P<node_ip>[^,\s)]+)(?:, actor_id=(?P<actor_id>\w+))?)?",
         r"(?:ActorDiedError|RayActorError): " + _DIED,
         r"The actor (?:is dead|died) because its worker process has died\. Worker exit type: "
         r"(?P<exit_type>\w+) Worker exit detail: (?P<exit_detail>.+?)" + _DETAIL_END,
@@ -115,6 +132,8 @@ class RayActorDied(LogSignature):
             evidence = dict(found.evidence)
             for key, value in _actor_block(window.log).items():
                 evidence.setdefault(key, value)
+            if "creation" in evidence:
+                evidence.setdefault("raised", _raised(window.log))
             rank = _rank_of(window, evidence.get("pid"))
             ranks = (rank,) if rank is not None else found.ranks
             summary = _summary(evidence)
@@ -146,6 +165,18 @@ def _actor_block(lines: tuple[LogLine, ...]) -> dict[str, str]:
     return fields
 
 
+def _raised(lines: tuple[LogLine, ...]) -> str:
+    """The exception the actor's ``__init__`` raised: the last exception line of the traceback
+    Ray prints under its creation-task line ('' when none came)."""
+    start = next((i for i, line in enumerate(lines) if _CREATION in line.text), None)
+    if start is None:
+        return ""
+    raised = [m.group(1) for line in lines[start + 1:start + 1 + _TRACEBACK_LINES]
+              if (m := _EXCEPTION.match(_RAY_PREFIX.sub("", line.text.strip())))
+              and "ray.exceptions" not in m.group(1)]
+    return raised[-1][:400] if raised else ""
+
+
 def _summary(evidence: dict[str, Any]) -> str:
     return f"{_who(evidence)} died{_where(evidence)}: {_why(evidence)}"
 
@@ -174,6 +205,10 @@ def _where(evidence: dict[str, Any]) -> str:
 
 def _why(evidence: dict[str, Any]) -> str:
     exit_ = f"{evidence.get('exit_type')}: {evidence.get('exit_detail', '').strip()}"
+    if "creation" in evidence:
+        raised = evidence.get("raised")
+        return (f"its __init__ raised {raised}" if raised else "its __init__ raised (the "
+                "traceback under Ray's line says what)") + "; every call to it fails"
     if "owner_ip" in evidence:
         return f"its owner (the process that created it, on {evidence['owner_ip']}) died ({exit_})"
     if "exit_type" in evidence:
@@ -191,7 +226,9 @@ def _why(evidence: dict[str, Any]) -> str:
 
 
 def _fix(evidence: dict[str, Any]) -> str | None:
-    """The fix for this death: memory, the node, else the rule's own (None)."""
+    """The fix for this death: its creation, memory, the node, else the rule's own (None)."""
+    if "creation" in evidence:
+        return _CREATION_FIX
     if _out_of_memory(evidence):
         return _OOM_FIX
     return _NODE_FIX if "dead_node" in evidence else None

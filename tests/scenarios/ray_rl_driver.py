@@ -23,7 +23,8 @@ HANG picks what goes wrong at step HANG_STEP (default 2):
   waits in ``ray.get`` until PING_TIMEOUT, then exits 1.
 With SERVER_GPUS (say 1) the server asks for that many GPUs, which a node without any never
 has: it is never created, the learners are up and idle, and the driver's first call to it
-waits until GIVE_UP. With TASK_RUNNER=1 the loop runs in a ``TaskRunner`` actor that the
+waits until GIVE_UP. With SERVER_RAISES the server's ``__init__`` raises a RuntimeError with those words: the
+actor dies in its creation task and the loop's first call to it raises. With TASK_RUNNER=1 the loop runs in a ``TaskRunner`` actor that the
 driver starts and waits on, as verl's ``main_ppo`` does. Before the step that hangs it prints ``hang HANG from T`` (T: the time, in seconds since the
 epoch). Without HANG the loop runs STEPS steps (default 6) and exits 0."""
 import math
@@ -42,6 +43,7 @@ PING_TIMEOUT = float(os.environ.get("PING_TIMEOUT", "600"))
 GIVE_UP = float(os.environ.get("GIVE_UP", "600"))
 TASK_RUNNER = os.environ.get("TASK_RUNNER", "") == "1"
 SERVER_GPUS = float(os.environ.get("SERVER_GPUS", "0"))
+SERVER_RAISES = os.environ.get("SERVER_RAISES", "")
 
 
 def free_port() -> int:
@@ -83,6 +85,8 @@ class GenerationServer:
     def __init__(self) -> None:
         import torch
 
+        if SERVER_RAISES:   # the engine cannot start here, as a vLLM engine without a GPU
+            raise RuntimeError(SERVER_RAISES)
         self.model = torch.nn.Linear(16, 4)
         self.version = 0
 

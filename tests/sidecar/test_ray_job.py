@@ -132,3 +132,20 @@ def test_a_driver_scoring_longer_than_the_stall_timeout_is_working(
     assert report["stalls"] == [], result.stderr[-3000:]
     assert [f for f in report["findings"] if f["code"] in ("SD120", "SD121")] == []
     assert "the driver (pid" in result.stderr   # it was watched, as the driver
+
+
+def test_an_engine_whose_init_raised_is_named_with_its_class_and_its_error(
+        tmp_path: Path, ray_env: dict[str, str]) -> None:
+    # GIVEN the generation server's __init__ raising, as a vLLM engine actor that cannot start
+    # does (the loop in a TaskRunner actor, whose first call to the server fails)
+    env = {**ray_env, "SERVER_RAISES": "No CUDA GPUs are available", "TASK_RUNNER": "1"}
+    result = run(tmp_path, env, False)
+    assert result.code == 1, result.stderr[-3000:]
+    # THEN Ray's words are read: the actor's class, its pid, and what its __init__ raised
+    [finding] = result.findings("SD532")
+    evidence = finding["evidence"]
+    assert evidence["actor_class"] == "GenerationServer" and evidence["pid"].isdigit(), evidence
+    assert evidence["raised"] == "RuntimeError: No CUDA GPUs are available", evidence
+    assert re.search(r"Ray actor GenerationServer \(\w+\) died \(pid \d+ on [\d.]+\): its "
+                     r"__init__ raised RuntimeError: No CUDA GPUs are available; every call to "
+                     r"it fails", finding["summary"]), finding["summary"]
