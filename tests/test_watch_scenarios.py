@@ -211,14 +211,19 @@ def test_log_signatures_are_reported_once_and_counted(run_watch):
     assert result.stderr.count("[SD506 error]") == 1  # printed when opened, not on every repeat
 
 
-@pytest.mark.parametrize("nproc,wait_rank", [(2, 0), (3, 2)])
-def test_rank_waiting_on_a_silent_server_is_named_with_the_server(run_watch, nproc, wait_rank):
-    # GIVEN a reward server (here: this test) that accepts connections and never answers
+@pytest.mark.parametrize("nproc,wait_rank,executor", [(2, 0, False), (3, 2, True)],
+                         ids=["main-thread", "executor-thread"])
+def test_rank_waiting_on_a_silent_server_is_named_with_the_server(run_watch, nproc, wait_rank,
+                                                                 executor):
+    # GIVEN a reward server (here: this test) that accepts connections and never answers, asked
+    # from the rank's main thread, or from an executor's thread while the main thread waits on
+    # its future (swift 3.x's rollout client)
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(8)
         port = server.getsockname()[1]
-        env = {"WAIT_RANK": str(wait_rank), "REWARD_PORT": str(port)}
+        env = {"WAIT_RANK": str(wait_rank), "REWARD_PORT": str(port),
+               "IN_EXECUTOR": "1" if executor else "0"}
         result = run_watch(torchrun(nproc, "reward_server_wait.py"), "--on-stall", "kill",
                            env=env)
     assert result.code == 124, result.stderr
@@ -228,6 +233,11 @@ def test_rank_waiting_on_a_silent_server_is_named_with_the_server(run_watch, npr
     assert finding["evidence"]["peers"] == [f"127.0.0.1:{port}"]
     assert finding["evidence"]["frame"].startswith("score_with_reward_model (")
     assert f"waits for a server's reply from 127.0.0.1:{port}" in finding["summary"]
+    if executor:   # the thread that waits, and that its main thread waits on it
+        assert finding["evidence"]["thread"].startswith("ThreadPoolExecutor"), finding
+        assert "which its main thread waits on" in finding["summary"], finding["summary"]
+    else:
+        assert "thread" not in finding["evidence"], finding
     [outside] = result.findings("SD101")          # and it is the one the others wait for
     assert outside["ranks"] == [wait_rank]
 

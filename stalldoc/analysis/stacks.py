@@ -8,11 +8,12 @@ import re
 from collections import defaultdict
 from typing import Mapping
 
-from stalldoc.detect.stack_kind import COLLECTIVE_FILES, NETWORK_FILES, frame_wait, is_library
+from stalldoc.detect.stack_kind import (COLLECTIVE_FILES, IN_PROCESS_WAITS, NETWORK_FILES,
+                                        frame_wait, is_library, is_own, thread_wait)
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
 __all__ = ["is_library", "user_frame", "frame_strings", "in_collective", "waits_on_network",
-           "waits_on_http",
+           "waits_on_http", "server_wait",
            "waits_on_lock", "waits_on_build_lock", "signature", "group_by_main_stack",
            "child_wait", "CHILD_WAITS"]
 
@@ -82,6 +83,20 @@ def waits_on_network(thread: ThreadStack | None) -> Frame | None:
     if not any(m in f.filename for f in thread.frames[:12] for m in NETWORK_FILES):
         return None
     return user_frame(thread)
+
+
+def server_wait(stacks: RankStacks) -> ThreadStack | None:
+    """The thread of a rank that waits on a server's reply: its main thread, or, while the main
+    thread waits on the rank's own threads (a future, a queue, a lock, an event loop), the
+    thread that waits on the server for it (swift 3.x's rollout client posts from an executor
+    thread while the main thread waits on its future). None when neither does."""
+    main = stacks.main
+    if waits_on_network(main) is not None:
+        return main
+    if main is None or thread_wait(main) not in IN_PROCESS_WAITS:
+        return None
+    return next((t for t in stacks.threads if t is not main and not is_own(t)
+                 and waits_on_network(t) is not None), None)
 
 
 # clients that speak plain HTTP (TLS, gRPC and raw sockets left out)

@@ -114,7 +114,7 @@ def is_library(filename: str) -> bool:
     return real.startswith(_LIBRARY_DIRS) or any(m in filename for m in _LIBRARY_MARKERS)
 
 
-def _is_own(thread: ThreadStack) -> bool:
+def is_own(thread: ThreadStack) -> bool:
     """A thread stalldoc's agent started (its heartbeat): its outermost frame outside
     threading.py is the agent's. A job's thread that passes through the agent (a collective
     wrapped by it) is the job's."""
@@ -195,7 +195,7 @@ def classify(stacks: RankStacks, phase_thread: int = 0) -> StackKind:
     executor, a worker thread's result) does any other Python thread (stalldoc's own excepted)
     that works make the rank work. A background thread busy while the main thread waits in a
     collective, a socket or a sleep is not the rank's work, unless its phase is the rank's."""
-    threads = [t for t in stacks.threads if not _is_own(t) and t.frames]
+    threads = [t for t in stacks.threads if not is_own(t) and t.frames]
     if not threads:   # no Python frames at all (starting, ending, or native): cannot tell
         return StackKind("")
     main = stacks.main if stacks.main in threads else threads[0]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.analysis.stacks import waits_on_network
+from stalldoc.analysis.stacks import frame_strings, server_wait, waits_on_network
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, describe, rank_evidence
@@ -15,6 +15,8 @@ class WaitingOnServer(Rule):
 
     What it does
         At a stall, looks for ranks whose main thread sits in a socket, HTTP or RPC client
+        (or waits on a future, a queue or a lock of its own while another of its threads sits
+        in one: a client that posts from an executor thread)
         (socket, ssl, http.client, urllib, requests, urllib3, httpx, aiohttp, grpc, openai) and
         names the server from the rank's established TCP connections outside the job; a
         server the rank waits on in a plain HTTP client that serves vLLM's metrics
@@ -31,7 +33,7 @@ class WaitingOnServer(Rule):
     Evidence
         the rank, the user frame that made the call, the network frames, the server's
         ``host:port`` peers, a vLLM server's metrics by peer (``vllm_servers``), phase,
-        seconds without progress.
+        seconds without progress; ``thread``, when the call waits on a thread of its own.
 
     Fix
         Check that the server is up and answering on that address (is the port right?); give the
@@ -49,8 +51,9 @@ class WaitingOnServer(Rule):
 
     def check(self, window: Window) -> Iterator[Finding]:
         for rank, stacks in sorted(window.stacks.items()):
-            frame = waits_on_network(stacks.main)
-            if frame is None or channel_of(window, rank) is not None:
+            thread = server_wait(stacks)
+            frame = waits_on_network(thread)
+            if thread is None or frame is None or channel_of(window, rank) is not None:
                 continue   # SD111 names the channel call, with these peers in its evidence
             if rank in window.served:
                 continue   # a server in its event loop waits for its clients: SD117's
@@ -59,9 +62,15 @@ class WaitingOnServer(Rule):
             vllm = {p: window.peer_servers[p] for p in peers if p in window.peer_servers}
             said = "".join(f", a vLLM server (its metrics, as of its engine's last finished "
                            f"step: {m.describe()})" for m in list(vllm.values())[:1])
-            summary = (f"rank {rank} waits for a server's reply{server}{said}; "
+            helper = thread is not stacks.main
+            on = (f" in its thread {thread.name or thread.thread_id} at {frame}, which its main "
+                  "thread waits on" if helper else "")
+            summary = (f"rank {rank} waits for a server's reply{server}{said}{on}; "
                        f"{describe(window, rank)}")
             evidence = {**rank_evidence(window, rank), "peers": peers}
+            if helper:
+                evidence.update(frame=str(frame), frames=frame_strings(thread),
+                                thread=thread.name or str(thread.thread_id))
             if vllm:
                 evidence["vllm_servers"] = {p: m.as_dict() for p, m in vllm.items()}
             yield self.finding([rank], summary, evidence)

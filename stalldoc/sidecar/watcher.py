@@ -14,7 +14,7 @@ import time
 from typing import Iterable, Mapping
 
 from stalldoc.agent.statefile import STATUS_EXCEPTION
-from stalldoc.analysis.stacks import waits_on_build_lock, waits_on_http
+from stalldoc.analysis.stacks import server_wait, waits_on_build_lock, waits_on_http
 from stalldoc.check.preflight import failed, launch_checks, launch_document
 from stalldoc.cluster.publish import LocalView
 from stalldoc.detect.progress import ProgressTracker, latest_progress
@@ -572,7 +572,7 @@ class Watcher:
         window = dataclasses.replace(self._window(now, agents, episode, stacks),
                                      peers=peers, peer_servers=peer_servers(
                                          p for r, ps in peers.items() for p in ps
-                                         if r in stacks and waits_on_http(stacks[r].main)),
+                                         if r in stacks and waits_on_http(server_wait(stacks[r]))),
                                      flight=flight, children=child_stacks(
                                          self.stack_probe, self.ranks, stacks, self.parents),
                                      build_locks=_build_locks(stacks.values()),
