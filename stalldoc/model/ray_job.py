@@ -93,6 +93,7 @@ class OutsideSeen:
     kind: str = ""                 # the stack's kind: "working", "waiting: <on what>", ...
     frame: Frame | None = None     # its user frame (else the innermost)
     busy_for: float = 0.0          # seconds in one unchanging working stack
+    peers: tuple[str, ...] = ()    # host:port of its TCP peers outside the job (a stall only)
 
 
 @dataclass(frozen=True)

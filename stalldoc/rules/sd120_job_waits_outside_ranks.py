@@ -83,7 +83,8 @@ class JobWaitsOutsideRanks(Rule):
 def _doing(seen: OutsideSeen) -> str:
     frame = f" at {seen.frame}" if seen.frame else ""
     if seen.kind.startswith("waiting: "):
-        return f"waits on {seen.kind[len('waiting: '):]}{frame}"
+        peers = f" (a server at {', '.join(seen.peers[:3])})" if seen.peers else ""
+        return f"waits on {seen.kind[len('waiting: '):]}{peers}{frame}"
     if seen.kind == "working":
         return f"works{frame}"
     return f"({seen.kind or 'no stack read'}){frame}"
@@ -146,4 +147,5 @@ def _seen(seen: OutsideSeen) -> dict[str, Any]:
     main = seen.stacks.main if seen.stacks else None
     return {"pid": seen.process.pid, "role": seen.process.role,
             "actor_class": seen.process.actor_class, "kind": seen.kind,
-            "frame": str(seen.frame) if seen.frame else None, "frames": frame_strings(main)}
+            "frame": str(seen.frame) if seen.frame else None, "frames": frame_strings(main),
+            "peers": list(seen.peers)}

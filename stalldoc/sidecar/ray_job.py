@@ -12,6 +12,7 @@ or idles in its task loop has none. A process busy in one unchanging stack for t
 timeout is said to spin (SD121, a warning): it works, so it is never a stall."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -22,6 +23,7 @@ from stalldoc.detect.stack_kind import StackKind, classify, is_library
 from stalldoc.model.ray_job import JobOutside, OutsideSeen, RayProcess
 from stalldoc.model.ranks import RankProcess
 from stalldoc.model.stacks import Frame, RankStacks
+from stalldoc.probes.connections import external_peers
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
 from stalldoc.probes.ray_state import ray_processes, read_state
 
@@ -133,16 +135,19 @@ class RayJob:
                      if self.turn_since is not None and s.busy_since is not None
                      and now - max(s.busy_since, self.turn_since) >= busy_timeout)
 
-    def view(self, now: float) -> JobOutside:
-        """Where the job stands at a stall: fresh stacks of each process here, and Ray's state
+    def view(self, now: float, job_pids: Iterable[int]) -> JobOutside:
+        """Where the job stands at a stall: fresh stacks of each process here, the servers
+        outside the job they talk to (``job_pids``: the job's own processes), and Ray's state
         from the driver's dashboard."""
         for seen in self.known.values():
             self._seen(seen, self.probe.capture(_as_rank(seen.process), False, True, False))
+        peers = external_peers([_as_rank(s.process) for s in self.known.values()], job_pids)
         dashboard = next((s.process.dashboard for s in self.known.values()
                           if s.process.dashboard), "")
         state = read_state(dashboard) if dashboard else None
-        return JobOutside(self.turn_since or now,
-                          tuple(self._outside(s, now) for s in self.known.values()), state)
+        seen = tuple(dataclasses.replace(self._outside(s, now), peers=peers.get(-pid, ()))
+                     for pid, s in self.known.items())
+        return JobOutside(self.turn_since or now, seen, state)
 
     def _outside(self, seen: _Process, now: float) -> OutsideSeen:
         kind = seen.kind
@@ -176,5 +181,5 @@ def _place(kind: StackKind | None, stacks: RankStacks | None) -> Frame | None:
 
 
 def _as_rank(process: RayProcess) -> RankProcess:
-    """The process as the stack probe takes it (rank -1: it is none)."""
-    return RankProcess(-1, process.pid, None, (), from_env=False, source="")
+    """The process as the probes take it (its rank minus its pid: it is none)."""
+    return RankProcess(-process.pid, process.pid, None, (), from_env=False, source="")

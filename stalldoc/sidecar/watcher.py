@@ -581,7 +581,8 @@ class Watcher:
                                                              episode.ranks),
                                      engine_settings=self._engine_settings(live),
                                      finished=self.agents_probe.finished(live),
-                                     outside=self.ray_job.view(now) if self.job_stall else None)
+                                     outside=self.ray_job.view(now, self.parents.keys())
+                                     if self.job_stall else None)
         self.store.add_stacks(episode.id, stacks.values())
         self.stall_stacks, self.stall_flight, self.stall_over = stacks, flight, False
         self._diagnosis(self._save(self.ledger.stall(now, episode.id,

@@ -17,6 +17,8 @@ HANG picks what goes wrong at step HANG_STEP (default 2):
   divides by a zero spread, gets NaN and never converges: the driver spins in ``normalise``
   (pure Python, on the CPU) while every learner and the server wait for their next call; it
   gives up after GIVE_UP seconds (default 600) and the job exits 1.
+- ``reward_server``: the driver asks a remote verifier at REWARD_URL for the rewards, with no
+  timeout, and the verifier never answers: the driver waits on its socket.
 - ``weight_sync``: the server's ``load_weights`` joins a weight-sync group (gloo, world 2,
   the server as rank 1) whose trainer side never comes: it waits in torch's rendezvous; the
   driver's ``ping`` is queued behind it (an actor runs one call at a time), and the driver
@@ -27,10 +29,12 @@ waits until GIVE_UP. With SERVER_RAISES the server's ``__init__`` raises a Runti
 actor dies in its creation task and the loop's first call to it raises. With TASK_RUNNER=1 the loop runs in a ``TaskRunner`` actor that the
 driver starts and waits on, as verl's ``main_ppo`` does. Before the step that hangs it prints ``hang HANG from T`` (T: the time, in seconds since the
 epoch). Without HANG the loop runs STEPS steps (default 6) and exits 0."""
+import json
 import math
 import os
 import socket
 import time
+import urllib.request
 
 import ray
 
@@ -138,6 +142,15 @@ def score_batch(model, samples: list, degenerate: bool) -> list:
     return scores
 
 
+def score_remote(samples: list) -> list:
+    """The reward from a remote verifier (a sandbox, a judge model) at REWARD_URL, no timeout."""
+    request = urllib.request.Request(f"{os.environ['REWARD_URL']}/score",
+                                     data=json.dumps({"samples": samples}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as reply:
+        return json.loads(reply.read())["scores"]
+
+
 def normalise(scores: list, tolerance: float = 1e-6) -> list:
     """Whiten the scores until they stop changing (a fixed point): a batch whose scores are all
     equal has no spread, its NaNs never compare below the tolerance."""
@@ -175,7 +188,8 @@ def rl_loop() -> None:
         if hang:
             print(f"hang {hang} from {time.time():.3f}", flush=True)
         samples = ray.get(server.generate.remote(step))
-        rewards = normalise(score_batch(model, samples, hang == "normaliser"))
+        rewards = normalise(score_remote(samples) if hang == "reward_server"
+                            else score_batch(model, samples, hang == "normaliser"))
         losses = ray.get([learner.train_step.remote(rewards) for learner in learners])
         server.load_weights.remote(ray.get(learners[0].weights.remote()),
                                    free_port() if hang == "weight_sync" else 0)

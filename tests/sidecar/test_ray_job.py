@@ -9,6 +9,7 @@ with its stack moving is work."""
 from __future__ import annotations
 
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -93,6 +94,28 @@ def test_a_server_no_node_can_place_is_named_with_what_it_asks(
                      finding["summary"]), finding["summary"]
     [held] = finding["evidence"]["held_by_actors"]
     assert held["state"] == "PENDING_CREATION" and held["actor_class"] == "GenerationServer"
+
+
+@pytest.mark.alone
+def test_a_driver_waiting_on_a_silent_verifier_is_named_with_the_server(
+        tmp_path: Path, ray_env: dict[str, str]) -> None:
+    # GIVEN the driver asking a remote verifier for its rewards with no timeout, the verifier
+    # (here: this test) accepting the connection and never answering; under load, kill armed
+    with socket.socket() as verifier:
+        verifier.bind(("127.0.0.1", 0))
+        verifier.listen(8)
+        port = verifier.getsockname()[1]
+        env = {**ray_env, "HANG": "reward_server", "REWARD_URL": f"http://127.0.0.1:{port}"}
+        result = run(tmp_path, env, True, "--on-stall", "kill")
+    [stall] = result.report()["stalls"]
+    assert stall["detected_at"] - hang_from(result) <= 2 * STALL, (stall, result.stderr[-3000:])
+    # THEN the job's stall names the driver's own call and the server it waits on
+    [finding] = result.findings("SD120")
+    assert re.search(rf"the driver \(pid \d+\) waits on socket \(a server at 127\.0\.0\.1:{port}"
+                     r"\) at score_remote \(\S+ray_rl_driver\.py:\d+\)", finding["summary"]), \
+        finding["summary"]
+    assert finding["evidence"]["driver"]["peers"] == [f"127.0.0.1:{port}"]
+    assert finding["evidence"]["calls"] == []   # no actor call holds it
 
 
 @pytest.mark.alone
