@@ -58,8 +58,9 @@ def test_a_weight_sync_that_never_completes_is_named_where_the_job_waits(
     [finding] = result.findings("SD120")
     assert finding["severity"] == "error" and finding["ranks"] == [0, 1], finding
     summary, evidence = finding["summary"], finding["evidence"]
-    assert re.search(r"the driver \(pid \d+\) waits on ray\.get at main \(\S+ray_rl_driver\.py:"
-                     r"\d+\)", summary), summary
+    loop = "main" if runner else "rl_loop"   # the driver's frame: its wait on the runner, or
+    assert re.search(rf"the driver \(pid \d+\) waits on ray\.get at {loop} \(\S+ray_rl_driver"
+                     r"\.py:\d+\)", summary), summary   # its own loop's call
     assert "GenerationServer.ping queued behind GenerationServer.load_weights (pid" in summary
     assert re.search(r"waits on collective at GenerationServer\.load_weights \(\S+:\d+\)",
                      summary), summary
