@@ -80,12 +80,14 @@ def test_a_weight_sync_that_never_completes_is_named_where_the_job_waits(
     assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
 
 
+@pytest.mark.parametrize("loaded", [False, pytest.param(True, marks=pytest.mark.alone)],
+                         ids=["idle", "loaded"])
 def test_a_server_no_node_can_place_is_named_with_what_it_asks(
-        tmp_path: Path, ray_env: dict[str, str]) -> None:
+        tmp_path: Path, ray_env: dict[str, str], loaded: bool) -> None:
     # GIVEN the loop in a TaskRunner actor, its generation server asking for a GPU on a node
     # without any: the learners are up and wait, the loop's first call to the server waits
     env = {**ray_env, "SERVER_GPUS": "1", "GIVE_UP": "300", "TASK_RUNNER": "1"}
-    result = run(tmp_path, env, False, "--on-stall", "kill")
+    result = run(tmp_path, env, loaded, "--on-stall", "kill")
     [stall] = result.report()["stalls"]
     assert stall["detected_at"] - hang_from(result) <= 2 * STALL, (stall, result.stderr[-3000:])
     # THEN the job's stall names the call, the actor never created and what it asks
@@ -141,14 +143,15 @@ def test_a_driver_spinning_in_its_normaliser_is_named_not_stalled(
     assert finding["t"] - hang_from(result) <= 3 * STALL, finding
 
 
-@pytest.mark.alone
+@pytest.mark.parametrize("loaded", [False, pytest.param(True, marks=pytest.mark.alone)],
+                         ids=["idle", "loaded"])
 def test_a_driver_scoring_longer_than_the_stall_timeout_is_working(
-        tmp_path: Path, ray_env: dict[str, str]) -> None:
+        tmp_path: Path, ray_env: dict[str, str], loaded: bool) -> None:
     # GIVEN a reward model that scores for twice the stall timeout each step while every
-    # learner waits for its next task, the server idle between its calls; under load, with the
-    # kill action armed
+    # learner waits for its next task, the server idle between its calls; idle and under load,
+    # with the kill action armed
     env = {**ray_env, "SCORE_SECONDS": str(2 * STALL), "STEPS": "3"}
-    result = run(tmp_path, env, True, "--on-stall", "kill")
+    result = run(tmp_path, env, loaded, "--on-stall", "kill")
     # THEN the loop runs to its end: no stall, no finding about the driver or its actors
     assert result.code == 0, result.stderr[-3000:]
     assert result.stdout.count(" loss ") == 3
