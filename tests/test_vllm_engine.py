@@ -415,9 +415,15 @@ def test_a_trainer_waiting_on_a_hung_vllm_server_names_it(tmp_path: Path, engine
             end_watched(watcher)
         worker.send_signal(signal.SIGCONT)   # the server serves the next test again
     result = Result(watcher.returncode, stderr, tmp_path / "run", stdout)
-    # THEN each rank waits for the server's reply, named as a vLLM server with its metrics
+    # THEN each rank waits for the server's reply, named as a vLLM server with its metrics; a
+    # rank whose rollout came back before the worker stopped waits for the other in its
+    # collective, which SD101 says (the stop races the ranks' rollouts)
     findings = result.findings("SD107")
-    assert sorted(r for f in findings for r in f["ranks"]) == [0, 1], result.stderr[-4000:]
+    waiting = sorted(r for f in findings for r in f["ranks"])
+    assert waiting in ([0, 1], [0], [1]), result.stderr[-4000:]
+    if waiting != [0, 1]:
+        [outside] = result.findings("SD101")
+        assert outside["ranks"] == waiting, outside
     for finding in findings:
         assert f"127.0.0.1:{port}" in finding["evidence"]["peers"], finding["evidence"]
         metrics = finding["evidence"]["vllm_servers"][f"127.0.0.1:{port}"]

@@ -74,7 +74,8 @@ class CpuOversubscription(Rule):
             return
         threads = {str(rank): h[-1].threads for rank, h in histories.items()}
         engines = {str(rank): round(_mean_of(h, _engine_cpu), 1)
-                   for rank, h in histories.items() if h[-1].engine_cpu_percent is not None}
+                   for rank, h in histories.items()
+                   if any(s.engine_cpu_percent is not None for s in h)}   # in its window
         typical = statistics.median(_load(n) for n in nodes)
         yield self.finding(sorted(window.host), (
             f"CPU oversubscribed: load {typical:.1f} on {last.cores} cores for "

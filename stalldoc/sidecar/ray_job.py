@@ -37,6 +37,8 @@ class _Process:
     worked_at: float = 0.0           # the latest sample that worked
     busy_since: float | None = None  # working in one unchanging stack since
     signature: tuple = ()
+    other: bool = False              # the last sample differed (one torn read of a spinning
+                                     # stack is no move; two differing samples in a row are)
 
 
 class RayJob:
@@ -47,6 +49,9 @@ class RayJob:
         self.probe = probe
         self.background = BackgroundStacks(probe, workers=2)
         self.every = resample_every(floor)
+        # how long the turn outlasts a tick where not every rank was seen waiting (a rank's
+        # stack read late on a loaded node); a rank that has work in hand decides anyway
+        self.hold = max(2 * self.every, floor)
         self.known: dict[int, _Process] = {}
         self.turn_since: float | None = None   # every rank has waited between tasks since
         self.between_at = 0.0   # the last tick every rank waited (a rank's stack read late on
@@ -86,7 +91,7 @@ class RayJob:
         if between:
             self.between_at = now
             self.turn_since = now if self.turn_since is None else self.turn_since
-        elif self.turn_since is not None and now - self.between_at > 2 * self.every:
+        elif self.turn_since is not None and now - self.between_at > self.hold:
             self.turn_since = None   # a rank has had work in hand for a while: the ranks' turn
             for seen in self.known.values():
                 seen.busy_since = None
@@ -109,8 +114,11 @@ class RayJob:
             signature = _spin_signature(kind)
             if not signature[1]:
                 return   # a torn read (py-spy --nonblocking): no frames of the thread's own
-            if signature != seen.signature or seen.busy_since is None:
-                seen.busy_since, seen.signature = stacks.t, signature
+            if seen.busy_since is None or (signature != seen.signature and seen.other):
+                seen.busy_since, seen.signature = stacks.t, signature   # it moved on
+                seen.other = False
+            else:
+                seen.other = signature != seen.signature
         else:
             seen.busy_since, seen.signature = None, ()
 
