@@ -125,6 +125,8 @@ def test_a_driver_waiting_on_a_silent_verifier_is_named_with_the_server(
 @pytest.mark.alone
 def test_a_driver_spinning_in_its_normaliser_is_named_not_stalled(
         tmp_path: Path, ray_env: dict[str, str]) -> None:
+    """About 80 s: the spin must outlast the busy timeout (20 s) after every learner waits, under
+    load, and the job then runs on until its driver gives up (60 s), as a spin is no stall."""
     # GIVEN a degenerate batch: the driver's normaliser never converges (NaN), on the CPU, and
     # gives up after 60 s; under load, the busy timeout at its least (twice the stall timeout)
     env = {**ray_env, "HANG": "normaliser", "GIVE_UP": "60"}
@@ -147,6 +149,8 @@ def test_a_driver_spinning_in_its_normaliser_is_named_not_stalled(
 @pytest.mark.alone
 def test_a_driver_scoring_longer_than_the_stall_timeout_is_working(
         tmp_path: Path, ray_env: dict[str, str]) -> None:
+    """About 80 s: three steps of 20 s of scoring each (twice the stall timeout, the length that
+    would be a stall if scoring were not work), under load."""
     # GIVEN a reward model that scores for twice the stall timeout each step while every
     # learner waits for its next task, the server idle between its calls; under load (where a
     # false stall would come from), with the kill action armed
