@@ -37,7 +37,7 @@ def read_facts(ray: Any) -> dict[str, str] | None:
     worker = ray._private.worker.global_worker
     mode = getattr(worker, "mode", None)
     context = ray.get_runtime_context()
-    actor = context.get_actor_id() or "" if mode == _WORKER else ""
+    actor = (context.get_actor_id() or "") if mode == _WORKER else ""
     facts = {"mode": {_DRIVER: "driver", _WORKER: "worker"}.get(mode, str(mode)),
              "job_id": str(context.get_job_id() or ""), "actor_id": actor,
              "actor_class": _actor_class(worker, actor), "dashboard": ""}

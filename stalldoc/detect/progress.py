@@ -290,7 +290,8 @@ class ProgressTracker:
         self.episode = StallEpisode(
             self.episodes, newest, now, threshold, tuple(ranks),
             phases={r: live[r].phase_stack for r in ranks},
-            work={r: live[r].work for r in ranks if live[r].work is not None})
+            work={r: live[r].work for r in ranks if live[r].work is not None},
+            outside=not in_task)
         return self.episode, None
 
     def _ended(self, now: float, live: Mapping[int, _Rank], elsewhere_now: bool

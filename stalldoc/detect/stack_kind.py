@@ -17,12 +17,13 @@ import sysconfig
 
 from dataclasses import dataclass
 
-from stalldoc.model.stacks import Frame, RankStacks, ThreadStack, idles_in_task_loop
+from stalldoc.model.stacks import (BETWEEN_TASKS, Frame, RankStacks, ThreadStack,
+                                   idles_in_task_loop)
 
 WORKING = "working"
-# A task executor's worker (a Ray worker) whose main thread idles in its task loop and that runs
-# no work on another thread: it has no work in hand, its next task comes from its driver.
-BETWEEN_TASKS = "waiting: next task"
+# BETWEEN_TASKS (model/stacks.py): a task executor's worker (a Ray worker) whose main thread idles
+# in its task loop and that runs no work on another thread: no work in hand, its next task comes
+# from its driver.
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,8 @@ class RankStacks:
 # given runs on a thread of its own (Ray Train runs the training loop in a TrainingThread): the
 # innermost frame's function and the end of its file.
 IDLE_LOOPS = (("main_loop", "/ray/_private/worker.py"),)
+# the kind of such a stack with no work on another thread: its next task comes from its driver
+BETWEEN_TASKS = "waiting: next task"
 
 
 _STDLIB = re.compile(r"/lib/python\d\.\d+/")

@@ -88,3 +88,5 @@ class StallEpisode:
     ended_at: float | None = None
     phases: Mapping[int, str] = field(default_factory=dict)   # rank -> phase stack when detected
     work: Mapping[int, RankWork] = field(default_factory=dict)  # rank -> what was seen at detection
+    outside: bool = False   # the job's own stall: every rank waited for its next task, and its
+                            # driver and actors showed no work either (sidecar/ray_job.py)

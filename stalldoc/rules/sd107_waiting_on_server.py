@@ -15,10 +15,9 @@ class WaitingOnServer(Rule):
 
     What it does
         At a stall, looks for ranks whose main thread sits in a socket, HTTP or RPC client
-        (or waits on a future, a queue or a lock of its own while another of its threads sits
-        in one: a client that posts from an executor thread)
-        (socket, ssl, http.client, urllib, requests, urllib3, httpx, aiohttp, grpc, openai) and
-        names the server from the rank's established TCP connections outside the job; a
+        (socket, ssl, http.client, urllib, requests, urllib3, httpx, aiohttp, grpc, openai), or
+        waits on a future, a queue or a lock of its own while another of its threads sits in
+        one (a client that posts from an executor thread), and names the server from the rank's established TCP connections outside the job; a
         server the rank waits on in a plain HTTP client that serves vLLM's metrics
         (``/metrics``, read once at the diagnosis) is named as a vLLM server, with its running
         and waiting requests, KV-cache usage and tokens generated. A rank

@@ -6,10 +6,10 @@ from typing import Any, Iterator
 from stalldoc.analysis.stacks import frame_strings
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.ray_job import JobOutside, OutsideSeen, RayActor, RayTask
+from stalldoc.model.stacks import BETWEEN_TASKS
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, join_ranks
 
-BETWEEN_TASKS = "waiting: next task"
 # an actor's state in Ray's words (ray.util.state's ActorState), said as what it means
 _ACTOR_STATES = {"PENDING_CREATION": "never created: no node can place it yet",
                  "DEPENDENCIES_UNREADY": "not created: its arguments are not ready",
@@ -94,8 +94,8 @@ def _running_calls(outside: JobOutside) -> list[tuple[RayTask, OutsideSeen | Non
     """The actor calls Ray runs in processes that are no rank, with what those show."""
     if outside.ray is None:
         return []
-    return [(t, outside.of_pid(t.pid)) for t in outside.ray.tasks
-            if t.running and outside.of_pid(t.pid) is not None]
+    return [(t, seen) for t in outside.ray.tasks
+            if t.running and (seen := outside.of_pid(t.pid)) is not None]
 
 
 def _held(outside: JobOutside) -> list[tuple[RayTask, RayActor]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Iterable
 
 from stalldoc.agent.ray_facts import FILE_PREFIX
 from stalldoc.detect.progress import resample_every
@@ -58,15 +58,13 @@ class RayJob:
                                 # a loaded node leaves it unknown for a tick or two)
         self.moved_at = 0.0                    # the latest tick something here worked
 
-    def refresh(self, pids: Iterable[int], claimed: Callable[[set[int]], set[int]]
-                ) -> list[str]:
-        """Learn the driver and the actors among the job's processes ``pids``; those that
-        claim a rank (``claimed``: of the pids given, those whose agent claims one) are the
-        ranks' part, not this one. Returns what to say of the new ones."""
+    def refresh(self, pids: Iterable[int], ranks: Iterable[int]) -> list[str]:
+        """Learn the driver and the actors among the job's processes ``pids``; ``ranks`` (the
+        ranks, and every process whose agent claims one) are the ranks' part, not this one.
+        Returns what to say of the new ones."""
         if not self.agent_dir:
             return []
-        candidates = self._published() & set(pids)
-        found = ray_processes(self.agent_dir, candidates - claimed(candidates))
+        found = ray_processes(self.agent_dir, (self._published() & set(pids)) - set(ranks))
         said = []
         for pid in [p for p in self.known if p not in found]:
             del self.known[pid]
@@ -132,7 +130,7 @@ class RayJob:
         seen = list(self.known.values())
         if any(s.kind is None or s.at < self.turn_since or now - s.at > fresh for s in seen):
             return None
-        if any(s.kind is not None and s.kind.working for s in seen):
+        if any(s.kind.working for s in seen if s.kind is not None):
             return None
         return max([self.turn_since] + [s.worked_at for s in seen])
 
@@ -180,11 +178,11 @@ def _spin_signature(kind: StackKind) -> tuple:
 def _place(kind: StackKind | None, stacks: RankStacks | None) -> Frame | None:
     """The deciding thread's innermost frame of the user's own code that is a function's
     (not an expression's inside it), else the kind's frame."""
-    thread = next((t for t in stacks.threads if t.thread_id == kind.thread), None) \
-        if kind is not None and stacks is not None else None
-    if thread is None:
+    if kind is None or stacks is None:
         return kind.frame if kind is not None else None
-    own = [f for f in thread.frames if not is_library(f.filename) and f.name not in _INNER]
+    thread = next((t for t in stacks.threads if t.thread_id == kind.thread), None)
+    own = [f for f in thread.frames if not is_library(f.filename)
+           and f.name not in _INNER] if thread is not None else []
     return own[0] if own else kind.frame
 
 

@@ -36,6 +36,7 @@ class Discovery:
     ranks: tuple[RankProcess, ...]
     run: ProbeRun
     engines: tuple[EngineProcess, ...] = ()   # vLLM engines' processes (the ranks' work)
+    claimed: frozenset[int] = frozenset()     # the processes whose agent claims a rank
 
     @property
     def parents(self) -> dict[int, int]:
@@ -70,19 +71,20 @@ class Sampler:
         """The job's processes and ranks now, from one scan of the process table. ``single``:
         with no RANK anywhere, take the job for a single process (its rank 0)."""
         runs: list[ProbeRun] = []
-        table, pids, found = self._timed(
-            runs, "procs", lambda: self._find(job, exclude, single), (None, (), Found(())),
-            lambda seen: seen[2].skipped + seen[0].skipped)
-        return Discovery(table, pids, found.ranks, runs[0], found.engines)
+        table, pids, found, claimed = self._timed(
+            runs, "procs", lambda: self._find(job, exclude, single),
+            (None, (), Found(()), frozenset()), lambda seen: seen[2].skipped + seen[0].skipped)
+        return Discovery(table, pids, found.ranks, runs[0], found.engines, claimed)
 
-    def _find(self, job: JobTree, exclude: int | None,
-              single: bool) -> tuple[ProcessTable, tuple[int, ...], Found]:
+    def _find(self, job: JobTree, exclude: int | None, single: bool
+              ) -> tuple[ProcessTable, tuple[int, ...], Found, frozenset[int]]:
         table = scan()
         pids = tuple(job.pids(table, exclude))
         agents = self.agents.pids_with_state()
         claims, refused = self.agents.claims(pid for pid in pids if pid in agents)
         found = self.finder.find(table, pids, agents, single, root=job.roots, claims=claims)
-        return table, pids, dataclasses.replace(found, skipped=found.skipped + refused)
+        return (table, pids, dataclasses.replace(found, skipped=found.skipped + refused),
+                frozenset(claims))
 
     def sample(self, now: float, live: list[RankProcess], known: list[RankProcess],
                parents: Mapping[int, int], found: Discovery | None = None,

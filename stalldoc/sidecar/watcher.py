@@ -83,7 +83,6 @@ class Watcher:
         self.stack_probe = StackProbe(self.agent_dir)
         self.background = BackgroundStacks(self.stack_probe)
         self.ray_job = RayJob(self.agent_dir, self.stack_probe, options.stall_timeout)
-        self.job_stall = False   # the stall in course is the job's: every rank waits for work
         self.tracker = ProgressTracker(options.stall_timeout)
         self.ranks: dict[int, RankProcess] = {}
         self.exits = ExitBook(self.store)   # ranks that ended; its death watch
@@ -331,7 +330,7 @@ class Watcher:
         live = self.tracker.live()
         self.ray_job.observe(now, bool(live) and set(live) <= self.tracker.between_tasks(now))
         episode = self.tracker.episode
-        if self.job_stall and episode is not None and self.ray_job.moved_at > episode.detected_at:
+        if episode is not None and episode.outside and self.ray_job.moved_at > episode.detected_at:
             self.tracker.job_progressed(now)   # the driver or an actor works again
         self.cluster.refresh(now, self.tracker.quiet_for(now), self.tracker.threshold(),
                              self.tracker.episode is not None)
@@ -396,12 +395,9 @@ class Watcher:
             self.say(f"rank {rank.rank}: pid {rank.pid}{_known_as(rank)}")
         self._find_agentless(now)
         self._recover_restarts(now)
-        for line in self.ray_job.refresh(self.found.pids, self._claiming):
+        ranks = self.found.claimed | {r.pid for r in self._live()}   # claims read this scan
+        for line in self.ray_job.refresh(self.found.pids, ranks):
             self.say(line)
-
-    def _claiming(self, pids: set[int]) -> set[int]:
-        """Of ``pids``, the ranks and those whose agent claims a rank."""
-        return ({r.pid for r in self._live()} & pids) | set(self.agents_probe.claims(pids)[0])
 
     def _gone(self, known: RankProcess | None) -> bool:
         """The rank's process ended (its exit recorded, or no longer in the job)."""
@@ -538,7 +534,6 @@ class Watcher:
         quiet = self.ray_job.quiet_since(now)
         started, ended = self.tracker.check(now, *self.cluster.elsewhere(now), awaiting, quiet)
         if ended is not None:
-            self.job_stall = False
             self.store.save_stall(ended)
             self._save(self.ledger.stall_ended(now, ended.id))
             self.stall_over = True    # its stacks stay for this tick's rules (a line about it)
@@ -546,9 +541,8 @@ class Watcher:
         if started is None:
             return
         self.store.save_stall(started)
-        self.job_stall = quiet is not None and self.ray_job.turn_since is not None
         nothing = ("nothing in the job (its ranks, its driver and actors) showed work"
-                   if self.job_stall else "no rank showed work")
+                   if started.outside else "no rank showed work")
         self.say(f"STALL #{started.id}: {nothing} for {now - started.started_at:.0f} s "
                  f"(threshold {started.threshold:.0f} s); {_grouped(started.work)}; taking "
                  f"stacks of {len(started.ranks)} rank(s)")
@@ -582,7 +576,7 @@ class Watcher:
                                      engine_settings=self._engine_settings(live),
                                      finished=self.agents_probe.finished(live),
                                      outside=self.ray_job.view(now, self.parents.keys())
-                                     if self.job_stall else None)
+                                     if episode.outside else None)
         self.store.add_stacks(episode.id, stacks.values())
         self.stall_stacks, self.stall_flight, self.stall_over = stacks, flight, False
         self._diagnosis(self._save(self.ledger.stall(now, episode.id,
