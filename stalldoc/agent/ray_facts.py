@@ -1,6 +1,7 @@
 """What this process is to Ray, said by Ray itself from inside it: the driver of a job, or a
 worker, and then which actor (its id and class); the job, and where the cluster's dashboard
-serves its state API. The watcher reads which process is the driver and which an actor from
+serves its state API, the node it runs on, and whether the driver started its cluster or joined
+one started apart. The watcher reads which process is the driver and which an actor from
 here, never from words in a command line.
 
 The agent's heartbeat thread calls ``RayFacts.tick`` every beat: one dictionary look-up while
@@ -40,10 +41,15 @@ def read_facts(ray: Any) -> dict[str, str] | None:
     actor = (context.get_actor_id() or "") if mode == _WORKER else ""
     facts = {"mode": {_DRIVER: "driver", _WORKER: "worker"}.get(mode, str(mode)),
              "job_id": str(context.get_job_id() or ""), "actor_id": actor,
-             "actor_class": _actor_class(worker, actor), "dashboard": ""}
+             "actor_class": _actor_class(worker, actor), "dashboard": "",
+             "node_id": str(context.get_node_id() or ""), "cluster": ""}
     if mode == _DRIVER:
         node = getattr(ray._private.worker, "_global_node", None)
         facts["dashboard"] = str(getattr(node, "webui_url", "") or "") if node else ""
+        # a driver that started its own Ray holds the head node it made; one that joined a
+        # cluster started apart (``ray start``, then ``ray.init(address=...)``) only connects
+        facts["cluster"] = ("started" if getattr(node, "head", False) else "joined") \
+            if node else ""
     return facts
 
 

@@ -65,6 +65,7 @@ class ProgressTracker:
     episode: StallEpisode | None = None
     episodes: int = 0
     dead: set[int] = field(default_factory=set)
+    moved_at: float = 0.0   # the job itself was last seen to move (``job_progressed``)
 
     # ----- feeding ----------------------------------------------------------------------------
     def observe(self, now: float, agents: Mapping[int, AgentSnapshot],
@@ -166,6 +167,7 @@ class ProgressTracker:
     def job_progressed(self, now: float) -> None:
         """The job itself reported progress (a logged training step that every rank took part
         in): every live rank counts as progressing."""
+        self.moved_at = max(self.moved_at, now)
         for rank, state in self.live().items():
             state.last_progress = state.last_work = state.last_confirmed = now
 
@@ -266,10 +268,11 @@ class ProgressTracker:
         every rank waits between tasks, since when the part of the job that hands them their
         work (a Ray driver, its actors: ``sidecar/ray_job.py``) has shown none either (None:
         it works, or there is none); then the job itself is stalled once that is longer than
-        the threshold."""
+        the threshold; a job with no rank known (a Ray driver whose actors run in a cluster
+        started apart) is stalled on that alone."""
         live = self.live()
-        if not live:
-            return None, None
+        if not live and (self.ranks or (outside_quiet is None and self.episode is None)):
+            return None, None   # every rank ended; or no rank known, and nothing else quiet
         if self.episode is not None:
             return None, self._ended(now, live, elsewhere_now)
         awaiting = set(awaiting) & set(live)
@@ -298,8 +301,8 @@ class ProgressTracker:
                ) -> StallEpisode | None:
         episode = self.episode
         assert episode is not None
-        if max(s.last_confirmed for s in live.values()) <= episode.started_at \
-                and not elsewhere_now:
+        confirmed = max([self.moved_at] + [s.last_confirmed for s in live.values()])
+        if confirmed <= episode.started_at and not elsewhere_now:
             return None
         self.episode = None
         self.durations.resumed(episode.phases.values(), now - episode.started_at)

@@ -21,6 +21,10 @@ class RayProcess:
     actor_id: str = ""
     job_id: str = ""
     dashboard: str = ""       # the driver's: where the cluster serves its state API
+    node_id: str = ""         # the Ray node it runs on
+    joined: bool = False      # a driver that joined a cluster started apart (``ray start``)
+    adopted: bool = False     # an actor of such a cluster, known from Ray's state API alone
+                              # (outside the watched command's tree, without stalldoc's agent)
 
     @property
     def label(self) -> str:
@@ -38,6 +42,7 @@ class RayTask:
     actor_id: str = ""
     pid: int | None = None    # the worker running it (None: not started)
     started_at: float | None = None
+    node_id: str = ""
 
     @property
     def running(self) -> bool:
@@ -53,6 +58,8 @@ class RayActor:
     name: str = ""
     death: str = ""           # why it died, in Ray's words
     resources: str = ""       # what it asks to be placed, as Ray prints it ({'GPU': 1.0})
+    job_id: str = ""
+    node_id: str = ""
 
     @property
     def alive(self) -> bool:

@@ -123,7 +123,8 @@ class RankFinder:
 
     def find(self, table: ProcessTable, pids: Sequence[int], agent_pids: Iterable[int] = (),
              single: bool = True, root: int | Collection[int] | None = None,
-             claims: Mapping[int, RankClaim] | None = None) -> Found:
+             claims: Mapping[int, RankClaim] | None = None,
+             ray_drivers: Iterable[int] = ()) -> Found:
         """Ranks: processes that claim a rank and are not another rank's worker or a launcher.
 
         A process claims a rank through its agent (``claims``: the process group it created,
@@ -157,7 +158,7 @@ class RankFinder:
                           _lightning_claims(pids, launches, table))
         workers = engine_claims(claimed)
         claimed = {pid: claim for pid, claim in claimed.items() if pid not in workers}
-        drivers = self._ray_drivers(table, pids, launches)
+        drivers = self._ray_drivers(table, pids, launches, ray_drivers)
         ranks = self._numbers.number(_ranks(pids, claimed, launches, table, roots, drivers),
                                      table)
         skipped = sum(launch.bad for launch in launches.values())
@@ -172,11 +173,13 @@ class RankFinder:
         return Found(tuple(ranks), skipped, engines)
 
     def _ray_drivers(self, table: ProcessTable, pids: Sequence[int],
-                     launches: Mapping[int, Launch]) -> set[int]:
-        """The job's processes that started a Ray node, now or before (a driver after
-        ``ray.shutdown()`` is still no rank)."""
+                     launches: Mapping[int, Launch], said: Iterable[int] = ()) -> set[int]:
+        """The job's processes that started a Ray node, or that Ray says are a job's driver
+        (``said``: a driver that joined a cluster started apart starts no node), now or before
+        (a driver after ``ray.shutdown()`` is still no rank)."""
         alive = {_process(table.procs[pid]) for pid in pids}
-        now = {_process(table.procs[pid]) for pid in _ray_drivers(table, pids, launches)}
+        now = {_process(table.procs[pid]) for pid in _ray_drivers(table, pids, launches)
+               | (set(said) & set(pids))}
         self._drivers = (self._drivers & alive) | now
         return {pid for pid in pids if _process(table.procs[pid]) in self._drivers}
 

@@ -7,8 +7,8 @@ imported here. A cluster without the dashboard (``ray`` installed without ``[def
 from __future__ import annotations
 
 import json
+import os
 import re
-import urllib.error
 import urllib.request
 from typing import Any, Iterable
 
@@ -33,8 +33,20 @@ def ray_processes(directory: str | None, pids: Iterable[int]) -> dict[int, RayPr
         if role:
             found[pid] = RayProcess(pid, role, str(facts.get("actor_class", "")),
                                     str(facts.get("actor_id", "")), str(facts.get("job_id", "")),
-                                    str(facts.get("dashboard", "")))
+                                    str(facts.get("dashboard", "")),
+                                    str(facts.get("node_id", "")),
+                                    role == DRIVER and facts.get("cluster") == "joined")
     return found
+
+
+def drivers(directory: str | None, pids: Iterable[int]) -> set[int]:
+    """The processes among ``pids`` whose Ray says they are a job's driver."""
+    try:
+        names = set(os.listdir(directory)) if directory else set()
+    except OSError:
+        return set()
+    named = [p for p in pids if os.path.basename(facts_path("", p)) in names]
+    return {p for p, process in ray_processes(directory, named).items() if process.role == DRIVER}
 
 
 def _facts(directory: str, pid: int) -> dict[str, Any] | None:
@@ -50,14 +62,32 @@ def read_state(dashboard: str, timeout: float = 3.0) -> RayState:
     """The cluster's actors and its unfinished tasks, from the dashboard at ``dashboard``."""
     if not _ADDRESS.match(dashboard):
         return RayState(error="no Ray dashboard address (is ray[default] installed?)")
-    base = dashboard if dashboard.startswith("http") else f"http://{dashboard}"
     try:
-        actors = _records(f"{base}/api/v0/actors?detail=1&limit={LIMIT}", timeout)
-        tasks = _records(f"{base}/api/v0/tasks?detail=1&limit={LIMIT}", timeout)
-    except (OSError, ValueError, urllib.error.URLError) as exc:
+        return _state(dashboard, "", timeout)
+    except (OSError, ValueError) as exc:
+        base = _base(dashboard)
         return RayState(source=base, error=f"Ray's state API at {base} did not answer: {exc}")
+
+
+def job_state(dashboard: str, job_id: str, timeout: float = 3.0) -> RayState:
+    """The actors and unfinished tasks of one job (``job_id`` as Ray writes it: ``01000000``),
+    on every node; raises OSError or ValueError when the state API does not answer."""
+    if not _ADDRESS.match(dashboard) or not re.fullmatch(r"[0-9a-fA-F]{1,64}", job_id):
+        raise ValueError(f"no Ray state API to ask for job {job_id!r} at {dashboard!r}")
+    return _state(dashboard, f"&filter_keys=job_id&filter_predicates=%3D&filter_values={job_id}",
+                  timeout)
+
+
+def _state(dashboard: str, query: str, timeout: float) -> RayState:
+    base = _base(dashboard)
+    actors = _records(f"{base}/api/v0/actors?detail=1&limit={LIMIT}{query}", timeout)
+    tasks = _records(f"{base}/api/v0/tasks?detail=1&limit={LIMIT}{query}", timeout)
     return RayState(tuple(_actor(a) for a in actors),
                     tuple(_task(t) for t in tasks if t.get("state") not in _FINISHED), base)
+
+
+def _base(dashboard: str) -> str:
+    return dashboard if dashboard.startswith("http") else f"http://{dashboard}"
 
 
 def _records(url: str, timeout: float) -> list[dict[str, Any]]:
@@ -76,7 +106,8 @@ def _actor(record: dict[str, Any]) -> RayActor:
     return RayActor(str(record.get("actor_id", "")), str(record.get("class_name", "")),
                     str(record.get("state", "")), _pid(record.get("pid")),
                     str(record.get("name") or ""), str(words)[:2000],
-                    str(asks) if isinstance(asks, dict) and asks else "")
+                    str(asks) if isinstance(asks, dict) and asks else "",
+                    str(record.get("job_id") or ""), str(record.get("node_id") or ""))
 
 
 def _task(record: dict[str, Any]) -> RayTask:
@@ -84,7 +115,8 @@ def _task(record: dict[str, Any]) -> RayTask:
     return RayTask(str(record.get("func_or_class_name") or record.get("name") or ""),
                    str(record.get("state", "")), str(record.get("actor_id") or ""),
                    _pid(record.get("worker_pid")),
-                   started / 1000 if isinstance(started, (int, float)) else None)
+                   started / 1000 if isinstance(started, (int, float)) else None,
+                   str(record.get("node_id") or ""))
 
 
 def _pid(value: Any) -> int | None:

@@ -23,6 +23,7 @@ from stalldoc.probes.host import HostProbe, rank_of
 from stalldoc.probes.nvml import NvmlProbe
 from stalldoc.probes.proc_table import ProcessTable, scan
 from stalldoc.probes.process_tree import Found, RankFinder
+from stalldoc.probes.ray_state import drivers
 
 T = TypeVar("T")
 
@@ -82,7 +83,8 @@ class Sampler:
         pids = tuple(job.pids(table, exclude))
         agents = self.agents.pids_with_state()
         claims, refused = self.agents.claims(pid for pid in pids if pid in agents)
-        found = self.finder.find(table, pids, agents, single, root=job.roots, claims=claims)
+        found = self.finder.find(table, pids, agents, single, root=job.roots, claims=claims,
+                                 ray_drivers=drivers(self.agents.directory, pids))
         return (table, pids, dataclasses.replace(found, skipped=found.skipped + refused),
                 frozenset(claims))
 

@@ -436,3 +436,25 @@ def test_a_servers_stall_clock_starts_when_a_request_comes():
     [stall] = _serving(tracker, 126, 130, awaiting=set())
     assert stall.detected_at == 126.0 and stall.started_at == 120.0
     assert tracker.last_progress()[0] == 120.0   # its time without progress counts from there
+
+
+def test_a_job_with_no_rank_known_is_stalled_on_its_driver_and_actors_alone():
+    # a Ray driver that joined a cluster started apart: no rank is known; the driver's part
+    # says since when nothing of the job worked (None: something works, or was not read)
+    tracker = ProgressTracker(floor=10.0)
+    assert tracker.check(5.0) == (None, None)                      # nothing to judge
+    assert tracker.check(30.0, outside_quiet=25.0) == (None, None)  # quiet 5 s: under 10
+    began, _ = tracker.check(40.0, outside_quiet=25.0)
+    assert began is not None and began.ranks == () and began.outside
+    assert began.started_at == 25.0 and began.detected_at == 40.0
+    assert tracker.check(45.0, outside_quiet=25.0) == (None, None)  # still stalled
+    tracker.job_progressed(46.0)                                    # the driver works again
+    _, ended = tracker.check(47.0)
+    assert ended is not None and ended.id == began.id and ended.ended_at == 47.0
+
+
+def test_a_job_whose_ranks_all_ended_is_not_stalled_by_what_is_left():
+    tracker = ProgressTracker(floor=10.0)
+    tracker.observe(0.0, {}, {0: host(0.0, 0)})
+    tracker.mark_dead(0)
+    assert tracker.check(60.0, outside_quiet=1.0) == (None, None)

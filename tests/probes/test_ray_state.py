@@ -14,7 +14,7 @@ import pytest
 
 from stalldoc.agent.ray_facts import publish
 from stalldoc.model.ray_job import ACTOR, DRIVER
-from stalldoc.probes.ray_state import ray_processes, read_state
+from stalldoc.probes.ray_state import drivers, job_state, ray_processes, read_state
 
 
 def test_the_driver_and_the_actors_are_what_their_agents_say(tmp_path: Path) -> None:
@@ -103,3 +103,32 @@ def test_what_the_state_api_answers_is_read() -> None:
         ("Server.load_weights", 4242, 1795916608.361)]
     assert [t.name for t in state.queued_behind(running[0])] == ["Server.ping"]
     assert "Learner.train" not in [t.name for t in state.tasks]   # finished: not the job's now
+
+
+def test_one_jobs_state_is_asked_for_that_job_only(dashboard: tuple[str, list[str]]) -> None:
+    # a driver that joined a cluster started apart: the state API is asked for its job alone
+    address, asked = dashboard
+    with pytest.raises(OSError):
+        job_state(address, "02000000")   # the 404 of a dashboard without the state module
+    assert asked == ["/api/v0/actors?detail=1&limit=1000&filter_keys=job_id&filter_predicates="
+                     "%3D&filter_values=02000000"]
+    with pytest.raises(ValueError):
+        job_state(address, "02000000&filter_keys=x")   # never a query made of what it read
+    assert len(asked) == 1
+
+
+def test_a_driver_that_joined_a_cluster_started_apart_says_so(tmp_path: Path) -> None:
+    publish(str(tmp_path), 20, {"mode": "driver", "job_id": "02000000", "actor_id": "",
+                                "actor_class": "", "dashboard": "127.0.0.1:8265",
+                                "node_id": "5130ce", "cluster": "joined"})
+    publish(str(tmp_path), 21, {"mode": "driver", "job_id": "01000000", "actor_id": "",
+                                "actor_class": "", "dashboard": "127.0.0.1:8266",
+                                "node_id": "77aa01", "cluster": "started"})
+    publish(str(tmp_path), 22, {"mode": "worker", "job_id": "01000000", "actor_id": "cd34",
+                                "actor_class": "Learner", "dashboard": "", "node_id": "77aa01",
+                                "cluster": ""})
+    found = ray_processes(str(tmp_path), [20, 21, 22])
+    assert (found[20].joined, found[20].node_id) == (True, "5130ce")
+    assert not found[21].joined and not found[22].joined
+    assert drivers(str(tmp_path), [20, 21, 22, 23]) == {20, 21}
+    assert drivers(str(tmp_path), [22]) == set()

@@ -8,11 +8,15 @@ as spinning (a warning, never a stall); a driver that scores for longer than the
 with its stack moving is work."""
 from __future__ import annotations
 
+import os
 import re
 import socket
+import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
+import psutil
 import pytest
 
 from load import cpu_burner
@@ -217,3 +221,95 @@ def test_a_stack_that_moves_is_no_spin() -> None:
                        sampled(2, "embed", "score", "main"),
                        sampled(3, "tokenize", "score", "main"),
                        sampled(4, "forward", "score", "main")]) == 3
+
+
+# ----- a Ray cluster started apart: `ray start`, then the driver under watch --------------------
+@pytest.fixture
+def apart_cluster(ray_env: dict[str, str]) -> Iterator[tuple[dict[str, str], int]]:
+    """A head node started with `ray start` outside the watched command, as verl's multi-node
+    docs have it (its own session: its processes are ended with it); yields the environment a
+    driver joins it with (RAY_ADDRESS) and the cluster's session."""
+    gcs, dashboard = free_port(), free_port()
+    env = {**os.environ, **ray_env}
+    head = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ray"), "start", "--head", "--num-cpus", "3",
+         "--node-ip-address", "127.0.0.1", "--port", str(gcs), "--dashboard-host", "127.0.0.1",
+         "--dashboard-port", str(dashboard), "--disable-usage-stats"],
+        env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, stdin=subprocess.DEVNULL)
+    try:
+        out, _ = head.communicate(timeout=120)
+        assert head.returncode == 0, out[-3000:]
+        yield {**ray_env, "RAY_ADDRESS": f"127.0.0.1:{gcs}"}, head.pid
+    finally:
+        end_session(head.pid)
+
+
+def end_session(session: int) -> None:
+    """SIGKILL to every process of the session ``session`` (a cluster's daemons and workers)."""
+    for proc in psutil.process_iter():
+        try:
+            if _in_session(proc.pid, session):
+                proc.kill()
+        except psutil.Error:
+            continue
+
+
+def _in_session(pid: int, session: int) -> bool:
+    try:
+        return os.getsid(pid) == session
+    except OSError:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_driver_that_joined_a_cluster_started_apart_is_judged_with_its_actors(
+        tmp_path: Path, apart_cluster: tuple[dict[str, str], int]) -> None:
+    # GIVEN a cluster started apart, and under watch a driver that joins it: its actors are the
+    # cluster's workers, outside the watched command's tree and without stalldoc's agent; the
+    # server's load_weights never completes, the health check queued behind it; the kill
+    # action armed
+    cluster, session = apart_cluster
+    env = {**cluster, "HANG": "weight_sync", "PING_TIMEOUT": "300"}
+    result = run(tmp_path, env, False, "--on-stall", "kill")
+    # THEN the actors are learnt from Ray's state API, said as such, and no rank is guessed
+    assert "(it joined a Ray cluster started apart)" in result.stderr, result.stderr[-3000:]
+    adopted = re.findall(r"actor (\w+) \(pid \d+\): of this job, in the Ray cluster started "
+                         r"apart, known from Ray's state API", result.stderr)
+    assert sorted(adopted) == ["GenerationServer", "PolicyLearner", "PolicyLearner"], adopted
+    # AND the job's stall is declared within twice the stall timeout of the hang, where it
+    # stands: the driver in ray.get, the health check queued behind load_weights, which waits
+    # in its rendezvous at its own line
+    [stall] = result.report()["stalls"]
+    assert stall["detected_at"] - hang_from(result) <= 2 * STALL, (stall, result.stderr[-3000:])
+    [finding] = result.findings("SD120")
+    summary = finding["summary"]
+    assert finding["ranks"] == [] and "which of its processes are ranks is not known" in summary
+    assert re.search(r"the driver \(pid \d+\) waits on ray\.get at rl_loop \(\S+ray_rl_driver"
+                     r"\.py:\d+\)", summary), summary   # the cluster's own sockets no server
+    assert "GenerationServer.ping queued behind GenerationServer.load_weights (pid" in summary
+    assert re.search(r"waits on collective at GenerationServer\.load_weights \(\S+:\d+\)",
+                     summary), summary
+    # AND the kill ended the job, never the cluster: its raylet and GCS live on
+    assert result.code != 0 and "--on-stall kill: ending the job" in result.stderr
+    daemons = {p.name() for p in psutil.process_iter() if _in_session(p.pid, session)}
+    assert {"raylet", "gcs_server"} <= daemons, daemons
+
+
+@pytest.mark.alone
+def test_a_healthy_loop_on_a_cluster_started_apart_is_quiet(
+        tmp_path: Path, apart_cluster: tuple[dict[str, str], int]) -> None:
+    # GIVEN the healthy loop on a cluster started apart, under load, the kill action armed
+    result = run(tmp_path, {**apart_cluster[0], "STEPS": "8"}, True, "--on-stall", "kill")
+    # THEN it runs to its end with no stall and no finding about the driver or its actors
+    assert result.code == 0, result.stderr[-3000:]
+    assert result.stdout.count(" loss ") == 8
+    report = result.report()
+    assert report["stalls"] == [], result.stderr[-3000:]
+    assert [f for f in report["findings"] if f["code"] in ("SD120", "SD121")] == []
+    assert "of this job, in the Ray cluster started apart" in result.stderr
