@@ -509,3 +509,102 @@ def gpu_present() -> bool:
         return pynvml.nvmlDeviceGetCount() > 0
     except Exception:  # noqa: BLE001 - any failure: no usable GPU here
         return False
+
+
+class RecordingLink:
+    """The relay's end of the sidecar's link (``sidecar/link.py``), for tests of the watcher's
+    parts: it keeps every message sent, and holds the wait statuses the relay reaped."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.on_line: Any = None
+        self.ending = False
+        self.reaped: dict[int, int] = {}
+        self.watch_code: int | None = None
+        self.ended_by = "job"
+        self.dropped = 0
+
+    def send(self, **message: Any) -> None:
+        self.sent.append(message)
+
+    def said(self) -> list[str]:
+        return [str(m["say"]) for m in self.sent if "say" in m]
+
+
+@contextlib.contextmanager
+def watcher_parts(run_dir: Path, **options: Any) -> Iterator[Any]:
+    """A sidecar's watcher, built as ``stalldoc watch`` builds it but on a ``RecordingLink``,
+    its run started in ``run_dir``: its parts (roster, exit judge, diagnosis, publisher) are
+    driven by the test, not by a tick loop. Closed at the end."""
+    from stalldoc.run.options import WatchOptions
+    from stalldoc.sidecar.watcher import Watcher
+    run_dir.mkdir(parents=True, exist_ok=True)
+    link = RecordingLink()
+    watcher = Watcher(WatchOptions(("train.py",), run_dir, **options),
+                      link)  # type: ignore[arg-type]   (a RelayLink in all it is read for)
+    watcher.store.start_run(run_dir.name, ["train.py"], socket.gethostname(), time.time(),
+                            watcher.opts.stall_timeout, watcher.opts.agent)
+    try:
+        yield watcher
+    finally:
+        for part in (watcher.exits, watcher.sampler, watcher.background, watcher.ray_job,
+                     watcher.publisher):
+            part.close()
+        watcher.store.close()
+
+
+def idle_host(t: float, rank: int, pid: int, cpu: float = 0.5) -> Any:
+    """A rank's host sample at ``t``, asleep as in a collective (``cpu`` percent, no I/O)."""
+    from stalldoc.model.samples import HostSample
+    return HostSample(t, rank, pid, t * cpu / 100, 1 << 20, 1, "sleeping", 1 << 30, cpu, 0, None,
+                      0.0)
+
+
+RANKS_LAUNCHER = """
+import os, subprocess, sys
+if os.fork():
+    os._exit(0)
+print(os.getpid(), flush=True)
+ranks = {}
+for line in sys.stdin:
+    word, rank = line.split()
+    if word == "start":
+        env = dict(os.environ, RANK=rank, LOCAL_RANK=rank, WORLD_SIZE="2")
+        ranks[rank] = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.readline(); "
+                                        "sys.exit(3)"], env=env, stdin=subprocess.PIPE)
+        print(ranks[rank].pid, flush=True)
+    elif word == "fail":
+        ranks[rank].stdin.close()
+        _, status = os.waitpid(ranks[rank].pid, 0)
+        ranks[rank].returncode = 3
+        print(status, flush=True)
+"""
+
+
+class RankLauncher:
+    """A launcher of rank processes (RANK in their environment), told by the test what to do:
+    ``start(rank)`` starts one and returns its pid; ``fail(rank)`` has it exit 3 and returns the
+    raw wait status the launcher reaped. It runs orphaned (``pid``): a job is never below the
+    sidecar, whose own tree the watcher leaves out of the job."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", RANKS_LAUNCHER], text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     process_group=0)
+        assert self.proc.stdout is not None
+        self.pid = int(self.proc.stdout.readline())
+
+    def _ask(self, word: str, rank: int) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{word} {rank}\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def start(self, rank: int) -> int:
+        return self._ask("start", rank)
+
+    def fail(self, rank: int) -> int:
+        return self._ask("fail", rank)
+
+    def close(self) -> None:
+        _kill_tree(self.proc)   # type: ignore[arg-type]

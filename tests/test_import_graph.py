@@ -91,6 +91,14 @@ def test_the_graph_is_read():
     assert sum(len(targets) for targets in graph.values()) > 400
 
 
+def test_the_watchers_parts_never_import_the_watcher():
+    # the watcher is the loop that calls its parts (roster, exit judge, diagnosis, publishing):
+    # they get what they share from sidecar/context.py, and only its runners import it
+    importers = sorted(module for module, targets in import_graph().items()
+                       if "stalldoc.sidecar.watcher" in targets)
+    assert importers == ["stalldoc.attach.session", "stalldoc.sidecar.process"]
+
+
 def test_no_module_circle():
     assert circles(import_graph()) == []
 

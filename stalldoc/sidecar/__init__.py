@@ -1,10 +1,13 @@
 """The sidecar: the watcher process ``stalldoc watch`` starts beside the job (``process.py``,
 run as ``python -m stalldoc.sidecar`` by the relay). Everything that can fail runs here, never in
-the process the shell waits on. ``watcher.py`` is the tick loop: discover the ranks, sample
-(``sampling.py``: the probes), keep the histories (``history.py``), read the job's output
-(``log_feed.py``), decide on stalls (``detect``), diagnose (``analysis``, ``rules``), record
-(``findings``, ``store``), serve metrics (``metrics.py``), publish to the other nodes
-(``cluster.py``). ``link.py`` talks to the relay.
+the process the shell waits on. ``watcher.py`` is the tick loop that calls its parts: who is
+who in the job (``roster.py``: the ranks, their engines, attempts, a Ray job's driver and actors),
+sample (``sampling.py``: the probes), keep the histories (``history.py``), read the job's output
+(``log_feed.py``), judge the exits (``exit_judge.py``), decide on stalls and diagnose them
+(``diagnosis.py``: ``detect``, ``analysis``, ``rules``), record (``findings``, ``store``), publish
+(``publishing.py``: metrics, ``metrics.py``; the other nodes, ``cluster.py``; the status line).
+What the parts share is ``context.py``; the rules' windows are ``windows.py``; the run's facts
+beside its ticks ``run_facts.py``. ``link.py`` talks to the relay.
 
 May import: the stages (``probes``, ``detect``, ``analysis``, ``rules``, ``findings``,
 ``store``, ``cluster``, ``launch``, ``model``), ``report`` (its findings' text), ``run``,

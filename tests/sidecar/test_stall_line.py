@@ -5,7 +5,7 @@ idle ranks showed 0 %, 2 % and 0 % with a 1 % wait for a CPU, printed three grou
 from __future__ import annotations
 
 from stalldoc.model.work import RankWork
-from stalldoc.sidecar.watcher import _grouped
+from stalldoc.sidecar.diagnosis import _grouped
 
 
 def seen(cpu: float, kind: str = "", wait: float | None = None, io: float = 0.0) -> RankWork:
