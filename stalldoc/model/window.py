@@ -8,6 +8,7 @@ from stalldoc.model.agent import AgentSnapshot, CudaState, EngineSleepState
 from stalldoc.model.cluster import ClusterView
 from stalldoc.model.collectives import FlightDump
 from stalldoc.model.launch import LaunchConfig, Resources
+from stalldoc.model.peer_watch import PeerWatch
 from stalldoc.model.ray_job import JobOutside, OutsideSeen
 from stalldoc.model.ranks import EnginePreemptions, EngineState, RankExit, RankProcess
 from stalldoc.model.samples import GpuSample, HostMemory, HostSample, LogLine
@@ -58,6 +59,9 @@ class Window:
     preemptions: Mapping[int, EnginePreemptions] = field(default_factory=dict)
     # rank -> why its present process runs without stalldoc's agent (every tick)
     agentless: Mapping[int, str] = field(default_factory=dict)
+    # rank -> the other watch (a rollout server's) whose job serves what the rank waits on
+    # (stall only; ``cluster/peer_card.py``)
+    peer_watches: Mapping[int, PeerWatch] = field(default_factory=dict)
     # rank -> when its script returned (its agent said so): what holds it is the process's end
     # (threads that are not daemons, exit handlers), not its work (stall only)
     finished: Mapping[int, float] = field(default_factory=dict)

@@ -13,7 +13,8 @@ import urllib.request
 from typing import Any, Iterable
 
 from stalldoc.agent.ray_facts import facts_path
-from stalldoc.model.ray_job import ACTOR, DRIVER, RayActor, RayProcess, RayState, RayTask
+from stalldoc.model.ray_job import (ACTOR, DRIVER, RayActor, RayPlacementGroup, RayProcess,
+                                    RayState, RayTask)
 
 MAX_BYTES = 8 << 20
 LIMIT = 1000
@@ -63,27 +64,46 @@ def read_state(dashboard: str, timeout: float = 3.0) -> RayState:
     if not _ADDRESS.match(dashboard):
         return RayState(error="no Ray dashboard address (is ray[default] installed?)")
     try:
-        return _state(dashboard, "", timeout)
+        return _state(dashboard, "", timeout, groups=True)
     except (OSError, ValueError) as exc:
         base = _base(dashboard)
         return RayState(source=base, error=f"Ray's state API at {base} did not answer: {exc}")
 
 
-def job_state(dashboard: str, job_id: str, timeout: float = 3.0) -> RayState:
+def job_state(dashboard: str, job_id: str, timeout: float = 3.0, groups: bool = False
+              ) -> RayState:
     """The actors and unfinished tasks of one job (``job_id`` as Ray writes it: ``01000000``),
-    on every node; raises OSError or ValueError when the state API does not answer."""
+    on every node, and with ``groups`` its placement groups; raises OSError or ValueError when
+    the state API does not answer."""
     if not _ADDRESS.match(dashboard) or not re.fullmatch(r"[0-9a-fA-F]{1,64}", job_id):
         raise ValueError(f"no Ray state API to ask for job {job_id!r} at {dashboard!r}")
-    return _state(dashboard, f"&filter_keys=job_id&filter_predicates=%3D&filter_values={job_id}",
-                  timeout)
+    return _state(dashboard, job_id, timeout, groups)
 
 
-def _state(dashboard: str, query: str, timeout: float) -> RayState:
+def _state(dashboard: str, job_id: str, timeout: float, groups: bool) -> RayState:
     base = _base(dashboard)
-    actors = _records(f"{base}/api/v0/actors?detail=1&limit={LIMIT}{query}", timeout)
-    tasks = _records(f"{base}/api/v0/tasks?detail=1&limit={LIMIT}{query}", timeout)
+    actors = _records(f"{base}/api/v0/actors?detail=1&limit={LIMIT}{_of(job_id)}", timeout)
+    tasks = _records(f"{base}/api/v0/tasks?detail=1&limit={LIMIT}{_of(job_id)}", timeout)
+    placed = _records(f"{base}/api/v0/placement_groups?detail=1&limit={LIMIT}"
+                      f"{_of(job_id, 'creator_job_id')}", timeout) if groups else []
     return RayState(tuple(_actor(a) for a in actors),
-                    tuple(_task(t) for t in tasks if t.get("state") not in _FINISHED), base)
+                    tuple(_task(t) for t in tasks if t.get("state") not in _FINISHED), base,
+                    placement_groups=tuple(_group(g) for g in placed))
+
+
+def _of(job_id: str, key: str = "job_id") -> str:
+    """The query that keeps one job's records ('' for all of them)."""
+    return f"&filter_keys={key}&filter_predicates=%3D&filter_values={job_id}" if job_id else ""
+
+
+def _group(record: dict[str, Any]) -> RayPlacementGroup:
+    bundles = record.get("bundles") or []
+    asks = tuple(str(b.get("unit_resources") or {}) for b in bundles if isinstance(b, dict))
+    stats = record.get("stats") or {}
+    return RayPlacementGroup(str(record.get("placement_group_id", "")),
+                             str(record.get("name") or ""), str(record.get("state", "")),
+                             asks[:16], str(stats.get("scheduling_state") or "")
+                             if isinstance(stats, dict) else "")
 
 
 def _base(dashboard: str) -> str:

@@ -5,6 +5,7 @@ from typing import Iterator
 
 from stalldoc.model.agent import PhaseDetail
 from stalldoc.model.findings import Finding, Severity
+from stalldoc.model.peer_watch import PeerWatch
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, rank_evidence
 
@@ -70,9 +71,16 @@ class HungInChannel(Rule):
         never joined, holds the rank forever, and the other ranks then wait in their next
         collective. The stack alone shows a socket read or a future's wait, not which server.
 
+        When the server is watched too (a second ``stalldoc watch`` of ``swift rollout``,
+        ``trl vllm-serve`` or ``vllm serve``, its run directory beside this one), the finding
+        quotes what that watch saw on the other side: the exception its job printed last (an
+        ``init_communicator`` that raised), its open error findings, or that it ended.
+
     Evidence
         the rank, its phase, the method, ``server`` or ``group`` and the endpoint, seconds in
-        the call, the user frame and frames, the rank's TCP peers outside the job.
+        the call, the user frame and frames, the rank's TCP peers outside the job, and the
+        other side's watch when found (``peer_watch``: its run directory, state, the error it
+        saw, its findings).
 
     Fix
         Check the server or group the call waits on (its log, its address and port), and give the
@@ -105,7 +113,53 @@ class HungInChannel(Rule):
         where = f"; in {evidence['frame']}" if evidence["frame"] else ""
         summary = (f"rank {rank} in {detail.phase}: {detail.describe()}, {duration(seconds)}"
                    f"{where}")
+        peer = window.peer_watches.get(rank)
+        fix = channel_fix(detail)
+        if peer is not None:
+            summary += f"; {peer_said(peer)}"
+            fix = (f"Start with the other side: {peer_fix(peer)} " + fix)
         return self.finding([rank], summary, {
             **evidence, "channel": detail.phase, "method": detail.method, "mode": detail.mode,
             "endpoint": detail.endpoint, "seconds_in_call": round(seconds, 1),
-            "peers": list(window.peers.get(rank, ()))}, channel_fix(detail))
+            "peers": list(window.peers.get(rank, ())),
+            "peer_watch": peer_evidence(peer) if peer is not None else None}, fix)
+
+
+def peer_said(peer: PeerWatch) -> str:
+    """What the other side's watch saw, in a clause: "the other side, swift's watch
+    (runs/rollout), saw its job raise RuntimeError: ... (its findings: SD523, SD525)"."""
+    codes = f" (its findings: {', '.join(f.code for f in peer.findings)})" \
+        if peer.findings else ""
+    if peer.raised:
+        seen = f"saw its job raise {peer.raised}{codes}"
+    elif peer.findings:
+        seen = f"has [{peer.findings[-1].code}] {peer.findings[-1].summary}{codes}"
+    else:
+        seen = "saw no error there"
+    if peer.state == "ended":
+        code = f" with exit code {peer.exit_code}" if peer.exit_code is not None else ""
+        seen += f"; its job ended{code}"
+    elif peer.silent_for > 60:
+        seen += f"; that watch has been silent for {peer.silent_for:.0f} s"
+    elif not (peer.raised or peer.findings):
+        seen += "; its job runs" + (", stalled" if peer.stalled else "")
+    return f"the other side, {peer.where}, {seen}"
+
+
+def peer_fix(peer: PeerWatch) -> str:
+    if peer.raised or peer.findings:
+        return (f"the server's side failed to do its part (the error quoted, in full in "
+                f"`stalldoc report {peer.run_dir}`); fix that and restart the server, then "
+                "the trainer.")
+    if peer.state == "ended":
+        return "the server's job ended: restart it, then the trainer."
+    return (f"the server's side shows no error; read `stalldoc report {peer.run_dir}` for what "
+            "its job did at that time.")
+
+
+def peer_evidence(peer: PeerWatch) -> dict:
+    return {"run_dir": peer.run_dir, "host": peer.host, "program": peer.program,
+            "state": peer.state, "raised": peer.raised, "raised_ago": peer.raised_ago,
+            "exit_code": peer.exit_code, "stalled": peer.stalled,
+            "silent_for": round(peer.silent_for, 1),
+            "findings": [f"{f.code} {f.severity}: {f.summary}" for f in peer.findings]}

@@ -5,7 +5,7 @@ from typing import Any, Iterator
 
 from stalldoc.analysis.stacks import frame_strings
 from stalldoc.model.findings import Finding, Severity
-from stalldoc.model.ray_job import JobOutside, OutsideSeen, RayActor, RayTask
+from stalldoc.model.ray_job import JobOutside, OutsideSeen, RayActor, RayPlacementGroup, RayTask
 from stalldoc.model.stacks import BETWEEN_TASKS
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, join_ranks
@@ -29,7 +29,8 @@ class JobWaitsOutsideRanks(Rule):
         call, how long it has run, the calls queued behind it on the same actor) with that
         actor's own frame and what it waits on, and the calls that wait for an actor that is
         not alive (never created because no node can place what it asks, restarting, dead:
-        with what it asks and why it died). Which process is the driver and which an actor is
+        with what it asks and why it died), and the job's placement groups not placed (their
+        bundles, and Ray's word for why: infeasible, no resources). Which process is the driver and which an actor is
         what Ray says inside each (their agents; for a cluster started apart, its state API),
         never words of a command line.
 
@@ -44,8 +45,9 @@ class JobWaitsOutsideRanks(Rule):
         the driver's pid, frame and frames and what it waits on; each actor call that runs
         (its name, actor class and pid, seconds running, its frame and frames, what it waits
         on, the calls queued behind it); the calls held by an actor that is not alive (its
-        state, resources asked, death cause); the actors' processes; where Ray's state was
-        read (or why it was not).
+        state, resources asked, death cause); the placement groups not placed (their bundles,
+        Ray's scheduling state); the actors' processes; where Ray's state was read (or why it
+        was not).
 
     Fix
         Read the frame named: the driver's own code (a reward or a normaliser that does not
@@ -74,6 +76,7 @@ class JobWaitsOutsideRanks(Rule):
         where = [f"{driver.process.label} {_doing(driver)}"] if driver else []
         where += [_describe_call(call, seen, outside, window.now) for call, seen in calls]
         where += [_describe_held(call, actor) for call, actor in _held(outside)]
+        where += [_describe_group(group) for group in _pending_groups(outside)]
         if not calls:
             where += [f"{s.process.label} {_doing(s)}" for s in outside.seen
                       if s is not driver and s.kind != BETWEEN_TASKS]
@@ -113,6 +116,21 @@ def _held(outside: JobOutside) -> list[tuple[RayTask, RayActor]]:
     return list({a.actor_id: (t, a) for t, a in held}.values())   # a method call over __init__
 
 
+def _pending_groups(outside: JobOutside) -> tuple[RayPlacementGroup, ...]:
+    return tuple(g for g in outside.ray.placement_groups if g.pending) if outside.ray else ()
+
+
+def _describe_group(group: RayPlacementGroup) -> str:
+    """'placement group rollout_pool never placed (infeasible): it asks for 2 bundles of
+    {'CPU': 64.0}'."""
+    how = f" ({group.scheduling.lower().replace('_', ' ')})" if group.scheduling else ""
+    kinds = sorted(set(group.bundles))
+    asks = (f"{len(group.bundles)} bundle(s) of {kinds[0]}" if len(kinds) == 1
+            else ", ".join(kinds))
+    state = "never placed" if group.state == "PENDING" else group.state.lower()
+    return f"{group.label} {state}{how}: it asks for {asks}"
+
+
 def _describe_held(call: RayTask, actor: RayActor) -> str:
     state = _ACTOR_STATES.get(actor.state, actor.state.lower())
     asks = f" (it asks for {actor.resources})" if actor.resources else ""
@@ -145,6 +163,9 @@ def _evidence(outside: JobOutside, calls: list[tuple[RayTask, OutsideSeen | None
         "held_by_actors": [{"call": t.name, "actor_class": a.class_name, "state": a.state,
                             "resources": a.resources, "death": a.death}
                            for t, a in _held(outside)],
+        "placement_groups": [{"id": g.group_id, "name": g.name, "state": g.state,
+                              "scheduling": g.scheduling, "bundles": list(g.bundles)}
+                             for g in _pending_groups(outside)],
         "ray_state": ray.source if ray and not ray.error else None,
         "ray_state_error": ray.error if ray else "no Ray dashboard address published",
     }

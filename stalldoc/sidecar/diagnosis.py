@@ -4,11 +4,14 @@ stall's stacks and dumps stay for the tick rules until the stall ends."""
 from __future__ import annotations
 
 import dataclasses
+import socket
 import time
 from typing import Iterable, Mapping
 
 from stalldoc.analysis.stacks import server_wait, waits_on_build_lock, waits_on_http
+from stalldoc.cluster.peer_card import endpoints_of, matching, read_cards
 from stalldoc.model.collectives import FlightDump
+from stalldoc.model.peer_watch import PeerWatch
 from stalldoc.model.ranks import EngineState, RankProcess
 from stalldoc.model.stacks import BuildLock, RankStacks
 from stalldoc.model.window import Window
@@ -65,9 +68,11 @@ class Diagnosis:
         ctx.store.save_stall(started)
         nothing = ("nothing in the job (its ranks, its driver and actors) showed work"
                    if started.outside else "no rank showed work")
+        shown = f"{_grouped(started.work)}; " if started.work else ""
+        taking = (f"taking stacks of {len(started.ranks)} rank(s)" if started.ranks else
+                  "no rank known: taking stacks of its driver and actors")
         ctx.say(f"STALL #{started.id}: {nothing} for {now - started.started_at:.0f} s "
-                f"(threshold {started.threshold:.0f} s); {_grouped(started.work)}; taking "
-                f"stacks of {len(started.ranks)} rank(s)")
+                f"(threshold {started.threshold:.0f} s); {shown}{taking}")
         self._diagnose(started, agents)
         if ctx.opts.on_stall == "kill":
             ctx.say("--on-stall kill: ending the job")
@@ -120,7 +125,21 @@ class Diagnosis:
             served=sources.served.view(self.ctx.engine_tick.idle, episode.ranks),
             engine_settings=self._engine_settings(live),
             finished=sources.sampler.agents.finished(live),
-            outside=sources.ray_job.view(now, parents.keys()) if episode.outside else None)
+            outside=sources.ray_job.view(now, parents.keys()) if episode.outside else None,
+            peer_watches=self._peer_watches(live, agents, peers))
+
+    def _peer_watches(self, live: list[RankProcess], agents: dict,
+                      peers: Mapping[int, tuple[str, ...]]) -> dict[int, PeerWatch]:
+        """For each rank in a weight-sync, rollout or reward call, the watch beside this one
+        whose job serves what it waits on (its card, ``cluster/peer_card.py``)."""
+        waiting = {r.rank: endpoints_of(agents.get(r.rank), peers.get(r.rank, ()),
+                                        self.ctx.config) for r in live}
+        waiting = {rank: found for rank, found in waiting.items() if found}
+        if not waiting:
+            return {}
+        cards, host = read_cards(self.ctx.run_dir), socket.gethostname()
+        matched = {rank: matching(cards, found, host) for rank, found in waiting.items()}
+        return {rank: card for rank, card in matched.items() if card is not None}
 
     def _engine_settings(self, live: list[RankProcess]) -> dict[int, dict]:
         """The settings of the vLLM engine each live rank created in its own process."""

@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from stalldoc.detect.progress_lines import ProgressLines
+from stalldoc.detect.raised_lines import RaisedLines
 from stalldoc.model.samples import LogLine
 from stalldoc.probes.exits import parse_launcher_line
 from stalldoc.redact import LineRedactor
@@ -37,6 +38,7 @@ class LogFeed:
     unread: list[LogLine] = field(default_factory=list)     # not yet seen by the tick rules
     launcher_codes: dict[int, int] = field(default_factory=dict)   # pid -> Popen returncode
     progress: ProgressLines = field(default_factory=ProgressLines)
+    raised: RaisedLines = field(default_factory=RaisedLines)   # the exception printed last
     dropped: int = 0
     redactors: dict[str, LineRedactor] = field(default_factory=dict)   # per stream: key blocks
 
@@ -57,6 +59,7 @@ class LogFeed:
             except queue.Empty:
                 return Drained(batch, progress_at, counted_at)
             batch.append(line)
+            self.raised.feed((line,))
             self.tail.append(line.text)
             self.unread.append(line)
             if self.progress.is_progress(line.text):

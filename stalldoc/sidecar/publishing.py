@@ -1,6 +1,7 @@
 """What the watch tells the world as it goes: the Prometheus exporter's metrics, this node's
-summary for the other nodes' watchers (multi-node jobs with a shared run directory), and the
-terminal's live status line."""
+summary for the other nodes' watchers (multi-node jobs with a shared run directory), its card
+for the watches beside it (a trainer's, for a rollout server's watch: ``sidecar/peer_card.py``),
+and the terminal's live status line."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,9 @@ from stalldoc.model.stacks import RankStacks
 from stalldoc.run.terminal import RankLine, format_status
 from stalldoc.sidecar.cluster import NodeCluster
 from stalldoc.sidecar.context import Context
+from stalldoc.sidecar.log_feed import LogFeed
 from stalldoc.sidecar.metrics import Exporter, MetricsState, job_name
+from stalldoc.sidecar.peer_card import PeerCard
 from stalldoc.sidecar.roster import Roster
 from stalldoc.sidecar.sampling import Tick
 
@@ -19,10 +22,12 @@ from stalldoc.sidecar.sampling import Tick
 class Publisher:
     """The metrics, the node's summary and the status line, each tick."""
 
-    def __init__(self, ctx: Context, roster: Roster, cluster: NodeCluster) -> None:
+    def __init__(self, ctx: Context, roster: Roster, cluster: NodeCluster, logs: LogFeed) -> None:
         self.ctx = ctx
         self.roster = roster
         self.cluster = cluster
+        self.logs = logs
+        self.card = PeerCard(ctx.run_dir, ctx.opts.argv)
         self.exporter: Exporter | None = None
         self.gpu_peaks: dict[int, int] = {}
 
@@ -54,6 +59,15 @@ class Publisher:
             ledger.opened_counts(), sample.gpus, dict(self.gpu_peaks), sample.probes,
             ledger.open_counts(), self.node_name(),
             c10d_issued={r: a.c10d_issued for r, a in sample.agents.items() if a.c10d_issued}))
+
+    def publish_card(self, now: float, ended: bool = False, code: int | None = None) -> None:
+        """This watch's card for the watches beside it, when due (and once at the end)."""
+        if not (ended or self.card.due(now)):
+            return
+        found = self.roster.found
+        self.card.write(now, found.pids if found is not None else (),
+                        self.ctx.ledger.open_entries(), self.logs.raised,
+                        self.ctx.tracker.episode is not None, ended, code)
 
     def run_id(self) -> str:
         """The job's run id: the shared run directory's name on every node of a multi-node job

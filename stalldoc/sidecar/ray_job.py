@@ -299,7 +299,7 @@ def _state_of(driver: RayProcess) -> RayState:
     if not driver.job_id:
         return read_state(driver.dashboard)
     try:
-        return job_state(driver.dashboard, driver.job_id)
+        return job_state(driver.dashboard, driver.job_id, groups=True)
     except (OSError, ValueError) as exc:
         return RayState(source=driver.dashboard,
                         error=f"Ray's state API at {driver.dashboard} did not answer: {exc}")

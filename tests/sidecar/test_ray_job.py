@@ -50,10 +50,10 @@ def test_a_weight_sync_that_never_completes_is_named_where_the_job_waits(
         tmp_path: Path, ray_env: dict[str, str], loaded: bool, runner: bool) -> None:
     # GIVEN the server's load_weights joining a weight-sync group whose trainer side never
     # comes, the health check queued behind it; the loop run by the driver itself (loaded), or
-    # by a TaskRunner actor the driver waits on, as verl's main_ppo does (idle); watched with
-    # the kill action armed
+    # by a TaskRunner actor the driver waits on, as verl's main_ppo does, with two worker groups
+    # in worlds of their own, actor and critic (idle); watched with the kill action armed
     env = {**ray_env, "HANG": "weight_sync", "PING_TIMEOUT": "300",
-           "TASK_RUNNER": "1" if runner else "0"}
+           "TASK_RUNNER": "1" if runner else "0", "CRITICS": "2" if runner else "0"}
     result = run(tmp_path, env, loaded, "--on-stall", "kill")
     report = result.report()
     # THEN the job's stall is declared within twice the stall timeout of the hang
@@ -64,7 +64,9 @@ def test_a_weight_sync_that_never_completes_is_named_where_the_job_waits(
     # in ray.get at its line), the health check queued behind the server's load_weights, which
     # waits in its rendezvous at its own line
     [finding] = result.findings("SD120")
-    assert finding["severity"] == "error" and finding["ranks"] == [0, 1], finding
+    # (the two worlds' ranks numbered apart: the learners' and the critics')
+    assert finding["severity"] == "error" and finding["ranks"] == (
+        [0, 1, 2, 3] if runner else [0, 1]), finding
     summary, evidence = finding["summary"], finding["evidence"]
     loop = "main" if runner else "rl_loop"   # the driver's frame: its wait on the runner, or
     assert re.search(rf"the driver \(pid \d+\) waits on ray\.get at {loop} \(\S+ray_rl_driver"
@@ -83,9 +85,32 @@ def test_a_weight_sync_that_never_completes_is_named_where_the_job_waits(
     assert set(calls) == ({"GenerationServer.load_weights", "TaskRunner.run"} if runner
                           else {"GenerationServer.load_weights"}), calls
     assert evidence["ray_state"].startswith("http://"), evidence
-    # AND the learners, ranks of their own world, are never taken for the job's actors
+    # AND the learners and critics, ranks of their own worlds, are never taken for the job's
+    # actors
     assert "actor PolicyLearner" not in result.stderr, result.stderr[-3000:]
-    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
+    assert "actor ValueCritic" not in result.stderr, result.stderr[-3000:]
+    assert sorted(r["rank"] for r in report["ranks"]) == ([0, 1, 2, 3] if runner else [0, 1])
+
+
+def test_a_pool_no_node_can_hold_is_named_with_what_it_asks(
+        tmp_path: Path, ray_env: dict[str, str]) -> None:
+    # GIVEN the learners up, and the loop reserving its engines' pool: a placement group of two
+    # bundles of 64 CPUs on one node, on a node of 2
+    env = {**ray_env, "POOL_CPUS": "64", "GIVE_UP": "300"}
+    result = run(tmp_path, env, False, "--on-stall", "kill")
+    [stall] = result.report()["stalls"]
+    assert stall["detected_at"] - hang_from(result) <= 2 * STALL, (stall, result.stderr[-3000:])
+    # THEN the job's stall names the driver's wait and the group Ray cannot place, with what
+    # it asks and Ray's word for why
+    [finding] = result.findings("SD120")
+    summary = finding["summary"]
+    assert re.search(r"the driver \(pid \d+\) waits on ray\.get at reserve_pool \(\S+"
+                     r"ray_rl_driver\.py:\d+\)", summary), summary
+    assert "placement group rollout_pool never placed (infeasible): it asks for 2 bundle(s) of " \
+        "{'CPU': 64.0}" in summary, summary
+    [group] = finding["evidence"]["placement_groups"]
+    assert (group["name"], group["state"], group["scheduling"]) == (
+        "rollout_pool", "PENDING", "INFEASIBLE"), group
 
 
 def test_a_server_no_node_can_place_is_named_with_what_it_asks(

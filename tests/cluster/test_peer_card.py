@@ -1,0 +1,85 @@
+"""Watches beside each other: one writes its card (``sidecar/peer_card.py``), another finds it
+among the run directories beside its own and matches the server its rank waits on
+(``cluster/peer_card.py``). Real sockets, real files; the card of a hostile or broken writer is
+skipped whole."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+from stalldoc.cluster.peer_card import CARD_FILE, matching, read_cards
+from stalldoc.detect.raised_lines import RaisedLines
+from stalldoc.findings.ledger import Ledger
+from stalldoc.model.findings import Finding, Severity
+from stalldoc.sidecar.peer_card import PeerCard, program_of
+
+
+def finding(code: str, severity: Severity, summary: str) -> Finding:
+    return Finding(code, "a-rule", severity, (0,), summary, {}, "fix it")
+
+
+def test_a_servers_card_is_found_by_the_port_its_job_listens_on(tmp_path: Path) -> None:
+    # GIVEN a server's watch whose job (this process) listens on a port, printed an exception
+    # and has an open error finding, writing its card into its run directory
+    server_dir, trainer_dir = tmp_path / "rollout", tmp_path / "grpo"
+    server_dir.mkdir()
+    trainer_dir.mkdir()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        raised = RaisedLines("RuntimeError: NCCL is not available", 95.0)
+        ledger = Ledger()
+        ledger.tick(99.0, [finding("SD507", Severity.ERROR, "the server is unreachable"),
+                           finding("SD302", Severity.WARNING, "too many threads")])
+        card = PeerCard(server_dir, ["swift", "rollout", "--model", "m"])
+        card.write(100.0, [os.getpid()], ledger.open_entries(), raised, stalled=False)
+    # WHEN the trainer's watch reads the cards beside its run directory
+    cards = read_cards(trainer_dir)
+    # THEN it finds the server's by the endpoint its rank waits on, with what that side saw
+    [peer] = cards
+    assert peer.program == "swift" and peer.state == "running" and port in peer.listening
+    assert peer.raised == "RuntimeError: NCCL is not available" and peer.raised_ago == 5.0
+    assert [(f.code, f.severity) for f in peer.findings] == [("SD507", "error")]
+    host = socket.gethostname()
+    assert matching(cards, [f"127.0.0.1:{port}"], host) == peer
+    assert matching(cards, [f"localhost:{port}"], host) == peer
+    assert matching(cards, [f"127.0.0.1:{port + 1 if port < 65535 else 1}"], host) is None
+    assert matching(cards, [f"127.0.0.1:{port}"], "another-host") is None   # not its loopback
+    # AND its own card is never its peer
+    assert read_cards(server_dir) == ()
+
+
+def test_cards_that_are_not_cards_are_skipped(tmp_path: Path) -> None:
+    (tmp_path / "own").mkdir()
+    bad = {"huge": "x" * (70 << 10), "wrong-port": {"format": 1, "host": "h", "state": "running",
+                                                       "listening": [70000]},
+           "wrong-state": {"format": 1, "host": "h", "state": "sleeping", "listening": []},
+           "other-format": {"format": 2, "host": "h", "state": "running"}}
+    for name, body in bad.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / CARD_FILE).write_text(json.dumps(body))
+    (tmp_path / "truncated").mkdir()
+    (tmp_path / "truncated" / CARD_FILE).write_text('{"format": 1, "host": ')
+    assert read_cards(tmp_path / "own") == ()
+
+
+def test_a_secret_in_a_card_is_not_repeated(tmp_path: Path) -> None:
+    (tmp_path / "own").mkdir()
+    (tmp_path / "peer").mkdir()
+    token = "hf_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7"
+    (tmp_path / "peer" / CARD_FILE).write_text(json.dumps({
+        "format": 1, "host": "h", "state": "ended", "listening": [8000], "exit_code": 1,
+        "raised": f"OSError: 401 for https://huggingface.co/api?token={token}"}))
+    [peer] = read_cards(tmp_path / "own")
+    assert token not in peer.raised and peer.exit_code == 1 and peer.state == "ended"
+
+
+def test_the_program_is_the_command_or_the_python_script() -> None:
+    assert program_of(["swift", "rollout"]) == "swift"
+    assert program_of(["/usr/bin/python3", "-u", "serve.py", "--port", "8000"]) == "serve.py"
+    assert program_of(["python", "-m", "vllm.entrypoints.openai.api_server"]) == \
+        "vllm.entrypoints.openai.api_server"
+    assert program_of([]) == ""
