@@ -214,6 +214,16 @@ class ProgressTracker:
                 and (now - s.stack_at <= fresh or self._busy_stack(s) is not None)
                 and s.work is not None and s.work.verdict == IDLE}
 
+    def in_task(self, now: float) -> set[int]:
+        """Live ranks seen with work in hand: working, or a fresh stack in anything but a task
+        executor's idle loop (a collective, a rendezvous). A rank not read lately is in neither
+        this set nor ``between_tasks``: nothing is known of it."""
+        fresh = 2 * resample_every(self.floor)
+        return {r for r, s in self.live().items()
+                if (s.work is not None and s.work.working) or (
+                    s.stack is not None and s.stack.kind != BETWEEN_TASKS
+                    and now - s.stack_at <= fresh)}
+
     def ending(self, now: float) -> set[int]:
         """Live ranks whose process is ending, for no longer than the threshold and
         ``ENDING_GRACE``: a rank's last act, whose exit is recorded when its last thread is

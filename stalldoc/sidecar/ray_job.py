@@ -176,14 +176,16 @@ class RayJob:
                 if n.startswith(FILE_PREFIX) and n.endswith(".json")
                 and n[len(FILE_PREFIX):-5].isdigit()}
 
-    def observe(self, now: float, between: bool) -> None:
-        """One tick: ``between``, every live rank waits for its next task. Takes the samples
-        finished since the last tick and asks for those due. A driver that joined a cluster
-        started apart, with no rank known, has the turn all the time."""
+    def observe(self, now: float, between: bool, in_task: bool = True) -> None:
+        """One tick: ``between``, every live rank waits for its next task; ``in_task``, a rank
+        was seen with work in hand (a rank not read lately is neither: on a loaded node its
+        read comes late, and the turn holds). Takes the samples finished since the last tick
+        and asks for those due. A driver that joined a cluster started apart, with no rank
+        known, has the turn all the time."""
         if between or (not self.ranked and self.joined is not None):
             self.between_at = now
             self.turn_since = now if self.turn_since is None else self.turn_since
-        elif self.turn_since is not None and now - self.between_at > self.hold:
+        elif self.turn_since is not None and in_task and now - self.between_at > self.hold:
             self.turn_since = None   # a rank has had work in hand for a while: the ranks' turn
             for seen in self.known.values():
                 seen.busy_since = None

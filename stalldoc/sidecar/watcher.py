@@ -298,7 +298,8 @@ class Watcher:
         self.tracker.observe(now, sample.agents, host, gpu_util_by_rank(sample),
                              self.roster.ending(), engine_tick.progressed)
         live = self.tracker.live()
-        self.ray_job.observe(now, bool(live) and set(live) <= self.tracker.between_tasks(now))
+        self.ray_job.observe(now, bool(live) and set(live) <= self.tracker.between_tasks(now),
+                             bool(self.tracker.in_task(now)))
         episode = self.tracker.episode
         if episode is not None and episode.outside and self.ray_job.moved_at > episode.detected_at:
             self.tracker.job_progressed(now)   # the driver or an actor works again

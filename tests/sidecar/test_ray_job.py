@@ -178,16 +178,16 @@ def test_a_driver_spinning_in_its_normaliser_is_named_not_stalled(
 @pytest.mark.alone
 def test_a_driver_scoring_longer_than_the_stall_timeout_is_working(
         tmp_path: Path, ray_env: dict[str, str]) -> None:
-    """About 80 s: three steps of 20 s of scoring each (twice the stall timeout, the length that
+    """About 60 s: two steps of 20 s of scoring each (twice the stall timeout, the length that
     would be a stall if scoring were not work), under load."""
     # GIVEN a reward model that scores for twice the stall timeout each step while every
     # learner waits for its next task, the server idle between its calls; under load (where a
     # false stall would come from), with the kill action armed
-    env = {**ray_env, "SCORE_SECONDS": str(2 * STALL), "STEPS": "3"}
+    env = {**ray_env, "SCORE_SECONDS": str(2 * STALL), "STEPS": "2"}
     result = run(tmp_path, env, True, "--on-stall", "kill")
     # THEN the loop runs to its end: no stall, no finding about the driver or its actors
     assert result.code == 0, result.stderr[-3000:]
-    assert result.stdout.count(" loss ") == 3
+    assert result.stdout.count(" loss ") == 2
     report = result.report()
     assert report["stalls"] == [], result.stderr[-3000:]
     assert [f for f in report["findings"] if f["code"] in ("SD120", "SD121")] == []
@@ -246,6 +246,20 @@ def test_a_stack_that_moves_is_no_spin() -> None:
                        sampled(2, "embed", "score", "main"),
                        sampled(3, "tokenize", "score", "main"),
                        sampled(4, "forward", "score", "main")]) == 3
+
+
+def test_the_drivers_turn_holds_while_no_rank_is_seen_with_work() -> None:
+    # every rank waits for its next task; then, on a loaded node, no rank is read for 30 s (in
+    # neither set): the driver's spin clock must not start again; a rank seen in a task ends it
+    job = RayJob(None, StackProbe(None), 10.0)
+    job.known[7] = seen = _Process(RayProcess(7, DRIVER))
+    job.observe(100.0, True)
+    job._seen(seen, sampled(100.0, "normalise", "main"))
+    job.observe(130.0, False, in_task=False)
+    assert job.turn_since == 100.0 and seen.busy_since == 100.0
+    assert [s.process.pid for s in job.spinning(130.0, 20.0)] == [7]
+    job.observe(131.0, False, in_task=True)
+    assert job.turn_since is None and job.spinning(131.0, 20.0) == ()
 
 
 # ----- a Ray cluster started apart: `ray start`, then the driver under watch --------------------
