@@ -46,12 +46,14 @@ def write_card(run_dir: Path, card: dict[str, Any]) -> None:
     write_private_file(run_dir, CARD_FILE, encode(card))
 
 
-def read_cards(run_dir: Path, now: float | None = None) -> tuple[PeerWatch, ...]:
-    """The cards of the other watches beside ``run_dir`` (its own left out)."""
+def read_cards(run_dir: Path, shared: Path | None = None, now: float | None = None
+               ) -> tuple[PeerWatch, ...]:
+    """The cards of the other watches beside ``run_dir`` (its own left out); ``shared``: the
+    shared run directory of a multi-node job whose node directory ``run_dir`` is."""
     now = time.time() if now is None else now
     own = run_dir.resolve()
     found = []
-    for path in _card_paths(run_dir):
+    for path in _card_paths(run_dir, shared):
         if path.parent.resolve() == own:
             continue
         card = _read(path, now)
@@ -60,20 +62,20 @@ def read_cards(run_dir: Path, now: float | None = None) -> tuple[PeerWatch, ...]
     return tuple(found)
 
 
-def _card_paths(run_dir: Path) -> list[Path]:
-    """peer.json files one and two levels below the parent of ``run_dir`` (a node directory's
-    run sits one level deeper), the newest directories first."""
-    parents = [run_dir.parent]
-    if (run_dir.parent / "summary.json").exists() or run_dir.name.startswith("node-"):
-        parents.append(run_dir.parent.parent)   # a node of a multi-node job
+def _card_paths(run_dir: Path, shared: Path | None) -> list[Path]:
+    """peer.json files in the run directories beside ``run_dir``, and for a node of a
+    multi-node job in the node directories of the shared run directories beside its own, the
+    newest first."""
+    candidates = [entry / CARD_FILE for entry in _entries(run_dir.parent)]
+    if shared is not None:
+        candidates += [node / CARD_FILE for entry in _entries(shared.parent)
+                       for node in _entries(entry)]
     paths: list[tuple[float, Path]] = []
-    for parent in parents:
-        for entry in _entries(parent):
-            for candidate in (entry / CARD_FILE, *(sub / CARD_FILE for sub in _entries(entry))):
-                try:
-                    paths.append((candidate.stat().st_mtime, candidate))
-                except OSError:
-                    continue
+    for candidate in candidates:
+        try:
+            paths.append((candidate.stat().st_mtime, candidate))
+        except OSError:
+            continue
     return [p for _, p in sorted(paths, reverse=True)[:MAX_DIRS]]
 
 

@@ -137,7 +137,8 @@ class Diagnosis:
         waiting = {rank: found for rank, found in waiting.items() if found}
         if not waiting:
             return {}
-        cards, host = read_cards(self.ctx.run_dir), socket.gethostname()
+        cards = read_cards(self.ctx.run_dir, self.ctx.opts.shared_dir)
+        host = socket.gethostname()
         matched = {rank: matching(cards, found, host) for rank, found in waiting.items()}
         return {rank: card for rank, card in matched.items() if card is not None}
 

@@ -83,3 +83,17 @@ def test_the_program_is_the_command_or_the_python_script() -> None:
     assert program_of(["python", "-m", "vllm.entrypoints.openai.api_server"]) == \
         "vllm.entrypoints.openai.api_server"
     assert program_of([]) == ""
+
+
+def test_a_node_of_a_multi_node_job_finds_the_card_of_a_node_of_another(tmp_path: Path) -> None:
+    # the trainer's node directory runs/grpo/node-0, the server's runs/rollout/node-0: the
+    # server's card sits two levels below the parent of the trainer's shared directory
+    own = tmp_path / "grpo" / "node-0"
+    server = tmp_path / "rollout" / "node-0"
+    own.mkdir(parents=True)
+    server.mkdir(parents=True)
+    (server / CARD_FILE).write_text(json.dumps({"format": 1, "host": "h", "state": "running",
+                                                "listening": [8000]}))
+    assert read_cards(own) == ()   # not a node: only the run directories beside it
+    [peer] = read_cards(own, tmp_path / "grpo")
+    assert peer.run_dir == str(server) and peer.listening == (8000,)
