@@ -8,7 +8,8 @@ copy of the policy, weights synced to it after every update, as OpenRLHF's vLLM 
 are).
 
 Per step: the server generates a batch; the driver scores it (``score_batch``: a small reward
-model, SCORE_SECONDS of work with its stack moving from module to module, default 0.5) and
+model, SCORE_SECONDS of work with its stack moving from module to module, default 0.5, from
+step SCORE_FROM on, default 0; 0.5 s before it) and
 normalises the scores; the learners train on it (backward, an all_reduce of the gradients); the
 driver hands the new weights to the server (``load_weights``, not awaited, as an asynchronous
 weight sync is) and, every step, asks the server whether it is healthy (``ping``) with a
@@ -48,6 +49,7 @@ STEPS = int(os.environ.get("STEPS", "6"))
 HANG = os.environ.get("HANG", "")
 HANG_STEP = int(os.environ.get("HANG_STEP", "2"))
 SCORE_SECONDS = float(os.environ.get("SCORE_SECONDS", "0.5"))
+SCORE_FROM = int(os.environ.get("SCORE_FROM", "0"))
 PING_TIMEOUT = float(os.environ.get("PING_TIMEOUT", "600"))
 GIVE_UP = float(os.environ.get("GIVE_UP", "600"))
 TASK_RUNNER = os.environ.get("TASK_RUNNER", "") == "1"
@@ -143,13 +145,13 @@ def tokenize(sample: int, length: int = 32) -> list:
     return [(sample * 7 + i * 3) % 8 for i in range(length)]
 
 
-def score_batch(model, samples: list, degenerate: bool) -> list:
-    """The reward: the model's score of each sample, for SCORE_SECONDS of work."""
+def score_batch(model, samples: list, degenerate: bool, seconds: float) -> list:
+    """The reward: the model's score of each sample, for ``seconds`` of work."""
     import torch
 
     if degenerate:
         return [1.0 for _ in samples]
-    deadline, scores = time.monotonic() + SCORE_SECONDS, []
+    deadline, scores = time.monotonic() + seconds, []
     while not scores or time.monotonic() < deadline:
         with torch.no_grad():
             batch = torch.tensor([tokenize(s) for s in samples])
@@ -217,7 +219,8 @@ def rl_loop() -> None:
             print(f"hang {hang} from {time.time():.3f}", flush=True)
         samples = ray.get(server.generate.remote(step))
         rewards = normalise(score_remote(samples) if hang == "reward_server"
-                            else score_batch(model, samples, hang == "normaliser"))
+                            else score_batch(model, samples, hang == "normaliser",
+                                             SCORE_SECONDS if step >= SCORE_FROM else 0.5))
         losses = ray.get([learner.train_step.remote(rewards) for learner in learners + critics])
         server.load_weights.remote(ray.get(learners[0].weights.remote()),
                                    free_port() if hang == "weight_sync" else 0)

@@ -92,20 +92,28 @@ def test_a_weight_sync_that_never_completes_is_named_where_the_job_waits(
     assert sorted(r["rank"] for r in report["ranks"]) == ([0, 1, 2, 3] if runner else [0, 1])
 
 
+@pytest.mark.parametrize("loaded,runner", [(False, False),
+                                           pytest.param(True, True, marks=pytest.mark.alone)],
+                         ids=["idle", "loaded-task-runner"])
 def test_a_pool_no_node_can_hold_is_named_with_what_it_asks(
-        tmp_path: Path, ray_env: dict[str, str]) -> None:
-    # GIVEN the learners up, and the loop reserving its engines' pool: a placement group of two
-    # bundles of 64 CPUs on one node, on a node of 2
-    env = {**ray_env, "POOL_CPUS": "64", "GIVE_UP": "300"}
-    result = run(tmp_path, env, False, "--on-stall", "kill")
+        tmp_path: Path, ray_env: dict[str, str], loaded: bool, runner: bool) -> None:
+    # GIVEN the learners up, and the loop (in the driver, or in a TaskRunner actor under load)
+    # reserving its engines' pool: a placement group of two bundles of 64 CPUs on one node, on
+    # a node of 2
+    env = {**ray_env, "POOL_CPUS": "64", "GIVE_UP": "300", "TASK_RUNNER": "1" if runner else "0"}
+    result = run(tmp_path, env, loaded, "--on-stall", "kill")
     [stall] = result.report()["stalls"]
     assert stall["detected_at"] - hang_from(result) <= 2 * STALL, (stall, result.stderr[-3000:])
-    # THEN the job's stall names the driver's wait and the group Ray cannot place, with what
-    # it asks and Ray's word for why
+    # THEN the job's stall names the driver's wait (on the pool's readiness, or on the
+    # TaskRunner, itself waiting there) and the group Ray cannot place, with what it asks and
+    # Ray's word for why
     [finding] = result.findings("SD120")
     summary = finding["summary"]
-    assert re.search(r"the driver \(pid \d+\) waits on ray\.get at reserve_pool \(\S+"
-                     r"ray_rl_driver\.py:\d+\)", summary), summary
+    loop = r"main \(\S+ray_rl_driver\.py:\d+\)" if runner else "reserve_pool"
+    assert re.search(rf"the driver \(pid \d+\) waits on ray\.get at {loop}", summary), summary
+    if runner:
+        assert re.search(r"TaskRunner\.run \(pid \d+, running for \d+ s\), waits on ray\.get "
+                         r"at reserve_pool \(\S+ray_rl_driver\.py:\d+\)", summary), summary
     assert "placement group rollout_pool never placed (infeasible): it asks for 2 bundle(s) of " \
         "{'CPU': 64.0}" in summary, summary
     [group] = finding["evidence"]["placement_groups"]
@@ -113,12 +121,16 @@ def test_a_pool_no_node_can_hold_is_named_with_what_it_asks(
         "rollout_pool", "PENDING", "INFEASIBLE"), group
 
 
+@pytest.mark.parametrize("loaded,runner", [(False, True),
+                                           pytest.param(True, False, marks=pytest.mark.alone)],
+                         ids=["idle-task-runner", "loaded"])
 def test_a_server_no_node_can_place_is_named_with_what_it_asks(
-        tmp_path: Path, ray_env: dict[str, str]) -> None:
-    # GIVEN the loop in a TaskRunner actor, its generation server asking for a GPU on a node
-    # without any: the learners are up and wait, the loop's first call to the server waits
-    env = {**ray_env, "SERVER_GPUS": "1", "GIVE_UP": "300", "TASK_RUNNER": "1"}
-    result = run(tmp_path, env, False, "--on-stall", "kill")
+        tmp_path: Path, ray_env: dict[str, str], loaded: bool, runner: bool) -> None:
+    # GIVEN the loop (in a TaskRunner actor, or in the driver under load), its generation
+    # server asking for a GPU on a node without any: the learners are up and wait, the loop's
+    # first call to the server waits
+    env = {**ray_env, "SERVER_GPUS": "1", "GIVE_UP": "300", "TASK_RUNNER": "1" if runner else "0"}
+    result = run(tmp_path, env, loaded, "--on-stall", "kill")
     [stall] = result.report()["stalls"]
     assert stall["detected_at"] - hang_from(result) <= 2 * STALL, (stall, result.stderr[-3000:])
     # THEN the job's stall names the call, the actor never created and what it asks
@@ -130,44 +142,63 @@ def test_a_server_no_node_can_place_is_named_with_what_it_asks(
     assert held["state"] == "PENDING_CREATION" and held["actor_class"] == "GenerationServer"
 
 
-def test_a_driver_waiting_on_a_silent_verifier_is_named_with_the_server(
-        tmp_path: Path, ray_env: dict[str, str]) -> None:
-    # GIVEN the driver asking a remote verifier for its rewards with no timeout, the verifier
-    # (here: this test) accepting the connection and never answering; kill armed
+@pytest.mark.parametrize("loaded,runner", [(False, False),
+                                           pytest.param(True, True, marks=pytest.mark.alone)],
+                         ids=["idle", "loaded-task-runner"])
+def test_a_loop_waiting_on_a_silent_verifier_is_named_with_the_server(
+        tmp_path: Path, ray_env: dict[str, str], loaded: bool, runner: bool) -> None:
+    # GIVEN the loop (in the driver, or in a TaskRunner actor under load) asking a remote
+    # verifier for its rewards with no timeout, the verifier (here: this test) accepting the
+    # connection and never answering; kill armed
     with socket.socket() as verifier:
         verifier.bind(("127.0.0.1", 0))
         verifier.listen(8)
         port = verifier.getsockname()[1]
-        env = {**ray_env, "HANG": "reward_server", "REWARD_URL": f"http://127.0.0.1:{port}"}
-        result = run(tmp_path, env, False, "--on-stall", "kill")
+        env = {**ray_env, "HANG": "reward_server", "REWARD_URL": f"http://127.0.0.1:{port}",
+               "TASK_RUNNER": "1" if runner else "0"}
+        result = run(tmp_path, env, loaded, "--on-stall", "kill")
     [stall] = result.report()["stalls"]
     assert stall["detected_at"] - hang_from(result) <= 2 * STALL, (stall, result.stderr[-3000:])
-    # THEN the job's stall names the driver's own call and the server it waits on
+    # THEN the job's stall names the loop's own call and the server it waits on: the driver's,
+    # or the TaskRunner's call (the driver waiting on it)
     [finding] = result.findings("SD120")
-    assert re.search(rf"the driver \(pid \d+\) waits on socket \(a server at 127\.0\.0\.1:{port}"
-                     r"\) at score_remote \(\S+ray_rl_driver\.py:\d+\)", finding["summary"]), \
-        finding["summary"]
-    assert finding["evidence"]["driver"]["peers"] == [f"127.0.0.1:{port}"]
-    assert finding["evidence"]["calls"] == []   # no actor call holds it
+    summary, evidence = finding["summary"], finding["evidence"]
+    waits = (rf"waits on socket \(a server at 127\.0\.0\.1:{port}\) at score_remote "
+             r"\(\S+ray_rl_driver\.py:\d+\)")
+    if runner:
+        assert re.search(r"the driver \(pid \d+\) waits on ray\.get at main", summary), summary
+        assert re.search(rf"TaskRunner\.run \(pid \d+, running for \d+ s\), {waits}",
+                         summary), summary
+        [call] = evidence["calls"]
+        assert call["call"] == "TaskRunner.run" and call["peers"] == [f"127.0.0.1:{port}"]
+    else:
+        assert re.search(rf"the driver \(pid \d+\) {waits}", summary), summary
+        assert evidence["driver"]["peers"] == [f"127.0.0.1:{port}"]
+        assert evidence["calls"] == []   # no actor call holds it
 
 
-@pytest.mark.alone
-def test_a_driver_spinning_in_its_normaliser_is_named_not_stalled(
-        tmp_path: Path, ray_env: dict[str, str]) -> None:
-    """About 80 s: the spin must outlast the busy timeout (20 s) after every learner waits, under
-    load, and the job then runs on until its driver gives up (60 s), as a spin is no stall."""
-    # GIVEN a degenerate batch: the driver's normaliser never converges (NaN), on the CPU, and
-    # gives up after 60 s; under load, the busy timeout at its least (twice the stall timeout)
-    env = {**ray_env, "HANG": "normaliser", "GIVE_UP": "60"}
-    result = run(tmp_path, env, True, "--busy-timeout", str(2 * STALL), "--on-stall", "kill")
-    # THEN the job ran its course (the driver works: no stall, nothing ended it)
+@pytest.mark.parametrize("loaded,runner", [(False, True),
+                                           pytest.param(True, False, marks=pytest.mark.alone)],
+                         ids=["idle-task-runner", "loaded"])
+def test_a_loop_spinning_in_its_normaliser_is_named_not_stalled(
+        tmp_path: Path, ray_env: dict[str, str], loaded: bool, runner: bool) -> None:
+    """About 65 s: the spin must outlast the busy timeout (20 s) after every learner waits, and
+    the job then runs on until its loop gives up (45 s), as a spin is no stall."""
+    # GIVEN a degenerate batch: the loop's normaliser (in the driver under load, or in a
+    # TaskRunner actor) never converges (NaN), on the CPU, and gives up after 45 s; the busy
+    # timeout at its least (twice the stall timeout)
+    env = {**ray_env, "HANG": "normaliser", "GIVE_UP": "45",
+           "TASK_RUNNER": "1" if runner else "0"}
+    result = run(tmp_path, env, loaded, "--busy-timeout", str(2 * STALL), "--on-stall", "kill")
+    # THEN the job ran its course (the loop works: no stall, nothing ended it)
     assert result.code == 1 and "did not converge" in result.stderr, result.stderr[-3000:]
     report = result.report()
     assert report["stalls"] == [], result.stderr[-3000:]
-    # AND the driver is named spinning in its normaliser's frame
+    # AND the process of the loop is named spinning in its normaliser's frame
     [finding] = result.findings("SD121")
     assert finding["severity"] == "warning", finding
-    assert re.search(r"the driver \(pid \d+\) has been busy in one unchanging stack for \d+ s "
+    who = r"actor TaskRunner" if runner else "the driver"
+    assert re.search(rf"{who} \(pid \d+\) has been busy in one unchanging stack for \d+ s "
                      r"at normalise \(\S+ray_rl_driver\.py:\d+\)", finding["summary"]), finding
     assert finding["evidence"]["busy_seconds"] >= 2 * STALL
     # within the busy timeout of every learner waiting (a few seconds after the hang), and a
@@ -178,12 +209,13 @@ def test_a_driver_spinning_in_its_normaliser_is_named_not_stalled(
 @pytest.mark.alone
 def test_a_driver_scoring_longer_than_the_stall_timeout_is_working(
         tmp_path: Path, ray_env: dict[str, str]) -> None:
-    """About 60 s: two steps of 20 s of scoring each (twice the stall timeout, the length that
-    would be a stall if scoring were not work), under load."""
-    # GIVEN a reward model that scores for twice the stall timeout each step while every
-    # learner waits for its next task, the server idle between its calls; under load (where a
-    # false stall would come from), with the kill action armed
-    env = {**ray_env, "SCORE_SECONDS": str(2 * STALL), "STEPS": "2"}
+    """About 60 s: a step of 20 s of scoring (twice the stall timeout, the length that would be a
+    stall if scoring were not work) after a first step of the usual half second, under load."""
+    # GIVEN a reward model that scores for twice the stall timeout in the second step (the
+    # first has seen every learner at work) while every learner waits for its next task, the
+    # server idle between its calls; under load (where a false stall would come from), with the
+    # kill action armed
+    env = {**ray_env, "SCORE_SECONDS": str(2 * STALL), "SCORE_FROM": "1", "STEPS": "2"}
     result = run(tmp_path, env, True, "--on-stall", "kill")
     # THEN the loop runs to its end: no stall, no finding about the driver or its actors
     assert result.code == 0, result.stderr[-3000:]
@@ -194,12 +226,17 @@ def test_a_driver_scoring_longer_than_the_stall_timeout_is_working(
     assert "the driver (pid" in result.stderr   # it was watched, as the driver
 
 
+@pytest.mark.parametrize("loaded,runner", [(False, True),
+                                           pytest.param(True, False, marks=pytest.mark.alone)],
+                         ids=["idle-task-runner", "loaded"])
 def test_an_engine_whose_init_raised_is_named_with_its_class_and_its_error(
-        tmp_path: Path, ray_env: dict[str, str]) -> None:
+        tmp_path: Path, ray_env: dict[str, str], loaded: bool, runner: bool) -> None:
     # GIVEN the generation server's __init__ raising, as a vLLM engine actor that cannot start
-    # does (the loop in a TaskRunner actor, whose first call to the server fails)
-    env = {**ray_env, "SERVER_RAISES": "No CUDA GPUs are available", "TASK_RUNNER": "1"}
-    result = run(tmp_path, env, False)
+    # does (the loop in a TaskRunner actor, or in the driver under load: its first call to the
+    # server fails)
+    env = {**ray_env, "SERVER_RAISES": "No CUDA GPUs are available",
+           "TASK_RUNNER": "1" if runner else "0"}
+    result = run(tmp_path, env, loaded)
     assert result.code == 1, result.stderr[-3000:]
     # THEN Ray's words are read: the actor's class, its pid, and what its __init__ raised
     [finding] = result.findings("SD532")
@@ -209,6 +246,8 @@ def test_an_engine_whose_init_raised_is_named_with_its_class_and_its_error(
     assert re.search(r"Ray actor GenerationServer \(\w+\) died \(pid \d+ on [\d.]+\): its "
                      r"__init__ raised RuntimeError: No CUDA GPUs are available; every call to "
                      r"it fails", finding["summary"]), finding["summary"]
+    # AND the error is no stall: the job ended on it
+    assert result.report()["stalls"] == [], result.stderr[-3000:]
 
 
 # ----- what a sampled stack says: spinning in place, or moving ----------------------------------
@@ -307,30 +346,41 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.parametrize("loaded,runner", [(False, False),
+                                           pytest.param(True, True, marks=pytest.mark.alone)],
+                         ids=["idle", "loaded-task-runner"])
 def test_a_driver_that_joined_a_cluster_started_apart_is_judged_with_its_actors(
-        tmp_path: Path, apart_cluster: tuple[dict[str, str], int]) -> None:
-    # GIVEN a cluster started apart, and under watch a driver that joins it: its actors are the
-    # cluster's workers, outside the watched command's tree and without stalldoc's agent; the
-    # server's load_weights never completes, the health check queued behind it; the kill
-    # action armed
+        tmp_path: Path, apart_cluster: tuple[dict[str, str], int], loaded: bool,
+        runner: bool) -> None:
+    # GIVEN a cluster started apart, and under watch a driver that joins it (running the loop
+    # itself, or under load in a TaskRunner actor): its actors are the cluster's workers,
+    # outside the watched command's tree and without stalldoc's agent; the server's
+    # load_weights never completes, the health check queued behind it; the kill action armed
     cluster, session = apart_cluster
-    env = {**cluster, "HANG": "weight_sync", "PING_TIMEOUT": "300"}
-    result = run(tmp_path, env, False, "--on-stall", "kill")
+    env = {**cluster, "HANG": "weight_sync", "PING_TIMEOUT": "300",
+           "TASK_RUNNER": "1" if runner else "0"}
+    result = run(tmp_path, env, loaded, "--on-stall", "kill")
     # THEN the actors are learnt from Ray's state API, said as such, and no rank is guessed
     assert "(it joined a Ray cluster started apart)" in result.stderr, result.stderr[-3000:]
     adopted = re.findall(r"actor (\w+) \(pid \d+\): of this job, in the Ray cluster started "
                          r"apart, known from Ray's state API", result.stderr)
-    assert sorted(adopted) == ["GenerationServer", "PolicyLearner", "PolicyLearner"], adopted
+    assert sorted(adopted) == ["GenerationServer", "PolicyLearner", "PolicyLearner"] + (
+        ["TaskRunner"] if runner else []), adopted
     # AND the job's stall is declared within twice the stall timeout of the hang, where it
-    # stands: the driver in ray.get, the health check queued behind load_weights, which waits
-    # in its rendezvous at its own line
+    # stands: the driver in ray.get (on its loop's, or on the TaskRunner, itself in ray.get in
+    # the loop), the health check queued behind load_weights, which waits in its rendezvous at
+    # its own line
     [stall] = result.report()["stalls"]
     assert stall["detected_at"] - hang_from(result) <= 2 * STALL, (stall, result.stderr[-3000:])
     [finding] = result.findings("SD120")
     summary = finding["summary"]
     assert finding["ranks"] == [] and "which of its processes are ranks is not known" in summary
-    assert re.search(r"the driver \(pid \d+\) waits on ray\.get at rl_loop \(\S+ray_rl_driver"
+    loop = "main" if runner else "rl_loop"
+    assert re.search(rf"the driver \(pid \d+\) waits on ray\.get at {loop} \(\S+ray_rl_driver"
                      r"\.py:\d+\)", summary), summary   # the cluster's own sockets no server
+    if runner:
+        assert re.search(r"TaskRunner\.run \(pid \d+, running for \d+ s\), waits on ray\.get "
+                         r"at rl_loop \(\S+ray_rl_driver\.py:\d+\)", summary), summary
     assert "GenerationServer.ping queued behind GenerationServer.load_weights (pid" in summary
     assert re.search(r"waits on collective at GenerationServer\.load_weights \(\S+:\d+\)",
                      summary), summary
