@@ -608,3 +608,50 @@ class RankLauncher:
 
     def close(self) -> None:
         _kill_tree(self.proc)   # type: ignore[arg-type]
+
+
+# ----- stacks as users quote them in public threads -----------------------------------------
+_PYSPY_THREAD = re.compile(r'^Thread (?:(\d+) )?\((active|idle)\)(?:: )?\s*"?([^"]*)"?')
+_PYSPY_FRAME = re.compile(r"^\s+(\S.*?) \((\S+):(\d+)\)\s*$")
+_PY_FRAME = re.compile(r'File "([^"]+)", line (\d+)(,?) in (\S+)')
+
+
+def quoted_threads(text: str, site: str = "/usr/lib/python3.10/site-packages"
+                   ) -> tuple[Any, ...]:
+    """The threads of a stack dump as a user quoted it (a fixture's text): py-spy's text
+    dump (innermost first), a faulthandler dump (``line N in f``, innermost first) or a Python
+    traceback (``line N, in f``, outermost first; its first chained block: the innermost
+    exception), whatever prefix a launcher put before each line (``[rank0]:``). py-spy's text
+    shortens a package's path to ``pkg/mod.py`` and a standard module's to ``mod.py``; its
+    JSON, which stalldoc reads, gives full paths: they are put under ``site`` (and
+    ``site``'s parent for the standard library), as an installed package's are."""
+    from stalldoc.model.stacks import Frame, ThreadStack
+
+    def full(path: str) -> str:
+        if path.startswith("/"):
+            return path
+        return f"{site}/{path}" if "/" in path else f"{site.rsplit('/', 1)[0]}/{path}"
+
+    threads: list[ThreadStack] = []
+    frames: list[Frame] = []
+    head: tuple[int, bool, str] = (0, False, "MainThread")
+    traceback = False
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        if "The above exception" in line or "During handling of the above" in line:
+            break
+        if found := _PYSPY_THREAD.match(line):
+            if frames:
+                threads.append(ThreadStack(head[0], head[2], head[1], False, tuple(frames)))
+            head, frames = (int(found.group(1) or 0), found.group(2) == "active",
+                            found.group(3) or None), []
+        elif found := _PY_FRAME.search(line):
+            traceback = traceback or found.group(3) == ","
+            frames.append(Frame(found.group(4), full(found.group(1)), int(found.group(2))))
+        elif found := _PYSPY_FRAME.match(line):
+            frames.append(Frame(found.group(1), full(found.group(2)), int(found.group(3))))
+    if frames:
+        ordered = tuple(reversed(frames)) if traceback else tuple(frames)
+        threads.append(ThreadStack(head[0], head[2], head[1], False, ordered))
+    return tuple(threads)

@@ -47,3 +47,22 @@ def test_the_records_are_still_importable_from_their_readers():
                                (config, "LaunchConfig", launch), (resources, "Resources", launch),
                                (resources, "ModelInfo", launch)):
         assert getattr(module, name) is getattr(home, name)
+
+
+def test_a_stack_keeps_the_agents_own_code_and_leaves_out_its_pass_through_wrappers() -> None:
+    from stalldoc.model.stacks import Frame, as_written
+
+    agent = "/venv/site-packages/stalldoc/agent/"
+    user = Frame("_run_engine", "/home/u/rollout.py", 40)
+    step = Frame("LLMEngine.step", "/venv/site-packages/vllm/engine/llm_engine.py", 1210)
+    wrapper = Frame("marked.<locals>.wrapper", agent + "hooks.py", 262)
+    # a wrapper between the library's call and the user's: left out
+    assert as_written((step, wrapper, user)) == (step, user)
+    # the wrapper running the agent's own code (its phase mark): kept, as stalldoc works there
+    enter = Frame("Agent.phase_enter", agent + "runtime.py", 120)
+    assert as_written((enter, wrapper, user)) == (enter, wrapper, user)
+    # the agent's heartbeat thread, and a user function that happens to be named wrapper
+    beat = (Frame("Agent._beat", agent + "runtime.py", 81),)
+    assert as_written(beat) == beat
+    own = (step, Frame("wrapper", "/home/u/decorators.py", 9), user)
+    assert as_written(own) == own

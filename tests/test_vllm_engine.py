@@ -173,17 +173,25 @@ def test_a_stopped_worker_is_named_at_the_ranks_generate(tmp_path: Path, engine)
     # WHEN the engine's worker stops (SIGSTOP) in the middle of the rollouts
     result, job, worker = _worker_signalled(tmp_path, engine, signal.SIGSTOP, "--on-stall",
                                             "kill")
-    # THEN a stall, ended by the kill action, named in the user's process at LLM.generate,
-    # waiting for its engine, whose worker is stopped
+    # THEN a stall, ended by the kill action, named as an error of its own: the user's process
+    # at LLM.generate, waiting for its engine, whose worker is stopped, and where it stands
     assert result.code == 124, result.stderr[-4000:]
-    [finding] = result.findings("SD106")
-    assert finding["ranks"] == [0], finding
+    [finding] = result.findings("SD122")
+    assert finding["ranks"] == [0] and finding["severity"] == "error", finding
     waits = finding["evidence"]["waits_on_engine"]
     assert waits[0]["pid"] == worker and waits[0]["state"] == "stopped", waits
     assert waits[0]["role"] == "worker" and waits[0]["tp_rank"] == 0, waits
-    assert (f"waiting for its vLLM engine, whose vLLM worker (TP rank 0) of rank 0's engine "
-            f"(pid {worker}) is stopped") in finding["summary"], finding["summary"]
+    assert re.fullmatch(rf"rank 0 waits for its vLLM engine in main \(\S+/vllm_rollout\.py:\d+\), "
+                        rf"phase generate, for \d+ s: vLLM worker \(TP rank 0\) of rank 0's engine "
+                        rf"\(pid {worker}\) is stopped at \w[\w.<>]* \(\S+/vllm/\S+:\d+\), and "
+                        r"the engine runs no step until it is continued", finding["summary"]), \
+        finding["summary"]
+    [broken] = finding["evidence"]["broken"]
+    assert broken["pid"] == worker and any("/vllm/" in f for f in broken["frames"]), broken
+    assert "kill -CONT" in finding["fix"] and result.findings("SD106") == []
     assert any("LLM.generate" in frame for frame in finding["evidence"]["frames"]), finding
+    # AND no frame of stalldoc's own hooks stands between the user's call and vLLM's
+    assert not any("/stalldoc/" in frame for frame in finding["evidence"]["frames"]), finding
     [rank] = result.report()["ranks"]
     assert rank["pid"] == job != worker
 
@@ -227,10 +235,10 @@ def test_one_hung_worker_of_a_tp2_engine_is_named_and_its_engine_says_so(tmp_pat
     # THEN a stall all the same (the spinning worker is no work: its engine runs no forward
     # pass), named at the rank's generate, waiting for its engine, whose TP1 worker is stopped
     assert result.code == 124, result.stderr[-4000:]
-    [finding] = result.findings("SD106")
+    [finding] = result.findings("SD122")
     waits = finding["evidence"]["waits_on_engine"]
     assert (waits[0]["pid"], waits[0]["tp_rank"], waits[0]["state"]) == (worker, 1, "stopped")
-    assert (f"whose vLLM worker (TP rank 1) of rank 0's engine (pid {worker}) is stopped"
+    assert (f": vLLM worker (TP rank 1) of rank 0's engine (pid {worker}) is stopped at "
             in finding["summary"]), finding["summary"]
     # AND the engine's own words: it found no shared-memory broadcast block (SD521)
     [shm] = result.findings("SD521")

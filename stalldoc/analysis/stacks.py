@@ -64,16 +64,22 @@ def in_collective(thread: ThreadStack | None) -> bool:
     return bool(thread) and any(m in f.filename for f in thread.frames for m in COLLECTIVE_FILES)
 
 
-ENGINE_COLLECTIVE = "vLLM TP collective"   # stack_kind's wait of vLLM's CPU communicator
+ENGINE_COLLECTIVE = "vLLM TP collective"   # stack_kind's wait of vLLM's own groups
+VLLM_COLLECTIVE = "vLLM collective"         # stack_kind's wait of vLLM's device communicators
 
 
 def waits_in_engine_collective(thread: ThreadStack | None) -> Frame | None:
-    """The frame of a vLLM tensor-parallel collective (its CPU shared-memory communicator) the
-    thread waits in, among its innermost frames: an engine run inside the rank (colocated,
-    ``external_launcher``) waits there for the other ranks of its TP group."""
+    """The frame of a vLLM tensor-parallel collective the thread waits in, among its innermost
+    frames: an engine run inside the rank (colocated, ``external_launcher``) waits there for
+    the other ranks of its TP group. The innermost communicator's frame (its CPU shared-memory
+    one; PyNccl, custom all-reduce or symmetric memory on GPUs), where the engine's group
+    coordinator called it: PyNccl called by a weight sync is no TP collective."""
     if thread is None:
         return None
-    return next((f for f in thread.frames[:4] if frame_wait(f) == ENGINE_COLLECTIVE), None)
+    inner = thread.frames[:8]
+    if not any(frame_wait(f) == ENGINE_COLLECTIVE for f in inner):
+        return None
+    return next(f for f in inner if frame_wait(f) in (ENGINE_COLLECTIVE, VLLM_COLLECTIVE))
 
 
 def waits_on_network(thread: ThreadStack | None) -> Frame | None:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stalldoc.model.stacks import RankStacks
+
 
 @dataclass(frozen=True)
 class RankProcess:
@@ -85,18 +87,28 @@ class RankExit:
     source: str                 # "waitpid", "proc", "launcher-log", "agent", "unknown"
 
 
+STOPPED = ("stopped", "tracing stop")   # the process table's words for a stopped process
+
+
 @dataclass(frozen=True)
 class EngineState:
     """An engine process as a stall found it: its state ("running", "sleeping", "stopped",
-    "zombie", "gone", as the process table says)."""
+    "zombie", "gone", as the process table says), and for a broken one still there, its stacks
+    (read without pausing it; None where not read)."""
 
     process: EngineProcess
     state: str
+    stacks: RankStacks | None = None
 
     @property
     def broken(self) -> bool:
         """Stopped, dead or gone: the engine cannot answer its rank."""
-        return self.state in ("stopped", "tracing stop", "zombie", "dead", "gone")
+        return self.state in STOPPED or self.state in ("zombie", "dead", "gone")
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped, still there: it runs on once continued."""
+        return self.state in STOPPED
 
 
 @dataclass(frozen=True)

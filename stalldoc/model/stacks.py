@@ -62,6 +62,19 @@ _STDLIB = re.compile(r"/lib/python\d\.\d+/")
 AGENT_FILES = "/stalldoc/agent/"   # the agent's own files: its heartbeat thread runs in them
 
 
+def as_written(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """A thread's frames (innermost first) as the user wrote the program: without the
+    pass-through ``wrapper`` frames of the agent's hooks (a framework's function it wraps to mark
+    a phase, a collective or a channel), which sit between the user's call and the library's.
+    A wrapper whose next frame inward is the agent's own stays: stalldoc's code runs there."""
+    return tuple(f for i, f in enumerate(frames)
+                 if not (i and _is_wrapper(f) and AGENT_FILES not in frames[i - 1].filename))
+
+
+def _is_wrapper(frame: Frame) -> bool:
+    return frame.name == "wrapper" and AGENT_FILES in frame.filename
+
+
 def os_main_thread(pid: int, threads: tuple[ThreadStack, ...]) -> ThreadStack | None:
     """The process's own main thread: its os thread id is the pid (None: not among them)."""
     return next((t for t in threads if t.thread_id == pid), None)

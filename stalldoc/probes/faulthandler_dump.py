@@ -12,7 +12,7 @@ import time
 from stalldoc.agent.statefile import state_path
 from stalldoc.agent.state_reader import StateFileError, read_state
 from stalldoc.model.agent import AgentIdentity
-from stalldoc.model.stacks import Frame, ThreadStack
+from stalldoc.model.stacks import Frame, ThreadStack, as_written
 
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
 _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
@@ -20,7 +20,8 @@ _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 
 def parse(text: str, pid: int) -> tuple[ThreadStack, ...]:
     """Parse one faulthandler dump (most recent call first). The thread whose outermost frame is
-    ``<module>`` is the main thread; it gets the pid as its id, as py-spy gives it."""
+    ``<module>`` is the main thread; it gets the pid as its id, as py-spy gives it. The agent's
+    pass-through wrappers are left out."""
     threads: list[tuple[int, list[Frame]]] = []
     for line in text.splitlines():
         head = _THREAD.match(line)
@@ -34,7 +35,7 @@ def parse(text: str, pid: int) -> tuple[ThreadStack, ...]:
     for ident, frames in threads:
         is_main = bool(frames) and frames[-1].function == "<module>"
         out.append(ThreadStack(pid if is_main else ident, "MainThread" if is_main else None,
-                               False, False, tuple(frames)))
+                               False, False, as_written(tuple(frames))))
     return tuple(out)
 
 

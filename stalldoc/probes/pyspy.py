@@ -12,7 +12,7 @@ from typing import Any
 
 from stalldoc.errors import PtraceDenied
 from stalldoc.model.ranks import RankProcess
-from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack, as_written
 from stalldoc.probes import ProbeUnavailable
 from stalldoc.probes import faulthandler_dump
 
@@ -30,11 +30,13 @@ def pyspy_binary() -> str:
 
 
 def parse_dump(data: list[dict[str, Any]]) -> tuple[ThreadStack, ...]:
-    """py-spy's ``dump --json`` threads → ThreadStacks (frames innermost first, as py-spy gives)."""
+    """py-spy's ``dump --json`` threads → ThreadStacks (frames innermost first, as py-spy gives;
+    the agent's pass-through wrappers left out)."""
     threads = []
     for item in data:
-        frames = tuple(Frame(f.get("name", "?"), f.get("filename", "?"), int(f.get("line") or 0))
-                       for f in item.get("frames", []))
+        frames = as_written(tuple(
+            Frame(f.get("name", "?"), f.get("filename", "?"), int(f.get("line") or 0))
+            for f in item.get("frames", [])))
         threads.append(ThreadStack(int(item.get("os_thread_id") or item.get("thread_id") or 0),
                                    item.get("thread_name"), bool(item.get("active")),
                                    bool(item.get("owns_gil")), frames))

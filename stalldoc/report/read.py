@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, TypeVar
 
 from stalldoc.errors import RunDirError
 from stalldoc.findings.ledger import OPEN, RESOLVED
-from stalldoc.model.stacks import Frame, ThreadStack
+from stalldoc.model.stacks import Frame, ThreadStack, as_written
 from stalldoc.report import telemetry
 from stalldoc.report.phases import phase_summary
 from stalldoc.report.records import (CollectiveSpan, FindingRecord, GpuPhase, GpuPoint,
@@ -98,8 +98,8 @@ def findings(conn: sqlite3.Connection, node: str) -> tuple[FindingRecord, ...]:
 def thread(value: Mapping[str, Any]) -> ThreadStack:
     return ThreadStack(value["thread_id"], value.get("name"), bool(value.get("active")),
                        bool(value.get("owns_gil")),
-                       tuple(Frame(f["function"], f["filename"], int(f["line"]))
-                             for f in value.get("frames", ())))
+                       as_written(tuple(Frame(f["function"], f["filename"], int(f["line"]))
+                                        for f in value.get("frames", ()))))
 
 
 def stacks(conn: sqlite3.Connection, node: str) -> tuple[StackRecord, ...]:

@@ -33,6 +33,7 @@ from stalldoc.rules.sd118_rank_without_agent import RankWithoutAgent
 from stalldoc.rules.sd119_finished_not_exiting import FinishedNotExiting
 from stalldoc.rules.sd120_job_waits_outside_ranks import JobWaitsOutsideRanks
 from stalldoc.rules.sd121_driver_spins import DriverSpins
+from stalldoc.rules.sd122_engine_process_broken import EngineProcessBroken
 from stalldoc.rules.sd201_offload_thrash import OffloadThrash
 from stalldoc.rules.sd202_gpu_memory_pressure import GpuMemoryPressure
 from stalldoc.rules.sd203_gpu_not_completing import GpuNotCompleting
@@ -95,6 +96,7 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  VllmAsleep, NodeLost, WaitingOnOtherNodes, TeardownCrash,
                                  ExtensionBuildLock, ServedEngineStuck, RankWithoutAgent,
                                  FinishedNotExiting, JobWaitsOutsideRanks, DriverSpins,
+                                 EngineProcessBroken,
                                  OffloadThrash, GpuMemoryPressure, GpuNotCompleting,
                                  GpuIdleHostBlocked, GpuSharedByRanks, IdleGpus,
                                  HostMemoryPressure, CpuOversubscription, MaxModelLenConfig,

@@ -148,7 +148,8 @@ class Diagnosis:
         return {rank: settings for rank, settings in found.items() if settings}
 
     def _engine_states(self, live: list[RankProcess]) -> tuple[EngineState, ...]:
-        """The live ranks' vLLM engine processes, each with its state in this tick's table."""
+        """The live ranks' vLLM engine processes, each with its state in this tick's table; a
+        stopped one is read where it stands (py-spy, without pausing it)."""
         found = self.roster.found
         table = found.table if found is not None else None
         numbers = {r.rank for r in live}
@@ -157,8 +158,16 @@ class Diagnosis:
             if engine.owner not in numbers:
                 continue
             info = table.procs.get(engine.pid) if table is not None else None
-            out.append(EngineState(engine, info.status if info is not None else "gone"))
+            state = EngineState(engine, info.status if info is not None else "gone")
+            out.append(self._read_stopped(state) if state.stopped else state)
         return tuple(out)
+
+    def _read_stopped(self, state: EngineState) -> EngineState:
+        process = state.process
+        stacks = self.sources.stack_probe.capture(
+            RankProcess(-process.pid, process.pid, None, ()), True, nonblocking=True,
+            fallback=False)
+        return dataclasses.replace(state, stacks=stacks if stacks.threads else None)
 
     def _ask_flight(self, live: list[RankProcess]) -> None:
         """Ask the live ranks' agents for Flight Recorder dumps (they come while stacks are

@@ -63,3 +63,34 @@ def test_a_rank_that_ended_gives_no_sample_and_no_signal():
         assert sample.method == "none" and not sample.threads and sample.error
     finally:
         background.close()
+
+
+HOOKED = ("import threading\n"
+          "from stalldoc.agent.hooks import marked\n"
+          "def generate():\n"
+          "    threading.Event().wait(60)\n"
+          "def rollout():\n"
+          "    return marked(generate, 'generate')()\n"
+          "print('ready', flush=True)\n"
+          "rollout()\n")
+
+
+def test_a_stack_through_the_agents_hook_reads_as_the_user_wrote_it(tmp_path):
+    # GIVEN a real process whose library call (generate) is wrapped by the agent's hook, as the
+    # agent wraps vLLM's LLMEngine.step, waiting inside it
+    script = tmp_path / "rollout.py"
+    script.write_text(HOOKED)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        time.sleep(0.3)
+        # WHEN py-spy reads its stacks
+        main = StackProbe(None).capture(RankProcess(0, proc.pid, 0, ()), False).main
+    finally:
+        proc.kill()
+        proc.wait()
+    # THEN the user's call and the library's stand together: no frame of stalldoc's wrapper
+    assert main is not None, "no main thread read"
+    own = [f.function for f in main.frames if f.filename == str(script)]
+    assert own == ["generate", "rollout", "<module>"], main.frames
+    assert not any("/stalldoc/" in f.filename for f in main.frames), main.frames
