@@ -50,17 +50,23 @@ ONE_AT_A_TIME = {"ray_env": "ray_clusters"}
 
 def _group(item: pytest.Item) -> str | None:
     """The xdist group of a test: its module's path when it shares a run, the group of a
-    fixture that runs one at a time, else None."""
+    fixture that runs one at a time (unless the test runs alone: then nothing runs beside it
+    anyway, and in the group it would hold a worker to the group's other tests), else None."""
     if _shares_a_run(item):
         return item.nodeid.split("::")[0]
+    if runs_alone(item):
+        return None
     return next((ONE_AT_A_TIME[name] for name in getattr(item, "fixturenames", ())
                  if name in ONE_AT_A_TIME), None)
 
 
 def _units(items: list[pytest.Item]) -> list[tuple[str | None, list[pytest.Item]]]:
-    """The items as units that stay together and in their order, each with its xdist group:
-    the tests of a group (a module's that share a run, or those of a fixture that runs one at
-    a time) are one unit; every other test is a unit of its own, with no group."""
+    """The items as units that stay together, each with its xdist group: the tests of a group
+    (a module's that share a run, or those of a fixture that runs one at a time) are one unit,
+    those that run alone first, the others in their order; every other test is a unit of its
+    own, with no group. (A worker in a group's test beside the others holds the other worker
+    from its next test that runs alone, and the reverse: each change between the two costs a
+    test's time.)"""
     units: list[tuple[str | None, list[pytest.Item]]] = []
     by_group: dict[str, list[pytest.Item]] = {}
     for item in items:
@@ -72,6 +78,8 @@ def _units(items: list[pytest.Item]) -> list[tuple[str | None, list[pytest.Item]
             by_group[group] = []
             units.append((group, by_group[group]))
         by_group[group].append(item)
+    for _, unit in units:   # a group's tests that run alone first, while the others' do too
+        unit.sort(key=lambda item: not runs_alone(item))
     return units
 
 
