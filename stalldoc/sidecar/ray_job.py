@@ -290,7 +290,8 @@ def _place(kind: StackKind | None, stacks: RankStacks | None) -> Frame | None:
     (not an expression's inside it), else the kind's frame."""
     if kind is None or stacks is None:
         return kind.frame if kind is not None else None
-    thread = next((t for t in stacks.threads if t.thread_id == kind.thread), None)
+    thread = next((t for t in stacks.threads if t.thread_id == kind.thread), None) or next(
+        (t for t in stacks.threads if kind.frame is not None and kind.frame in t.frames), None)
     own = [f for f in thread.frames if not is_library(f.filename)
            and f.name not in _INNER] if thread is not None else []
     return own[0] if own else kind.frame
