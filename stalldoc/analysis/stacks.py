@@ -169,10 +169,6 @@ def child_wait(thread: ThreadStack | None) -> str:
     worker", "child process", "subprocess"), from any of its frames (the innermost ones may be
     the select / poll under the wait; the most specific wins: a DataLoader's fetch sits on a
     child's pipe); '' when it waits on none."""
-    found = {frame_wait(_bare(f)) for f in thread.frames} if thread is not None else set()
+    found = {frame_wait(f) for f in thread.frames} if thread is not None else set()
     return next((name for why, name in CHILD_WAITS.items() if why in found), "")
 
-
-def _bare(frame: Frame) -> Frame:
-    """The frame under its function's own name (``Frame.name``)."""
-    return Frame(frame.name, frame.filename, frame.line)
