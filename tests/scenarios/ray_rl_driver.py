@@ -19,7 +19,8 @@ HANG picks what goes wrong at step HANG_STEP (default 2):
 - ``normaliser``: the batch is degenerate (every score equal), the normaliser's fixed-point loop
   divides by a zero spread, gets NaN and never converges: the driver spins in ``normalise``
   (pure Python, on the CPU) while every learner and the server wait for their next call; it
-  gives up after GIVE_UP seconds (default 600) and the job exits 1.
+  gives up after GIVE_UP seconds (default 600), or once the file STOP_FILE exists (looked at
+  about once a second: the user who read the warning and stops the job), and the job exits 1.
 - ``reward_server``: the driver asks a remote verifier at REWARD_URL for the rewards, with no
   timeout, and the verifier never answers: the driver waits on its socket.
 - ``weight_sync``: the server's ``load_weights`` joins a weight-sync group (gloo, world 2,
@@ -56,6 +57,7 @@ TASK_RUNNER = os.environ.get("TASK_RUNNER", "") == "1"
 SERVER_GPUS = float(os.environ.get("SERVER_GPUS", "0"))
 SERVER_RAISES = os.environ.get("SERVER_RAISES", "")
 POOL_CPUS = float(os.environ.get("POOL_CPUS", "0"))
+STOP_FILE = os.environ.get("STOP_FILE", "")
 
 
 def free_port() -> int:
@@ -171,7 +173,7 @@ def score_remote(samples: list) -> list:
 def normalise(scores: list, tolerance: float = 1e-6) -> list:
     """Whiten the scores until they stop changing (a fixed point): a batch whose scores are all
     equal has no spread, its NaNs never compare below the tolerance."""
-    started = time.monotonic()
+    started = look_at = time.monotonic()
     current = scores
     while True:
         mean = sum(current) / len(current)
@@ -180,8 +182,11 @@ def normalise(scores: list, tolerance: float = 1e-6) -> list:
         if max(abs(a - b) for a, b in zip(whitened, current)) < tolerance:
             return whitened
         current = whitened
-        if time.monotonic() - started > GIVE_UP:
-            raise RuntimeError("the reward normaliser did not converge")
+        now = time.monotonic()
+        if now > look_at:   # about once a second
+            if now - started > GIVE_UP or (STOP_FILE and os.path.exists(STOP_FILE)):
+                raise RuntimeError("the reward normaliser did not converge")
+            look_at = now + 1
 
 
 def make_group(actor, size: int) -> list:
