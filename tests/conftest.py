@@ -7,6 +7,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -137,9 +138,18 @@ def runs_alone(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)   # around pytest-timeout's timer
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """In pytest-xdist's workers, each test holds the machine: alone, or beside the others."""
-    with machine.held(runs_alone(item)):
+    """In pytest-xdist's workers, each test holds the machine: alone, or beside the others.
+    With STALLDOC_TESTS_TIMELINE set, each test's worker, start, end (the lock waited for
+    included) and whether it ran alone are appended to that file, to see where a run's time
+    went."""
+    alone, started = runs_alone(item), time.time()
+    with machine.held(alone):
         yield
+    timeline = os.environ.get("STALLDOC_TESTS_TIMELINE")
+    if timeline:
+        with open(timeline, "a", encoding="utf-8") as out:
+            out.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')} {started:.1f} "
+                      f"{time.time():.1f} {int(alone)} {item.nodeid}\n")
 
 
 @pytest.fixture
