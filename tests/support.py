@@ -655,3 +655,16 @@ def quoted_threads(text: str, site: str = "/usr/lib/python3.10/site-packages"
         ordered = tuple(reversed(frames)) if traceback else tuple(frames)
         threads.append(ThreadStack(head[0], head[2], head[1], False, ordered))
     return tuple(threads)
+
+
+def old_release(target: Path, *specs: str) -> dict[str, str]:
+    """Real releases of pure-Python packages (``ms-swift==3.4.1``, ``trl==0.16.1``) installed
+    from the package index, without their dependencies, into ``target`` (``pip --target``: their
+    metadata and console scripts as pip writes them). Returns the environment that puts them
+    first: their ``bin`` on PATH, ``target`` on PYTHONPATH."""
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                           "--disable-pip-version-check", "--target", str(target), *specs],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"pip could not install {specs}: {done.stderr[-2000:]}"
+    return {"PATH": f"{target / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": str(target)}

@@ -22,6 +22,7 @@ from stalldoc.launch.resources import ModelInfo, Resources, dataset_size, read_m
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.samples import GpuSample
 from stalldoc.model.window import Window
+from stalldoc.probes.command_env import CommandVersions, command_versions
 from stalldoc.probes.nvml import NvmlProbe
 from stalldoc.redact import redact_json, redact_text
 from stalldoc.rules import RULES, Rule, redacted
@@ -76,20 +77,25 @@ def _node_gpus() -> list[GpuSample]:
 
 def _window(config: LaunchConfig, seen: list[GpuSample], gpus: int | None,
             gpu_memory: int | None, dataset: tuple[int | None, str],
-            model: tuple[ModelInfo | None, str]) -> Window:
+            model: tuple[ModelInfo | None, str],
+            versions: CommandVersions = CommandVersions()) -> Window:
     resources = Resources(len(seen) or gpus, (seen[0].memory_total if seen else None) or gpu_memory,
-                          dataset[0], dataset[1], model[0], model[1])
+                          dataset[0], dataset[1], model[0], model[1], versions.versions,
+                          versions.source)
     return Window(time.time(), (), gpus={g.index: (g,) for g in seen}, config=config,
                   resources=resources)
 
 
 def launch_window(config: LaunchConfig, seen: list[GpuSample], gpus: int | None = None,
-                  gpu_memory: int | None = None, size: int | None = None) -> Window:
+                  gpu_memory: int | None = None, size: int | None = None,
+                  command: tuple[str, ...] = ()) -> Window:
     """What the launch rules look at: the command, the GPUs NVML sees (else the user's word),
-    the dataset's rows (the user's word, else the local file) and the local model's size.
-    Without a time limit: ``launch_checks`` is the same with one."""
+    the dataset's rows (the user's word, else the local file), the local model's size and the
+    frameworks of the command's interpreter (not read without ``command``). Without a time
+    limit: ``launch_checks`` is the same with one."""
     dataset = (size, "given with --dataset-size") if size is not None else dataset_size(config)
-    return _window(config, seen, gpus, gpu_memory, dataset, read_model(config))
+    versions = command_versions(command) if command else CommandVersions()
+    return _window(config, seen, gpus, gpu_memory, dataset, read_model(config), versions)
 
 
 def _start(work: Callable[[], T]) -> Future[T]:
@@ -143,14 +149,16 @@ def _findings(started: list[tuple[str, Future[list[Finding]]]], deadline: float,
 
 def launch_checks(config: LaunchConfig, gpus: list[GpuSample], budget_s: float,
                   gpu_count: int | None = None, gpu_memory: int | None = None,
-                  size: int | None = None) -> LaunchChecks:
+                  size: int | None = None, command: tuple[str, ...] = ()) -> LaunchChecks:
     """The launch rules (SD4xx) and the GRPO plan of ``config``, returned within ``budget_s``
     seconds whatever the command names: a FIFO, a 50 GB dataset, a hung network file system,
     a number out of range. It never raises.
 
     ``gpus`` are the GPUs NVML sees (else ``gpu_count`` / ``gpu_memory``, the user's word);
-    ``size`` the dataset's rows when the user gave them. The dataset count and the model's
-    config.json are read in threads of their own and given three quarters of the budget; then
+    ``size`` the dataset's rows when the user gave them; ``command`` the command line, whose
+    interpreter's frameworks are read (none without it). The dataset count, the model's
+    config.json and those versions are read in threads of their own and given three quarters
+    of the budget; then
     each rule runs in a thread of its own until the budget is spent. What did not finish, or
     could not run (a BadArgument: a number the parser already said is out of range in
     ``config.error``; any other exception of a rule), is named in ``skipped``, and its part is
@@ -162,12 +170,16 @@ def launch_checks(config: LaunchConfig, gpus: list[GpuSample], budget_s: float,
     counting = _done((size, "given with --dataset-size")) if size is not None \
         else _start(lambda: dataset_size(config))
     reading = _start(lambda: read_model(config))
+    asking = _start(lambda: command_versions(command, None, budget_s * RESOURCES_SHARE)) \
+        if command else _done(CommandVersions())
     what_early = budget_s * RESOURCES_SHARE
     dataset = _outcome(counting, early, "dataset row count", what_early, skipped)
     model = _outcome(reading, early, "model config.json", what_early, skipped)
+    versions = _outcome(asking, early, "the command's framework versions", what_early, skipped)
     window = _window(config, gpus, gpu_count, gpu_memory,
                      dataset or (None, "not counted within the time budget"),
-                     model or (None, "not read within the time budget"))
+                     model or (None, "not read within the time budget"),
+                     versions or CommandVersions({}, "not read within the time budget"))
     resources = window.resources
     assert resources is not None
     planning = _start(lambda: grpo_plan(config, resources.dataset_size, resources.dataset_note))
@@ -192,7 +204,7 @@ def run_check(argv: list[str], gpus: int | None, gpu_memory: int | None, size: i
     config = parse_command(argv, dict(os.environ))
     if config.error:
         raise BadInput(config.error)
-    return launch_checks(config, _node_gpus(), budget_s, gpus, gpu_memory, size)
+    return launch_checks(config, _node_gpus(), budget_s, gpus, gpu_memory, size, tuple(argv))
 
 
 def finding_dict(finding: Finding) -> dict[str, Any]:

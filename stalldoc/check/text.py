@@ -1,5 +1,6 @@
 """``stalldoc check``'s text: the findings, what could not be checked and why, the GRPO plan with
-its letters defined (and which values are swift's defaults), and what ran out of time."""
+its letters defined (and which values are swift's defaults), the frameworks the command's
+interpreter has, and what ran out of time."""
 from __future__ import annotations
 
 from stalldoc.check.preflight import LaunchChecks
@@ -13,6 +14,10 @@ def render_check(checks: LaunchChecks) -> str:
         lines += ["not checked (nothing to read):", *(f"  {u}" for u in checks.unchecked)]
     if checks.plan:
         lines += plan_lines(checks.plan, checks.resources.dataset_note)
+    versions = checks.resources.versions
+    if versions:
+        lines.append(f"frameworks ({checks.resources.versions_note}): "
+                     + ", ".join(f"{name} {version}" for name, version in versions.items()))
     lines += [f"skipped: {s}" for s in checks.skipped]
     return "\n".join(lines)
 

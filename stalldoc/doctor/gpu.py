@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from stalldoc.analysis.flight_recorder import op_name, read_dump
 from stalldoc.doctor.model import OK, PROBLEM, SKIPPED, Check
-from stalldoc.doctor.target import Target
+from stalldoc.probes.interpreter import Target
 
 JOB = Path(__file__).resolve().parent / "gpu_job.py"
 CONTEXT_TOLERANCE = 1 << 30        # bytes NVML may show above the reserved pool

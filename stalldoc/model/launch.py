@@ -52,6 +52,7 @@ class ModelInfo:
     head_dim: int
     max_position_embeddings: int | None
     dtype_bytes: int             # of the weights as they will be loaded
+    model_type: str = ""         # config.json's model_type (qwen2, qwen3_moe, ...); "" unknown
 
     @property
     def weight_bytes(self) -> int:
@@ -71,3 +72,7 @@ class Resources:
     dataset_note: str = ""               # where dataset_size came from, or why it is unknown
     model: ModelInfo | None = None
     model_note: str = ""                 # where model came from, or why it is unknown
+    # the frameworks installed for the command's interpreter (package -> version; empty:
+    # unknown), and where they were read or why not
+    versions: Mapping[str, str] = field(default_factory=dict)
+    versions_note: str = ""

@@ -52,6 +52,7 @@ from stalldoc.rules.sd407_num_generations import NumGenerations
 from stalldoc.rules.sd408_eval_batch import EvalBatch
 from stalldoc.rules.sd409_vllm_memory_budget import VllmMemoryBudget
 from stalldoc.rules.sd410_checkpoint_size import CheckpointSize
+from stalldoc.rules.sd411_version_clash import VersionClash
 from stalldoc.rules.sd501_nccl_watchdog_timeout import NcclWatchdogTimeout
 from stalldoc.rules.sd502_device_mismatch import DeviceMismatch
 from stalldoc.rules.sd503_vllm_kv_cache_memory import VllmKvCacheMemory
@@ -102,7 +103,7 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  HostMemoryPressure, CpuOversubscription, MaxModelLenConfig,
                                  VllmTpLayout, AsyncGenerateColocate, ProcessesVsGpus,
                                  OffloadCombination, GenerationBatch, NumGenerations, EvalBatch,
-                                 VllmMemoryBudget, CheckpointSize,
+                                 VllmMemoryBudget, CheckpointSize, VersionClash,
                                  NcclWatchdogTimeout, DeviceMismatch, VllmKvCacheMemory,
                                  ExpandableSegmentsPool, CumemAllocatorError, CudaOom,
                                  RolloutServerUnreachable, MaxModelLenTooSmall, AsyncGenerateFailed,

@@ -330,7 +330,8 @@ class Watcher:
         """What the command line says before anything runs; printed, never blocking."""
         try:
             gpus = self.sampler.nvml.sample(time.time()) if self.sampler.gpus_on else []
-            checks = launch_checks(self.ctx.config, gpus, LAUNCH_CHECK_SECONDS)
+            checks = launch_checks(self.ctx.config, gpus, LAUNCH_CHECK_SECONDS,
+                                   command=tuple(self.opts.argv))
         except Exception:  # noqa: BLE001 - a rule's failure must not stop the launch
             self._internal_error("launch checks skipped")
             return []

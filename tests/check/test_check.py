@@ -22,7 +22,7 @@ from stalldoc.launch.config import parse_command
 from stalldoc.launch.resources import count_rows, dataset_size
 from stalldoc.rules.sd402_vllm_tp_layout import VllmTpLayout
 from stalldoc.rules.sd404_processes_vs_gpus import ProcessesVsGpus
-from support import watch
+from support import old_release, watch
 
 GRPO = ["swift", "rlhf", "--rlhf_type", "grpo", "--model", "Qwen/Qwen2.5-7B-Instruct"]
 
@@ -333,3 +333,48 @@ def test_a_generation_batch_of_one_has_no_valid_values_to_list():
     assert code == 1 and finding["code"] == "SD406"
     assert finding["summary"].endswith("No num_generations of 2 or more divides 1.")
     assert "[]" not in finding["summary"] and "at least num_generations (8)" in finding["fix"]
+
+
+# ----- the frameworks of the command's own interpreter (SD411, SD403) -------------------------
+@pytest.fixture(scope="module")
+def swift_3_4(tmp_path_factory) -> dict[str, str]:
+    """ms-swift 3.4.1 and TRL 0.16.1 as released, first on PATH and PYTHONPATH."""
+    return old_release(tmp_path_factory.mktemp("old"), "ms-swift==3.4.1", "trl==0.16.1")
+
+
+def test_a_rollout_server_of_swift_3_4_beside_an_old_trl_is_a_known_clash(swift_3_4):
+    # GIVEN `swift rollout` of ms-swift 3.4.1 with TRL 0.16.1 installed (ms-swift#4248: it dies
+    # resolving TRL's WeightSyncWorkerExtension, an error that names no version)
+    code, doc = as_json("--", "swift", "rollout", "--model", "Qwen/Qwen2.5-7B-Instruct",
+                        env=swift_3_4)
+    # THEN the clash is named with its thread and fix, as information (its TRL bound is
+    # inferred): check passes
+    assert code == 0, doc
+    [clash] = [f for f in doc["findings"] if f["code"] == "SD411"]
+    assert clash["severity"] == "info", clash
+    assert clash["summary"].startswith("1 known version clash: C04 ms-swift 3.4.1 + trl 0.16.1 "
+                                       "in `swift rollout`: "), clash
+    assert "https://github.com/modelscope/ms-swift/issues/4248" in clash["summary"]
+    [row] = clash["evidence"]["clashes"]
+    assert row["error_line"].startswith("AttributeError: module 'trl.scripts.vllm_serve' has no "
+                                        "attribute 'WeightSyncWorkerExtension'")
+    assert "the interpreter of swift's #! line" in clash["evidence"]["versions_from"]
+
+
+ASYNC_GRPO = [*GRPO, "--use_vllm", "true", "--async_generate", "true", "--num_generations", "8",
+              "--num_infer_workers", "1"]
+SEVEN_AND_ONE = {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "NPROC_PER_NODE": "7"}
+
+
+def test_async_generate_beside_one_vllm_gpu_is_swift_3_4s_async_mode(swift_3_4):
+    # GIVEN 7 training processes and one inference worker on 8 GPUs, async_generate: swift
+    # 3.2-3.4's "async mode" (vLLM on the GPU left over)
+    code, doc = as_json("--", *ASYNC_GRPO, env={**swift_3_4, **SEVEN_AND_ONE})
+    # THEN with ms-swift 3.4.1 it is no colocation (no SD403)
+    assert "SD403" not in [f["code"] for f in doc["findings"]], doc["findings"]
+    # AND with the ms-swift 3.5+ this suite installs, the same line is colocated (no vllm_mode is
+    # colocate there): SD403
+    code, doc = as_json("--", *ASYNC_GRPO, env=SEVEN_AND_ONE)
+    [colocated] = [f for f in doc["findings"] if f["code"] == "SD403"]
+    assert colocated["evidence"]["vllm_mode"] == "colocate (default)", colocated
+    assert code == 1

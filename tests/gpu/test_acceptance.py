@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stalldoc.doctor import gpu
-from stalldoc.doctor.target import resolve
+from stalldoc.probes.interpreter import resolve
 from support import gpu_present
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(240),

@@ -10,6 +10,7 @@ import pytest
 from stalldoc.launch.arguments import BadArgument
 from stalldoc.launch.config import deepspeed_of, parse_command
 from stalldoc.model.findings import Severity
+from stalldoc.model.launch import ModelInfo, Resources
 from stalldoc.model.window import Window
 from stalldoc.rules import run_rules
 from stalldoc.rules.config_helpers import DIVISORS_SHOWN, divisors, listing
@@ -141,3 +142,74 @@ def test_a_rule_given_a_number_out_of_range_says_which_not_a_zero_division():
     argv = ["swift", "rlhf", "--rlhf_type", "grpo", "--num_generations", "0"]
     with pytest.raises(BadArgument, match="^--num_generations 0: must be a whole number"):
         launch_findings(argv, EIGHT)
+
+
+def versioned_findings(argv: list[str], env: dict[str, str], versions: dict[str, str],
+                       model_type: str = "") -> dict[str, list]:
+    """The launch findings with the frameworks of the command's interpreter known."""
+    model = ModelInfo(7_000_000_000, 28, 4, 128, 32768, 2, model_type) if model_type else None
+    window = Window(0.0, (), config=parse_command(argv, env),
+                    resources=Resources(versions=versions, versions_note="python3 (test)",
+                                        model=model))
+    out: dict[str, list] = {}
+    for finding in run_rules(window, "launch"):
+        out.setdefault(finding.code, []).append(finding)
+    return out
+
+
+ASYNC = SEED_002[:SEED_002.index("--tensor_parallel_size")] + [
+    "--async_generate", "true", "--num_generations", "8"]
+
+
+@pytest.mark.parametrize("swift,env,workers,mode", [
+    # 3.2.0: vLLM always on GPUs of its own (7 training processes, vLLM on cuda:7)
+    ("3.2.0", {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "NPROC_PER_NODE": "7"}, "1",
+     None),
+    # 3.4.1: one inference worker on the last of 4 GPUs, 3 training (ms-swift#3794's layout)
+    ("3.4.1", {"CUDA_VISIBLE_DEVICES": "4,5,6,7", "NPROC_PER_NODE": "3"}, "1", None),
+    # 3.4.1: num_infer_workers = the GPUs: swift's own test for its colocate mode
+    ("3.4.1", EIGHT, "8", "colocate (ms-swift 3.4.1: num_infer_workers 8 = the 8 GPUs the job "
+                          "sees)"),
+    # 3.5.0 and later: no vllm_mode is colocate
+    ("3.5.0", EIGHT, "1", "colocate (default)"),
+])
+def test_async_generate_is_colocated_as_the_installed_swift_places_vllm(swift, env, workers,
+                                                                        mode):
+    found = versioned_findings(ASYNC + ["--num_infer_workers", workers], env,
+                               {"ms-swift": swift, "vllm": "0.7.3"})
+    if mode is None:
+        assert "SD403" not in found, found.get("SD403")
+    else:
+        assert found["SD403"][0].evidence["vllm_mode"] == mode
+
+
+def test_async_generate_on_swift_3_4_with_gpus_unknown_is_not_called_colocated():
+    found = versioned_findings(ASYNC, {"NPROC_PER_NODE": "3"}, {"ms-swift": "3.4.1"})
+    assert "SD403" not in found
+
+
+def test_a_known_clash_is_named_with_its_thread_and_fix():
+    # ms-swift 3.4.1's async mode on vLLM 0.8.5: C01 (maintainers' README: may hang)
+    found = versioned_findings(ASYNC + ["--num_infer_workers", "1"],
+                               {"CUDA_VISIBLE_DEVICES": "4,5,6,7", "NPROC_PER_NODE": "3"},
+                               {"ms-swift": "3.4.1", "vllm": "0.8.5.post1"})
+    [clash] = found["SD411"]
+    assert clash.severity is Severity.WARNING
+    assert clash.summary.startswith("1 known version clash: C01 ms-swift 3.4.1 + vllm "
+                                    "0.8.5.post1 with --async_generate: ")
+    assert "https://github.com/modelscope/ms-swift/pull/4204" in clash.summary
+    [row] = clash.evidence["clashes"]
+    assert row["ranges"] == ["ms-swift >=3.2.1,<3.5", "vllm >=0.8"]
+    assert clash.evidence["versions_from"] == "python3 (test)"
+    assert clash.fix.startswith("vllm==0.7.3, or ms-swift>=3.5")
+
+
+def test_a_clash_whose_bound_was_inferred_is_information():
+    found = versioned_findings(["swift", "rollout", "--model", "Qwen/Qwen2.5-7B-Instruct"], {},
+                               {"ms-swift": "3.5.0.dev0", "vllm": "0.8.3", "trl": "0.16.1"})
+    [clash] = found["SD411"]
+    assert clash.severity is Severity.INFO and clash.evidence["clashes"][0]["row"] == "C04"
+
+
+def test_no_clash_without_the_versions():
+    assert "SD411" not in versioned_findings(ASYNC, EIGHT, {})

@@ -14,7 +14,7 @@ from stalldoc.model.window import Window
 from stalldoc.rules import by_code
 
 GiB = 2**30
-QWEN_7B = {"hidden_size": 3584, "num_hidden_layers": 28, "vocab_size": 152064,
+QWEN_7B = {"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28, "vocab_size": 152064,
            "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944,
            "tie_word_embeddings": False, "torch_dtype": "bfloat16", "max_position_embeddings": 32768}
 QWEN_32B = {**QWEN_7B, "hidden_size": 5120, "num_hidden_layers": 64, "num_attention_heads": 40,
@@ -44,6 +44,7 @@ def test_model_size_from_config_json(models):
     config = parse_command(["swift", "rlhf", "--model", models["32b"]], {})
     info = model_info(config)
     assert round(info.params / 1e9, 1) == 32.8 and info.kv_bytes_per_token == 2 * 64 * 8 * 128 * 2
+    assert info.model_type == "qwen2"   # what a version clash may hang on (SD411)
     assert model_info(parse_command(["swift", "rlhf", "--model", "Qwen/Qwen2.5-7B"], {})) is None
 
 

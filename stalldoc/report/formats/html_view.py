@@ -176,7 +176,8 @@ LABELS = {"world_size": "ranks (world size)", "global_batch_size": "global batch
           "rollouts_per_epoch": "rollouts per epoch", "steps_per_epoch": "steps per epoch",
           "max_steps_given": "max_steps given", "gpus": "GPUs", "gpu_memory": "memory per GPU",
           "dataset_size": "dataset rows", "dataset_note": "dataset size from",
-          "model_note": "model from", "not_checked": "not checked",
+          "model_note": "model from", "versions_note": "framework versions from",
+          "not_checked": "not checked",
           "defaults": "swift's defaults used for"}
 _GIB = 1 << 30
 

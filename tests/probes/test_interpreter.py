@@ -7,7 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from stalldoc.doctor.target import resolve
+from stalldoc.probes.interpreter import resolve
 
 
 def _script(path: Path, text: str) -> Path:

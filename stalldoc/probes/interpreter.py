@@ -1,5 +1,6 @@
 """Which Python interpreter, with which flags and environment, a command will run: the one the
-doctor's children start, as ``watch`` would start the job.
+doctor's children start, as ``watch`` would start the job, and whose installed packages the
+launch checks read (``command_env.py``).
 
 ``python [flags] ...`` runs that interpreter; a console script (torchrun, deepspeed, accelerate,
 swift, ray) runs the interpreter of its ``#!`` line; ``env [-i] [VAR=VALUE]... CMD``, ``srun``,
