@@ -215,9 +215,11 @@ CLASHES: tuple[Clash, ...] = (
           "Qwen3-MoE under ZeRO-2/3 hangs right after loading: the progress bar never moves",
           ("https://github.com/modelscope/ms-swift/issues/5875",
            "https://github.com/deepspeedai/DeepSpeed/issues/7461",
-           "https://github.com/huggingface/transformers/issues/39275"),
-          "transformers<=4.52.4 for MoE models, or make the MoE block a ZeRO-3 leaf module",
-          layout="qwen3-moe-zero"),
+           "https://github.com/huggingface/transformers/issues/39275",
+           "https://github.com/hiyouga/LlamaFactory/issues/9222"),
+          "transformers<=4.52.4 for MoE models, or make the MoE block a ZeRO-3 leaf module "
+          "(deepspeed.utils.set_z3_leaf_modules)", layout="qwen3-moe-zero",
+          confidence="medium"),   # no upper bound: still met with transformers 4.57
     Clash("C16", (Range("vllm", _V("0.11"), _V("0.19")), Range("transformers", _V("5"))),
           "the rollout engine dies in its tokenizer's start (vLLM of that range needs "
           "transformers<5)",

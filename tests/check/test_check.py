@@ -378,3 +378,32 @@ def test_async_generate_beside_one_vllm_gpu_is_swift_3_4s_async_mode(swift_3_4):
     [colocated] = [f for f in doc["findings"] if f["code"] == "SD403"]
     assert colocated["evidence"]["vllm_mode"] == "colocate (default)", colocated
     assert code == 1
+
+
+# Qwen3-30B-A3B's config.json, as its model card publishes it (the fields read here)
+QWEN3_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+             "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
+             "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+             "num_experts_per_tok": 8, "moe_intermediate_size": 768, "intermediate_size": 6144,
+             "vocab_size": 151936, "max_position_embeddings": 40960, "torch_dtype": "bfloat16",
+             "tie_word_embeddings": False}
+
+
+def test_watch_names_the_clash_before_it_launches_and_launches(tmp_path):
+    # GIVEN a training script of a Qwen3-MoE model under ZeRO-3, run on this virtualenv's own
+    # transformers and DeepSpeed (ms-swift#5875, DeepSpeed#7461: it hangs after loading); the
+    # script here only says it started
+    model = tmp_path / "Qwen3-30B-A3B"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN3_MOE))
+    script = tmp_path / "train.py"
+    script.write_text("print('training starts')\n")
+    result = watch(tmp_path, [sys.executable, str(script), "--deepspeed", "zero3", "--model",
+                              str(model)])
+    # THEN the clash is said before the launch and stored as a launch finding, and the job ran
+    assert "before launch:" in result.stderr and "C15 transformers " in result.stderr, \
+        result.stderr[-3000:]
+    [clash] = result.findings("SD411")
+    assert clash["trigger"] == "launch" and clash["evidence"]["clashes"][0]["row"] == "C15"
+    assert clash["evidence"]["clashes"][0]["layout"] == "for a Qwen3-MoE model under ZeRO-2/3"
+    assert result.code == 0 and "training starts" in result.stdout
