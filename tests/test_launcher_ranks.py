@@ -240,11 +240,14 @@ def test_nvrx_ft_launcher_hang_is_named_before_its_rank_monitors_speak(tmp_path:
     assert culprit["ranks"] == [1] and "fetch_batch" in culprit["summary"], culprit["summary"]
     [verdict] = result.findings("SD537")
     assert culprit["t"] < verdict["evidence"]["first_at"], (culprit["t"], verdict["evidence"])
-    # AND the monitors' verdict is quoted as theirs: both ranks, victim and culprit alike
+    # AND the monitors' verdict is quoted as theirs, victim and culprit alike, blaming no rank
+    # itself (both ranks stop beating at once; the first monitor to kill its rank ends the
+    # group, and the other's line may never come: CI saw rank 1's alone)
     evidence = verdict["evidence"]
     assert evidence["tool"] == "NVIDIA Resiliency Extension's rank monitor", evidence
     assert (evidence["kind"], evidence["heartbeat"], evidence["waited_seconds"]) == (
         "heartbeat", "subsequent", "8.00"), evidence
-    assert evidence["monitor_ranks"] == [0, 1] and verdict["ranks"] == [], verdict
-    assert re.match(r"NVIDIA Resiliency Extension's rank monitor declared ranks? [01](,1)? hung: "
+    assert evidence["monitor_ranks"] in ([0], [1], [0, 1]) and verdict["ranks"] == [], verdict
+    said = ",".join(map(str, evidence["monitor_ranks"]))
+    assert re.match(rf"NVIDIA Resiliency Extension's rank monitor declared ranks? {said} hung: "
                     r"no subsequent heartbeat in 8\.00 s", verdict["summary"]), verdict["summary"]
