@@ -8,9 +8,12 @@ arms tell the cost apart: the sidecar alone (``--no-agent``: its sampling compet
 cores) and the agent without its framework hooks (``STALLDOC_AGENT_OFF=hooks``: the engine's
 per-step markers and phases off).
 
-    python benchmarks/vllm_overhead.py [--runs 3] [--steps 30]
+    python benchmarks/vllm_overhead.py [--runs 3] [--steps 30] [--arms plain,watched]
 
-It builds ``.venv-vllm`` first if the tests have not (a few minutes).
+Each run starts every arm once, one after the other, so each arm's figure can be set against the
+plain job of the same run: besides each arm's median, the paired ratios' median and quartiles
+(the spread to read a difference against). It builds ``.venv-vllm`` first if the tests have not
+(a few minutes).
 """
 from __future__ import annotations
 
@@ -68,25 +71,40 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--arms", default=",".join(ARMS),
+                        help=f"comma-separated, plain always included: {', '.join(ARMS)}")
     args = parser.parse_args()
+    chosen = ["plain", *(a for a in ARMS if a != "plain" and a in args.arms.split(","))]
     python = vllm_env.python()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         model = tiny_swift.build_model(work / "model", hidden=128, heads=2)
-        arms: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
+        arms: dict[str, list[dict[str, float]]] = {arm: [] for arm in chosen}
         for _ in range(args.runs):
-            for arm in ARMS:
+            for arm in chosen:
                 arms[arm].append(run(python, model, args.steps, arm, work))
-    print(f"{'figure':<14}" + "".join(f"{arm:>14}" for arm in ARMS)
+    print(f"{'figure':<14}" + "".join(f"{arm:>14}" for arm in chosen)
           + f"   (median of {args.runs}; in brackets: / plain)")
     for key in ("startup", "tokens_per_s", "wall"):
         plain = statistics.median(r[key] for r in arms["plain"])
         cells = []
-        for arm in ARMS:
+        for arm in chosen:
             value = statistics.median(r[key] for r in arms[arm])
             cells.append(f"{value:.2f} ({value / plain:.2f})")
         print(f"{key:<14}" + "".join(f"{c:>14}" for c in cells))
+    print("paired ratios (each run's arm / the same run's plain): median [first, third quartile]")
+    for key in ("startup", "tokens_per_s", "wall"):
+        print(f"{key:<14}" + "".join(f"{_paired(arms[arm], arms['plain'], key):>22}"
+                                     for arm in chosen if arm != "plain"))
     print("exit codes:", {arm: [r["exit"] for r in results] for arm, results in arms.items()})
+
+
+def _paired(arm: list[dict[str, float]], plain: list[dict[str, float]], key: str) -> str:
+    ratios = sorted(a[key] / p[key] for a, p in zip(arm, plain) if p[key])
+    if len(ratios) < 2:
+        return f"{ratios[0]:.3f}" if ratios else "-"
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    return f"{statistics.median(ratios):.3f} [{q1:.3f}, {q3:.3f}]"
 
 
 if __name__ == "__main__":
