@@ -12,12 +12,12 @@ def render_check(checks: LaunchChecks) -> str:
     lines = _findings(checks)
     if checks.unchecked:
         lines += ["not checked (nothing to read):", *(f"  {u}" for u in checks.unchecked)]
-    if checks.plan:
-        lines += plan_lines(checks.plan, checks.resources.dataset_note)
     versions = checks.resources.versions
     if versions:
         lines.append(f"frameworks ({checks.resources.versions_note}): "
                      + ", ".join(f"{name} {version}" for name, version in versions.items()))
+    if checks.plan:
+        lines += plan_lines(checks.plan, checks.resources.dataset_note)
     lines += [f"skipped: {s}" for s in checks.skipped]
     return "\n".join(lines)
 
