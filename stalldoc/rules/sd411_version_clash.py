@@ -55,17 +55,11 @@ class VersionClash(Rule):
             return
         sure = [s for s in seen if s.clash.confidence == "high"]
         summary = (f"{len(seen)} known version clash{'es' if len(seen) > 1 else ''}: "
-                   + "; ".join(_said(s) for s in seen))
+                   + "; ".join(s.said(threads=1) for s in seen))
         yield self.finding((), summary, {
             "clashes": [_evidence(s) for s in seen], "versions_from": resources.versions_note},
             fix=f"{seen[0].clash.fix} ({seen[0].clash.key}); see each row's fix.",
             severity=None if sure else Severity.INFO)
-
-
-def _said(seen: ClashSeen) -> str:
-    found = " + ".join(f"{p} {v}" for p, v in seen.versions.items())
-    where = f" {seen.layout}" if seen.layout else ""
-    return f"{seen.clash.key} {found}{where}: {seen.clash.symptom} ({seen.clash.threads[0]})"
 
 
 def _evidence(seen: ClashSeen) -> dict[str, object]:
