@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+import psutil
 import pytest
 
 import machine
@@ -142,14 +143,30 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     With STALLDOC_TESTS_TIMELINE set, each test's worker, start, end (the lock waited for
     included) and whether it ran alone are appended to that file, to see where a run's time
     went."""
-    alone, started = runs_alone(item), time.time()
+    alone, started, before = runs_alone(item), time.time(), _children()
     with machine.held(alone):
         yield
     timeline = os.environ.get("STALLDOC_TESTS_TIMELINE")
     if timeline:
+        left = sorted(set(_children()) - set(before))
         with open(timeline, "a", encoding="utf-8") as out:
             out.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')} {started:.1f} "
-                      f"{time.time():.1f} {int(alone)} {item.nodeid}\n")
+                      f"{time.time():.1f} {int(alone)} {item.nodeid}"
+                      f"{' left=' + ','.join(map(str, left)) if left else ''}\n")
+
+
+def _children() -> list[int]:
+    """This worker's live children (not zombies): a test's processes still running after it
+    (its module's shared run, or a leak) are named in the timeline."""
+    return [kid.pid for kid in psutil.Process().children()
+            if _status(kid) not in (None, psutil.STATUS_ZOMBIE)]
+
+
+def _status(proc: psutil.Process) -> str | None:
+    try:
+        return proc.status()
+    except psutil.Error:
+        return None
 
 
 @pytest.fixture

@@ -127,20 +127,24 @@ class StateWriter:
 
     def __init__(self, path: str, pid: int, rank: int, local_rank: int, world_size: int,
                  now: float) -> None:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        # made under another name and renamed once its header is in: a reader never finds the
+        # file without it (a file of zeros is "not a state file" to the reader)
+        making = path + ".new"
+        fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             # blocks reserved, not a sparse file: a full disk fails here (the agent stays off)
             # instead of killing the process with SIGBUS at its first write into the map
             os.posix_fallocate(fd, 0, SIZE)
             self.buf = mmap.mmap(fd, SIZE)
+            _HEADER.pack_into(self.buf, 0, MAGIC, VERSION, STATUS_RUNNING, pid, rank, local_rank,
+                              world_size, now, now, 0, now, -1)
+            os.rename(making, path)
         except OSError:
-            _unlink(path)
+            _unlink(making)
             raise
         finally:
             os.close(fd)
         self.path = path
-        _HEADER.pack_into(self.buf, 0, MAGIC, VERSION, STATUS_RUNNING, pid, rank, local_rank,
-                          world_size, now, now, 0, now, -1)
 
     def identity(self, dump_signal: int, exe_dev: int, exe_ino: int, startup: float,
                  comm: bytes) -> None:
