@@ -54,6 +54,11 @@ PANELS: tuple[tuple[str, str, str, str, str, str], ...] = (
     # by the process groups' own numbers: DDP's reducer and other C++ collectives included
     ("stalldoc-node", "timeseries", "Collectives issued per second (all groups, DDP included)",
      "ops", f"rate(stalldoc_rank_c10d_collectives_issued{NODE}[1m])", "rank {{rank}}"),
+    # where each rank's steps go: its last cycles' shares by kind of phase (SD207's figure)
+    ("stalldoc-node", "timeseries", "Step time by phase per rank (last 3 cycles)", "percentunit",
+     f"stalldoc_rank_phase_share{NODE}", "rank {{rank}} {{phase}}"),
+    ("stalldoc-node", "timeseries", "Cycle length per rank (rollout to rollout)", "s",
+     f"stalldoc_rank_cycle_seconds{NODE}", "rank {{rank}}"),
     ("stalldoc-node", "timeseries", "Probe success", "none",
      f"stalldoc_probe_success{NODE}", "{{probe}}"),
     ("stalldoc-node", "timeseries", "Probe duration", "s",

@@ -668,3 +668,34 @@ def old_release(target: Path, *specs: str) -> dict[str, str]:
     assert done.returncode == 0, f"pip could not install {specs}: {done.stderr[-2000:]}"
     return {"PATH": f"{target / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONPATH": str(target)}
+
+
+def kind_read(at: float, entries: dict[str, int], seconds: dict[str, float]) -> Any:
+    """A read of a rank's counts by kind of phase (``model.agent.PhaseKinds``)."""
+    from stalldoc.agent.statefile import PHASE_KINDS
+    from stalldoc.model.agent import PhaseKinds
+    return PhaseKinds(at, tuple((k, entries.get(k, 0)) for k in PHASE_KINDS),
+                      tuple((k, seconds.get(k, 0.0)) for k in PHASE_KINDS))
+
+
+def grpo_kind_reads(cycles: list[dict[str, float]], steps_per_cycle: int = 1) -> list[Any]:
+    """Reads at each cycle's start of a TRL-like rank: each cycle a rollout (its own seconds
+    in the dict, by kind; "idle": in no phase; "weight_sync_calls": how often the sync was
+    entered, once by default) and ``steps_per_cycle`` steps (the rollout runs in the first)."""
+    from stalldoc.agent.statefile import PHASE_KINDS
+    at, out = 100.0, []
+    entries, seconds = {k: 0 for k in PHASE_KINDS}, {k: 0.0 for k in PHASE_KINDS}
+    for cycle in cycles:
+        entries["rollout"] += 1
+        entries["step"] += 1
+        out.append(kind_read(at, entries, seconds))
+        entries["step"] += steps_per_cycle - 1
+        for kind, spent in cycle.items():
+            if kind in seconds:
+                seconds[kind] += spent
+                entries[kind] += int(cycle.get(f"{kind}_calls", 1)) \
+                    if kind not in ("step", "rollout") else 0
+            at += spent if not kind.endswith("_calls") else 0
+    out.append(kind_read(at, {**entries, "rollout": entries["rollout"] + 1,
+                              "step": entries["step"] + 1}, seconds))
+    return out

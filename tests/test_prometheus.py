@@ -78,7 +78,9 @@ def start_prometheus(tmp_path: Path, *targets: int,
 
 def test_prometheus_scrapes_a_live_watch(tmp_path):
     metrics = free_port()
+    # (each step marked as a phase: the step-share panels have data after 5 of them)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "STUCK_RANK": "1", "STUCK_STEP": "8",
+           "STEP_PHASE": "1",
            "PYTHONPATH": os.pathsep.join([str(HERE / "nvml_sitecustomize"),
                                           os.environ.get("PYTHONPATH", "")])}
     watch = subprocess.Popen([sys.executable, "-m", "stalldoc", "watch", "--run-dir",

@@ -26,7 +26,7 @@ def questions(count: int) -> list[dict]:
     return rows
 
 
-def build_model(directory: Path, hidden: int = 64, heads: int = 4) -> Path:
+def build_model(directory: Path, hidden: int = 64, heads: int = 4, layers: int = 2) -> Path:
     """Random Qwen2 (hidden 64, 2 layers) and a byte-level BPE tokenizer, saved for swift. vLLM's
     CPU attention needs a head size of 64 or more: ``hidden=128, heads=2``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -45,7 +45,7 @@ def build_model(directory: Path, hidden: int = 64, heads: int = 4) -> Path:
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(directory)
     config = Qwen2Config(vocab_size=len(fast), hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=2, num_attention_heads=heads,
+                         num_hidden_layers=layers, num_attention_heads=heads,
                          num_key_value_heads=heads // 2,
                          max_position_embeddings=512, tie_word_embeddings=True,
                          eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id)

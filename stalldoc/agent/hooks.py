@@ -87,7 +87,11 @@ def _vllm() -> tuple[Hook, ...]:
                  channels.channel(channels.pynccl)),
             Hook(nccl, "PyNcclCommunicator.all_reduce", None),   # vLLM's own TP: progress only
             Hook("vllm.distributed.utils", "StatelessProcessGroup.create", "weight_sync",
-                 channels.channel(channels.group_create)))
+                 channels.channel(channels.group_create)),
+            # new weights into the engine: in-place reload (colocated RL loops, sleep mode) and
+            # the native weight-transfer API, in the worker's process (the rank, colocated)
+            *(Hook("vllm.v1.worker.gpu_worker", f"Worker.{m}", "weight_sync")
+              for m in ("reload_weights", "update_weights")))
 
 
 WEIGHT_SYNC_METHODS = ("init_communicator", "update_named_param", "update_model_params",
@@ -234,6 +238,9 @@ HOOKS: tuple[Hook, ...] = (
     Hook("trl.trainer.grpo_trainer", "GRPOTrainer.training_step", "step"),
     Hook("trl.trainer.grpo_trainer", "GRPOTrainer._generate_and_score_completions", "rollout"),
     Hook("trl.trainer.grpo_trainer", "GRPOTrainer._calculate_rewards", "reward"),
+    Hook("trl.trainer.grpo_trainer", "GRPOTrainer._move_model_to_vllm", "weight_sync"),  # < 0.24
+    Hook("trl.generation.vllm_generation", "VLLMGeneration.sync_weights", "weight_sync"),
+    Hook("trl.generation.vllm_generation", "VLLMGeneration.generate", "generate"),
     Hook("transformers.trainer", "Trainer.training_step", "step"),
     Hook("transformers.trainer", "Trainer._save_checkpoint", "checkpoint_save"),
     Hook("deepspeed.runtime.engine", "DeepSpeedEngine.forward", "forward"),

@@ -83,6 +83,10 @@ class Agent:
         self.phase_count = 0
         self.phases: list[tuple[str, float, str, float]] = []   # name, start, detail, since
         self.phase_threads: list[int] = []   # the native id of the thread that entered each
+        self.kinds: list[int] = []           # each open phase's kind (statefile.phase_kind)
+        self.kind_entries = [0] * len(statefile.PHASE_KINDS)
+        self.kind_seconds = [0.0] * len(statefile.PHASE_KINDS)
+        self.kind_counted_at = now           # the seconds are counted up to here
         self.tickers: list[Any] = []   # callables of the hooks, called with the time each beat
         self.groups: dict[str, statefile.GroupRing] = {}
         self.rings: dict[int, statefile.GroupRing] = {}
@@ -375,6 +379,12 @@ class Agent:
 
     def phase_enter(self, name: str, detail: str = "") -> None:
         now = time.time()
+        self._count_kind(now)
+        kind = statefile.phase_kind(name)
+        if kind >= 0 and kind not in self.kinds:
+            self.kind_entries[kind] += 1
+            self._write_kind(kind)
+        self.kinds.append(kind)
         self.phases.append((name, now, detail, now))
         self._push_thread(primitives.get_native_id())
         self.state.phase_stack([p[0] for p in self.phases])
@@ -387,9 +397,12 @@ class Agent:
 
     def phase_exit(self, name: str) -> None:
         now = time.time()
+        self._count_kind(now)
         detailed = False
         while self.phases:
             top, started, detail, _ = self.phases.pop()
+            if self.kinds:
+                self.kinds.pop()
             self._pop_thread()
             detailed = detailed or bool(detail)
             if top == name:
@@ -400,6 +413,20 @@ class Agent:
         if detailed:
             self._write_detail()
         self._bump(now)
+
+    def _count_kind(self, now: float) -> None:
+        """The time since the last count goes to the innermost open phase's kind, if any."""
+        for kind in reversed(self.kinds):
+            if kind >= 0:
+                self.kind_seconds[kind] += now - self.kind_counted_at
+                self.kind_counted_at = now
+                self._write_kind(kind)
+                break
+        self.kind_counted_at = now
+
+    def _write_kind(self, kind: int) -> None:
+        self.state.phase_kind(kind, self.kind_entries[kind], self.kind_seconds[kind],
+                              self.kind_counted_at)
 
     def _push_thread(self, native_id: int) -> None:
         threads = self.phase_threads

@@ -11,8 +11,9 @@ import os
 import stat
 from dataclasses import dataclass
 
-from stalldoc.agent.statefile import (C10D_OFFSET, CLAIM_OFFSET, CLAIM_SOURCES,
-                                      PHASE_THREAD_OFFSET, _C10D, _CLAIM, _U32)
+from stalldoc.agent.statefile import (C10D_OFFSET, CLAIM_OFFSET, CLAIM_SOURCES, KINDS_OFFSET,
+                                      PHASE_KINDS, PHASE_THREAD_OFFSET, _C10D, _CLAIM, _KIND,
+                                      _KINDS_AT, _U32)
 from stalldoc.agent.statefile import (CUDA_OFFSET, DETAIL_OFFSET, DETAIL_TEXT_SIZE, ENGINE_ASLEEP,
                                       ENGINE_OFFSET, ENGINE_PARTLY_AWAKE, ENGINE_SLOTS, ENTRY,
                                       ERROR_OFFSET, ERROR_SIZE, FLAG_ASYNC, GROUP_HEADER_SIZE,
@@ -30,6 +31,7 @@ from stalldoc.model.agent import CudaState as CudaState
 from stalldoc.model.agent import EngineSleepState as EngineSleepState
 from stalldoc.model.collectives import GroupState as GroupState
 from stalldoc.model.agent import PhaseDetail as PhaseDetail
+from stalldoc.model.agent import PhaseKinds as PhaseKinds
 from stalldoc.model.agent import PhaseRecord as PhaseRecord
 from stalldoc.model.ranks import RankClaim
 
@@ -130,6 +132,17 @@ def _read_phases(buf: bytes) -> tuple[int, tuple[PhaseRecord, ...]]:
     return count, tuple(records)
 
 
+def _read_kinds(buf: bytes) -> PhaseKinds | None:
+    counted_at = _KINDS_AT.unpack_from(buf, KINDS_OFFSET)[0]
+    if counted_at == 0.0:
+        return None     # no phase of a kind yet, or an agent that does not count them
+    rows = [_KIND.unpack_from(buf, KINDS_OFFSET + _KINDS_AT.size + i * _KIND.size)
+            for i in range(len(PHASE_KINDS))]
+    return PhaseKinds(_seconds("phase kinds counted", counted_at),
+                      tuple((k, _count("phase entries", n)) for k, (n, _) in zip(PHASE_KINDS, rows)),
+                      tuple((k, _seconds("phase seconds", t)) for k, (_, t) in zip(PHASE_KINDS, rows)))
+
+
 def _read_cuda(buf: bytes) -> CudaState | None:
     (active, allocated, reserved, peak, retries, ooms, sampled_at, host, gpu, gpu_at, oldest,
      host_label, gpu_label) = _CUDA.unpack_from(buf, CUDA_OFFSET)
@@ -210,7 +223,8 @@ def parse_state(buf: bytes, rings: RingReader | None = None) -> AgentSnapshot:
                              *((_read_detail(buf), _read_engines(buf)) if version >= 4
                                else (None, ())),
                              c10d_issued=c10d_issued, c10d_rose_at=c10d_rose_at,
-                             phase_thread=_U32.unpack_from(buf, PHASE_THREAD_OFFSET)[0])
+                             phase_thread=_U32.unpack_from(buf, PHASE_THREAD_OFFSET)[0],
+                             kinds=_read_kinds(buf))
     if rings is not None:
         rings.advance(cursors)
     return snapshot

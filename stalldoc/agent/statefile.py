@@ -34,6 +34,10 @@ Layout (little endian, ``SIZE`` bytes):
   (allocated, reserved, peak allocated, retries, OOMs) and when they were read, the CUDA sync
   markers (host at marker N, GPU completed up to marker M, their labels, when the GPU reached M,
   when the oldest marker it has not reached was recorded).
+- 3760: the time of each kind of phase (``PHASE_KINDS``, ``_KIND``): how often a phase of that
+  kind was entered (not counting one inside another of its kind), and the seconds it was the
+  innermost kind, then when that was last counted. Zero in a file of an agent that does not
+  write it (the bytes were unused), so it needed no version change.
 - 4096: ``GROUP_SLOTS`` process-group slots: a header (the group's name) and a ring of
   ``RING_SLOTS`` collective entries (seq, numel, entered, completed, op, dtype, flags).
 
@@ -99,6 +103,14 @@ ENGINE_SLOTS = 4
 _ENGINE = struct.Struct("<QIIBBB5xdd")
 ENGINE_AWAKE, ENGINE_ASLEEP, ENGINE_PARTLY_AWAKE = 0, 1, 2
 TAG_WEIGHTS, TAG_KV_CACHE = 1, 2
+# the kinds of phase whose time is counted (their order is the layout: a new kind goes last);
+# a phase of none of them (forward, optimizer_step, ...) counts as the kind it runs inside
+PHASE_KINDS = ("step", "rollout", "generate", "reward", "weight_sync", "offload", "async_wait")
+_KIND_OF = {"step": 0, "rollout": 1, "generate": 2, "rollout_server": 2, "reward": 3,
+            "weight_sync": 4, "vllm_sleep": 5, "vllm_wake_up": 5, "async_wait": 6}
+KINDS_OFFSET = 3760
+_KINDS_AT = struct.Struct("<d")        # when the seconds were last counted
+_KIND = struct.Struct("<Qd")           # entries, seconds innermost
 CLAIM_OFFSET = 176
 _CLAIM = struct.Struct("<B3xiii28s")
 CLAIM_WORLD_SIZE = 28
@@ -191,6 +203,12 @@ class StateWriter:
         _PHASE_ENTRY.pack_into(self.buf, offset, name.encode()[:48], started, ended)
         _PHASE_COUNT.pack_into(self.buf, PHASE_RING_OFFSET, count)
 
+    def phase_kind(self, kind: int, entries: int, seconds: float, counted_at: float) -> None:
+        """Kind ``kind``'s entries and seconds, counted up to ``counted_at``."""
+        _KIND.pack_into(self.buf, KINDS_OFFSET + _KINDS_AT.size + kind * _KIND.size, entries,
+                        seconds)
+        _KINDS_AT.pack_into(self.buf, KINDS_OFFSET, counted_at)
+
     def phase_detail(self, phase: str, since: float, detail: str) -> None:
         """The innermost phase with a detail ('' phase: none), since when, and its text."""
         _DETAIL_HEAD.pack_into(self.buf, DETAIL_OFFSET, phase.encode()[:48], since)
@@ -243,6 +261,15 @@ class GroupRing:
     def exit(self, offset: int, now: float) -> None:
         """Record that the collective entered at ``offset`` returned."""
         _F64.pack_into(self.buf, offset + 24, now)
+
+
+def phase_kind(name: str) -> int:
+    """The index of ``name``'s kind in ``PHASE_KINDS``; -1 for a phase of none (offload_model,
+    load_optimizer and the like are ``offload``)."""
+    kind = _KIND_OF.get(name)
+    if kind is None:
+        return 5 if name.startswith(("offload_", "load_")) else -1
+    return kind
 
 
 def entry_offset(slot: int, seq: int) -> int:

@@ -21,6 +21,24 @@ class PhaseRecord:
 
 
 @dataclass(frozen=True)
+class PhaseKinds:
+    """How a rank's time went, by kind of phase (``statefile.PHASE_KINDS``), since its agent
+    started: each kind's entries and the seconds it was the innermost kind, counted up to
+    ``counted_at``. Exclusive time: a weight sync inside a rollout inside a step is the weight
+    sync's alone."""
+
+    counted_at: float
+    entries: tuple[tuple[str, int], ...]     # (kind, entries), in PHASE_KINDS order
+    seconds: tuple[tuple[str, float], ...]   # (kind, seconds innermost)
+
+    def entered(self, kind: str) -> int:
+        return dict(self.entries).get(kind, 0)
+
+    def spent(self, kind: str) -> float:
+        return dict(self.seconds).get(kind, 0.0)
+
+
+@dataclass(frozen=True)
 class CudaState:
     """What a rank's agent knows about its CUDA work (only for ranks that initialised CUDA)."""
 
@@ -115,6 +133,7 @@ class AgentSnapshot:
     c10d_issued: int = 0        # collectives issued on its process groups, by their sequence
     c10d_rose_at: float = 0.0   # numbers (DDP's C++ ones included); when that last rose
     phase_thread: int = 0       # native id of the thread that entered the innermost phase
+    kinds: PhaseKinds | None = None   # time by kind of phase (None: no phase of a kind yet)
 
     @property
     def channel(self) -> PhaseDetail | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from stalldoc.model.agent import AgentSnapshot, CudaState, EngineSleepState
+from stalldoc.model.agent import AgentSnapshot, CudaState, EngineSleepState, PhaseKinds
 from stalldoc.model.cluster import ClusterView
 from stalldoc.model.collectives import FlightDump
 from stalldoc.model.launch import LaunchConfig, Resources
@@ -71,3 +71,5 @@ class Window:
     # the driver or actors busy in one unchanging stack for the busy timeout while every rank
     # waits for its next task (every tick)
     spinning: tuple[OutsideSeen, ...] = ()
+    # rank -> its time by kind of phase, read near each start of its cycles (every tick)
+    kinds: Mapping[int, tuple[PhaseKinds, ...]] = field(default_factory=dict)

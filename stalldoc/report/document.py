@@ -54,7 +54,8 @@ def run_document(run: RunRecord, node: bool = False) -> dict[str, Any]:
            "timeseries": {"ranks": _rows(run.timeseries.ranks, False),
                           "gpus": _rows(run.timeseries.gpus, False),
                           "node": _rows(run.timeseries.node, False)},
-           "flight_dumps": list(run.flight_dumps)}
+           "flight_dumps": list(run.flight_dumps),
+           "step_shares": _rows(run.step_shares, False)}
     if node:
         doc["node"] = run.node
     return doc

@@ -14,7 +14,7 @@ from stalldoc.errors import RunDirError
 from stalldoc.findings.ledger import OPEN, RESOLVED
 from stalldoc.model.stacks import Frame, ThreadStack, as_written
 from stalldoc.report import telemetry
-from stalldoc.report.phases import phase_summary
+from stalldoc.report.phases import phase_summary, step_share_records
 from stalldoc.report.records import (CollectiveSpan, FindingRecord, GpuPhase, GpuPoint,
                                      GpuSummary, HostSummary, NodePoint, PhaseSpan, PhaseStats,
                                      ProbeHealth, RankPoint, RankRecord, Report, RunInfo,
@@ -158,7 +158,7 @@ def _record(conn: sqlite3.Connection, run_dir: Path, node: str | None) -> RunRec
         tuple(record(GpuSummary, g, ranks=tuple(g["ranks"])) for g in telemetry.gpus(conn)),
         tuple(record(GpuPhase, p) for p in telemetry.gpu_phases(conn)), watermarks(conn),
         tuple(record(ProbeHealth, p) for p in telemetry.probes(conn)), timeseries(conn),
-        spans(conn), collectives(conn), flight_dumps(run_dir))
+        spans(conn), collectives(conn), flight_dumps(run_dir), step_share_records(conn))
 
 
 def read_run(run_dir: Path, node: str | None = None) -> RunRecord:

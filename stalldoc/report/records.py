@@ -274,6 +274,21 @@ class TimeSeries:
 
 
 @dataclass(frozen=True)
+class StepShareRecord:
+    """Where a rank's cycles went (``analysis/phase_shares.py``): over ``run`` (every complete
+    cycle but the first) or ``last`` (the last 3), each kind's share of the time."""
+
+    rank: int
+    over: str
+    cycle: str                     # the kind of phase that starts each cycle
+    cycles: int
+    cycle_seconds: float
+    shares: Mapping[str, float]    # train, rollout, generate, reward, weight_sync, offload,
+                                   # waiting, other: summing to 1
+    weight_sync_calls_per_cycle: float
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """One node's run directory, read whole."""
 
@@ -294,6 +309,7 @@ class RunRecord:
     spans: tuple[PhaseSpan, ...] = ()
     collectives: tuple[CollectiveSpan, ...] = ()   # schema 5 on (table ``collectives``)
     flight_dumps: tuple[str, ...] = ()
+    step_shares: tuple[StepShareRecord, ...] = ()   # schema 8 on (table ``phase_kinds``)
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from stalldoc.model.agent import CudaState
+from stalldoc.analysis.phase_shares import StepShares, new_cycle, restarted, step_shares
+from stalldoc.model.agent import CudaState, PhaseKinds
 from stalldoc.model.samples import GpuSample, HostMemory, HostSample
 from stalldoc.model.samples import Tick
 
 HISTORY = 120   # ticks kept
+KIND_READS = 64   # reads of a rank's time by kind of phase kept: one per change of its cycles
 
 
 @dataclass
@@ -18,6 +20,7 @@ class Histories:
     gpus: dict[int, deque[GpuSample]] = field(default_factory=dict)
     node: deque[HostMemory] = field(default_factory=lambda: deque(maxlen=HISTORY))
     cuda: dict[int, deque[tuple[float, CudaState]]] = field(default_factory=dict)
+    kinds: dict[int, deque[PhaseKinds]] = field(default_factory=dict)
 
     def add(self, tick: Tick) -> None:
         for row in tick.host.values():
@@ -29,6 +32,28 @@ class Histories:
         for rank, agent in tick.agents.items():
             if agent.cuda is not None:
                 self.cuda.setdefault(rank, deque(maxlen=HISTORY)).append((tick.t, agent.cuda))
+            if agent.kinds is not None:
+                self._add_kinds(rank, agent.kinds)
+
+    def _add_kinds(self, rank: int, kinds: PhaseKinds) -> None:
+        """Kept when it starts a cycle (``analysis/phase_shares.py`` measures between them)."""
+        kept = self.kinds.setdefault(rank, deque(maxlen=KIND_READS))
+        if restarted(kept[-1] if kept else None, kinds):
+            kept.clear()
+        if new_cycle(kept[-1] if kept else None, kinds):
+            kept.append(kinds)
+
+    def kind_reads(self) -> dict[int, tuple[PhaseKinds, ...]]:
+        return {rank: tuple(reads) for rank, reads in self.kinds.items()}
+
+    def step_shares(self) -> dict[int, StepShares]:
+        """Each rank's shares of its last cycles, where it has run enough of them."""
+        out = {}
+        for rank, reads in self.kinds.items():
+            shares = step_shares(rank, tuple(reads))
+            if shares is not None:
+                out[rank] = shares
+        return out
 
     def stopped_pids(self) -> set[int]:
         return {s[-1].pid for s in self.host.values() if s and s[-1].status == "stopped"}

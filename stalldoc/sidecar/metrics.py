@@ -18,6 +18,7 @@ from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, Gaug
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
+from stalldoc.analysis.phase_shares import StepShares
 from stalldoc.errors import StalldocError
 from stalldoc.launch.config import LaunchConfig
 from stalldoc.model.samples import GpuSample, ProbeRun
@@ -43,6 +44,22 @@ class MetricsState:
     open_findings: Mapping[tuple[str, str], int] = field(default_factory=dict)   # open (ledger)
     node_name: str = ""   # the node's subdirectory of a shared run directory; "" for one node
     c10d_issued: Mapping[int, int] = field(default_factory=dict)   # rank -> by sequence numbers
+    shares: Mapping[int, StepShares] = field(default_factory=dict)   # rank -> its last cycles
+
+
+def _shares(s: MetricsState) -> Iterator[Metric]:
+    share = GaugeMetricFamily(
+        "stalldoc_rank_phase_share",
+        "Share of the rank's last complete cycles (rollout to rollout) spent in each kind of "
+        "phase: train, rollout, generate, reward, weight_sync, offload, waiting, other",
+        labels=["rank", "phase"])
+    cycle = GaugeMetricFamily("stalldoc_rank_cycle_seconds",
+                              "Mean length of the rank's last complete cycles", labels=["rank"])
+    for rank, shares in sorted(s.shares.items()):
+        for name, value in shares.shares:
+            share.add_metric([str(rank), name], round(value, 4))
+        cycle.add_metric([str(rank)], round(shares.cycle_seconds, 3))
+    yield from (share, cycle)
 
 
 def job_name(config: LaunchConfig | None) -> str:
@@ -91,6 +108,7 @@ class StateCollector(Collector):
         for rank, value in sorted(s.c10d_issued.items()):
             c10d.add_metric([str(rank)], value)
         yield from (since, phase, seq, rss, c10d)
+        yield from _shares(s)
 
     @staticmethod
     def _gpus(s: MetricsState) -> Iterator[Metric]:

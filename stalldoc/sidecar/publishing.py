@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import socket
+from typing import Mapping
 
+from stalldoc.analysis.phase_shares import StepShares
 from stalldoc.cluster.publish import LocalView
 from stalldoc.model.stacks import RankStacks
 from stalldoc.run.terminal import RankLine, format_status
@@ -41,8 +43,10 @@ class Publisher:
                                                   job_name(self.ctx.config),
                                                   node_name=self.node_name()))
 
-    def publish(self, now: float, sample: Tick) -> None:
-        """The latest tick for the Prometheus exporter."""
+    def publish(self, now: float, sample: Tick,
+                shares: Mapping[int, StepShares] | None = None) -> None:
+        """The latest tick for the Prometheus exporter, with each rank's shares of its last
+        cycles by kind of phase."""
         for gpu in sample.gpus:
             if gpu.memory_used is not None:
                 self.gpu_peaks[gpu.index] = max(self.gpu_peaks.get(gpu.index, 0), gpu.memory_used)
@@ -58,7 +62,8 @@ class Publisher:
             {r: h.rss_bytes for r, h in sample.host.items()}, tracker.episode is not None,
             ledger.opened_counts(), sample.gpus, dict(self.gpu_peaks), sample.probes,
             ledger.open_counts(), self.node_name(),
-            c10d_issued={r: a.c10d_issued for r, a in sample.agents.items() if a.c10d_issued}))
+            c10d_issued={r: a.c10d_issued for r, a in sample.agents.items() if a.c10d_issued},
+            shares=dict(shares or {})))
 
     def publish_card(self, now: float, ended: bool = False, code: int | None = None) -> None:
         """This watch's card for the watches beside it, when due (and once at the end)."""

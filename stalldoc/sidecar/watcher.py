@@ -256,7 +256,7 @@ class Watcher:
         self.diagnosis.check_stall(now, sample.agents)   # detect -> diagnosis: a stall
         self._tick_rules(now, sample.agents)         # rules that watch over time
         self.diagnosis.forget_ended_stall()
-        self.publisher.publish(now, sample)          # metrics
+        self.publisher.publish(now, sample, self.history.step_shares())   # metrics
         self.publisher.publish_node(now, sample.agents, self.stall_stacks)   # other nodes
         self.publisher.publish_card(now)             # the watches beside this one
         self.publisher.status(now, self.started_at)  # the terminal's live line

@@ -35,4 +35,5 @@ class Windows:
                       served=sources.served.view(ctx.engine_tick.idle),
                       preemptions=sources.preemptions.refresh(now, ranks.values(),
                                                               self.roster.engines.values()),
-                      agentless=sources.agentless.view(ranks))
+                      agentless=sources.agentless.view(ranks),
+                      kinds=sources.history.kind_reads())

@@ -14,8 +14,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
+from stalldoc.analysis.phase_shares import new_cycle
 from stalldoc.findings.ledger import Entry
 from stalldoc.findings.record import entry_record
+from stalldoc.model.agent import PhaseKinds
 from stalldoc.model.ranks import RankExit, RankProcess
 from stalldoc.model.samples import GpuSample, HostSample, ProbeRun
 from stalldoc.model.stacks import RankStacks
@@ -70,6 +72,7 @@ class RunStore:
         self.compacted_until = 0.0
         self.pruned_stacks = 0
         self._phase_keys: dict[int, set[tuple[str, float]]] = {}
+        self._kinds: dict[int, PhaseKinds] = {}   # rank -> its read last stored
         self._collective_keys: dict[int, dict[tuple[str, int, float], bool]] = {}  # -> completed
         self.dropped_collectives = 0    # past the cap per tick, or never read (wrapped rings)
         self._wrapped: dict[tuple[int, str], int] = {}   # (rank, group) -> GroupState.wrapped
@@ -136,9 +139,10 @@ class RunStore:
         parent, a driver): it was never a rank, so nothing of it is reported as one."""
         self.conn.execute("DELETE FROM ranks WHERE rank = ? AND pid = ?", (rank.rank, rank.pid))
         self.conn.execute("DELETE FROM stacks WHERE rank = ? AND pid = ?", (rank.rank, rank.pid))
-        for table in ("samples", "watermarks", "phases", "collectives"):
+        for table in ("samples", "watermarks", "phases", "collectives", "phase_kinds"):
             self.conn.execute(f"DELETE FROM {table} WHERE rank = ?", (rank.rank,))
         self._phase_keys.pop(rank.rank, None)
+        self._kinds.pop(rank.rank, None)
         self._collective_keys.pop(rank.rank, None)
 
     @_guarded()
@@ -165,7 +169,19 @@ class RunStore:
         for rank, agent in tick.agents.items():
             self.add_phases(rank, agent.phases)
             self.add_collectives(rank, agent.groups)
+            if agent.kinds is not None:
+                self.add_kinds(rank, agent.kinds)
         self.conn.commit()
+
+    def add_kinds(self, rank: int, kinds: PhaseKinds) -> None:
+        """A rank's time by kind of phase, when the read starts one of its cycles."""
+        if not new_cycle(self._kinds.get(rank), kinds):
+            return
+        self._kinds[rank] = kinds
+        seconds = dict(kinds.seconds)
+        self.conn.executemany("INSERT OR IGNORE INTO phase_kinds VALUES (?, ?, ?, ?, ?)",
+                              [(rank, kinds.counted_at, kind, entries, seconds.get(kind, 0.0))
+                               for kind, entries in kinds.entries])
 
     def _gpu_phase_rows(self, tick: Tick) -> list[tuple[Any, ...]]:
         """Each GPU's time since its last sample, charged with its rates to its rank's phase."""

@@ -13,12 +13,14 @@ and a job of several torch.distributed worlds numbers each world's ranks after t
 Version 7 adds the share of time a kernel ran on each GPU (``gpu_samples.util_compute``, from
 NVML's GPM; ``gpu_phase_stats.compute_sum`` / ``compute_samples``): NVML's ``util_gpu`` also
 counts copies, so an H100 that only moves pinned memory reads 100 % there and 0 % here.
-Readers take versions 2 to 7.
+Version 8 adds ``phase_kinds``: each rank's time by kind of phase (``statefile.PHASE_KINDS``),
+read near the start of each of its cycles (``analysis/phase_shares.py``), one row per kind.
+Readers take versions 2 to 8.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 7
-READABLE_VERSIONS = ("2", "3", "4", "5", "6", "7")   # 3 added stalls.work and the samples' work columns
+SCHEMA_VERSION = 8
+READABLE_VERSIONS = ("2", "3", "4", "5", "6", "7", "8")   # 3 added stalls.work and the samples' work columns
 DB_NAME = "run.db"
 
 SAMPLE_COLUMNS = ("t", "rank", "cpu_seconds", "rss_bytes", "threads", "status",
@@ -86,6 +88,9 @@ CREATE TABLE collectives (rank INTEGER NOT NULL, grp TEXT NOT NULL, seq INTEGER 
                           entered_at REAL NOT NULL, completed_at REAL,
                           PRIMARY KEY (rank, grp, seq, entered_at));
 CREATE INDEX collectives_entered ON collectives (entered_at);
+CREATE TABLE phase_kinds (rank INTEGER NOT NULL, counted_at REAL NOT NULL, kind TEXT NOT NULL,
+                          entries INTEGER NOT NULL, seconds REAL NOT NULL,
+                          PRIMARY KEY (rank, counted_at, kind));
 CREATE TABLE phase_stats (name TEXT PRIMARY KEY, count INTEGER NOT NULL, max REAL NOT NULL);
 CREATE TABLE phase_hist (name TEXT NOT NULL, bin INTEGER NOT NULL, count INTEGER NOT NULL,
                          total REAL NOT NULL, PRIMARY KEY (name, bin));

@@ -1,5 +1,8 @@
 """Ranks train with a collective per step; at step STUCK_STEP rank STUCK_RANK goes into a user
-function (named by STUCK_FUNC) and never returns, while the others wait in OP."""
+function (named by STUCK_FUNC) and never returns, while the others wait in OP. With STEP_PHASE
+set, each step is marked as the training step (``stalldoc.phase("step")``), as a script that
+marks its phases itself does."""
+import contextlib
 import os
 import threading
 import time
@@ -39,14 +42,21 @@ def main() -> None:
     name = os.environ.get("STUCK_FUNC", "fetch_batch")
     stuck = type(_never_returns)(_never_returns.__code__.replace(co_name=name, co_qualname=name),
                                  globals())
+    marked = os.environ.get("STEP_PHASE")
     for step in range(STUCK_STEP + 3):
-        if dist.get_rank() == STUCK_RANK and step == STUCK_STEP:
-            if os.environ.get("REFUSE_TRACING"):
-                _refuse_tracing()
-            stuck()
-        _run_op(torch.ones(16) * step)
-        time.sleep(0.1)
+        with (_step_phase() if marked else contextlib.nullcontext()):
+            if dist.get_rank() == STUCK_RANK and step == STUCK_STEP:
+                if os.environ.get("REFUSE_TRACING"):
+                    _refuse_tracing()
+                stuck()
+            _run_op(torch.ones(16) * step)
+            time.sleep(0.1)
     dist.destroy_process_group()
+
+
+def _step_phase():
+    import stalldoc
+    return stalldoc.phase("step")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import jinja2
 from stalldoc import __version__
 from stalldoc.report.formats import html_charts, html_view
 from stalldoc.report.formats.html_timeline import build_timeline
-from stalldoc.report.formats.text import gib
+from stalldoc.report.formats.text import SHARE_COLUMNS, gib
 from stalldoc.report.records import Report
 
 
@@ -42,7 +42,7 @@ def context(report: Report) -> dict[str, Any]:
         "launch_findings": html_view.findings(report, launch=True),
         "groups": html_view.stack_views(report), "fallbacks": [s for s in report.stacks if s.error],
         "plans": [(r.node, p) for r in runs if (p := html_view.launch_plan(r))],
-        "run_records": runs, "plotly_js": html_charts.plotly_js(),
+        "run_records": runs, "share_columns": SHARE_COLUMNS, "plotly_js": html_charts.plotly_js(),
         "generated": time.strftime("%Y-%m-%d %H:%M:%S"), "version": __version__,
     }
 

@@ -101,7 +101,8 @@ class MarkdownReporter:
 
 def render_lines(report: Report, caps: Caps) -> list[str]:
     return (summary(report, caps) + command(report, caps) + environment(report)
-            + findings(report, caps) + stacks(report, caps) + launch_plan(report, caps)
+            + findings(report, caps) + step_shares(report, caps) + stacks(report, caps)
+            + launch_plan(report, caps)
             + made_by(report))
 
 
@@ -214,6 +215,23 @@ def findings(report: Report, caps: Caps) -> list[str]:
         lines.append(f"  Fix: {escape(f.fix)}")
     if len(ranked) > caps.findings:
         lines.append(f"- {more(len(ranked) - caps.findings, 'finding(s)')}")
+    return lines + [""]
+
+
+def step_shares(report: Report, caps: Caps) -> list[str]:
+    """Where the ranks' steps went over the run: the kinds of phase of 5 % or more."""
+    rows = [(run, s) for run in report.runs for s in run.step_shares if s.over == "run"]
+    if not rows:
+        return []
+    lines = ["#### Where the steps went (share of each cycle)", ""]
+    for run, row in rows[:caps.findings]:
+        where = f" ({escape(run.node)})" if report.merged else ""
+        parts = ", ".join(f"{name} {share:.0%}" for name, share in
+                          sorted(row.shares.items(), key=lambda kv: -kv[1]) if share >= 0.05)
+        lines.append(f"- rank {row.rank}{where}: {parts} ({row.cycles} cycles of "
+                     f"{row.cycle_seconds:.1f} s, {row.cycle} to {row.cycle})")
+    if len(rows) > caps.findings:
+        lines.append(f"- {more(len(rows) - caps.findings, 'rank(s)')}")
     return lines + [""]
 
 

@@ -68,6 +68,7 @@ class TextReporter:
         lines += stalls(report, groups) + findings(report) + stacks(report, groups)
         for run in report.runs:
             lines += telemetry(run, report.merged) + phases(run, report.merged)
+            lines += step_shares(run, report.merged)
         return "\n".join(lines)
 
 
@@ -244,6 +245,21 @@ def phases(run: RunRecord, merged: bool) -> list[str]:
     return ["", f"Phases{_of(run, merged)} (seconds):"] + table(
         ("name", "count", "median", "p95", "max"),
         [(n, p.count, p.median, p.p95, p.max) for n, p in run.phases.items()])
+
+
+SHARE_COLUMNS = ("train", "rollout", "generate", "reward", "weight_sync", "offload", "waiting",
+                 "other")
+
+
+def step_shares(run: RunRecord, merged: bool) -> list[str]:
+    """Where each rank's cycles went: over the run and over its last cycles."""
+    if not run.step_shares:
+        return []
+    return ["", f"Where the steps go{_of(run, merged)} (share of each cycle; the first cycle "
+                "left out):"] + table(
+        ("rank", "over", "cycles", "cycle s", *SHARE_COLUMNS),
+        [(s.rank, s.over, f"{s.cycles} {s.cycle}", s.cycle_seconds,
+          *(f"{s.shares.get(c, 0.0):.0%}" for c in SHARE_COLUMNS)) for s in run.step_shares])
 
 
 REPORTER = TextReporter()
