@@ -152,14 +152,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         with open(timeline, "a", encoding="utf-8") as out:
             out.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')} {started:.1f} "
                       f"{time.time():.1f} {int(alone)} {item.nodeid}"
-                      f"{' left=' + ','.join(map(str, left)) if left else ''}\n")
+                      f"{' left=' + ','.join(left) if left else ''}\n")
 
 
-def _children() -> list[int]:
-    """This worker's live children (not zombies): a test's processes still running after it
+def _children() -> list[str]:
+    """This worker's children, a zombie's pid marked Z: a test's processes still there after it
     (its module's shared run, or a leak) are named in the timeline."""
-    return [kid.pid for kid in psutil.Process().children()
-            if _status(kid) not in (None, psutil.STATUS_ZOMBIE)]
+    return [f"{kid.pid}{'Z' if status == psutil.STATUS_ZOMBIE else ''}"
+            for kid in psutil.Process().children() if (status := _status(kid)) is not None]
 
 
 def _status(proc: psutil.Process) -> str | None:

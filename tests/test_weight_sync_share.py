@@ -82,9 +82,10 @@ def test_a_weight_sync_tensor_by_tensor_is_named_while_the_job_runs(tmp_path, en
     assert rows["run"]["shares"]["weight_sync"] >= 0.5, rows
 
 
-def test_a_bucketed_weight_sync_under_load_is_measured_and_quiet(tmp_path, engine):
+@pytest.mark.parametrize("loaded", [True], ids=["cpu-burner"])   # runs alone: it loads the node
+def test_a_bucketed_weight_sync_under_load_is_measured_and_quiet(tmp_path, engine, loaded):
     # GIVEN the same loop sending all its tensors in one call a step, on a loaded machine
-    with cpu_burner(2):
+    with cpu_burner(2 if loaded else 0):
         proc = _start(tmp_path, engine, "bucket", 12, "--on-stall", "kill")
         code = _ended(proc)
     # THEN it trains to its end with no alarm, SD207 least of all

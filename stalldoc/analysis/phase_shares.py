@@ -49,9 +49,11 @@ class StepShares:
 
 
 def new_cycle(before: PhaseKinds | None, now: PhaseKinds) -> bool:
-    """Whether ``now`` is a read to keep: a kind that starts cycles was entered since
-    ``before``, the last read kept (the first read of each cycle is what is measured between)."""
-    return before is None or any(before.entered(k) != now.entered(k) for k in CYCLE_KINDS)
+    """Whether ``now`` is a read to keep: the kind that starts its cycles was entered since
+    ``before``, the last read kept (the first read of each cycle is what is measured between;
+    the steps inside a rollout's cycle are not kept)."""
+    kind = cycle_kind(now)
+    return before is None or (kind is not None and before.entered(kind) != now.entered(kind))
 
 
 def restarted(before: PhaseKinds | None, now: PhaseKinds) -> bool:

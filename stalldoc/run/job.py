@@ -88,8 +88,11 @@ class JobTree:
         job after its parent died, until it ends (a new process reusing its pid is not kept)."""
         skip = {exclude, *table.subtree(exclude), self.reaper} if exclude else {self.reaper}
         found: dict[int, None] = {}
-        orphans = sorted(set(table.children.get(self.reaper, ())) - skip,   # the oldest first
-                         key=lambda pid: (table.procs[pid].start_ticks, pid))
+        first = self._first_start(table)
+        orphans = sorted((pid for pid in set(table.children.get(self.reaper, ())) - skip
+                          # one started before the job is none of its orphans
+                          if first is None or table.procs[pid].start_ticks >= first),
+                         key=lambda pid: (table.procs[pid].start_ticks, pid))  # the oldest first
         for pid in [self.pid, *sorted(self.known), *orphans]:
             if pid in found or not self._alive(table, pid):
                 continue   # found: its tree is in already
@@ -100,6 +103,13 @@ class JobTree:
             if pid not in skip:
                 self.known[pid] = table.procs[pid].start_ticks
         return [pid for pid in found if pid not in skip]
+
+    def _first_start(self, table: ProcessTable) -> int | None:
+        """When the job's first top started (clock ticks); None while none was seen."""
+        starts = [self.known.get(root) or (table.procs[root].start_ticks
+                                           if root in table.procs else None)
+                  for root in self.roots]
+        return min((s for s in starts if s is not None), default=None)
 
     def _alive(self, table: ProcessTable, pid: int) -> bool:
         info = table.get(pid)

@@ -69,7 +69,12 @@ def test_a_loop_with_no_rollout_phase_cycles_on_its_generations():
 def test_reads_kept_are_those_that_start_a_cycle_and_a_restart_is_seen():
     first = read(1.0, {"step": 1, "rollout": 1}, {})
     same = read(2.0, {"step": 1, "rollout": 1, "weight_sync": 40}, {"weight_sync": 1.0})
-    later = read(3.0, {"step": 2, "rollout": 1}, {})
-    assert new_cycle(None, first) and not new_cycle(first, same) and new_cycle(first, later)
+    next_step = read(3.0, {"step": 2, "rollout": 1}, {})        # the rollout's cycle goes on
+    next_rollout = read(4.0, {"step": 3, "rollout": 2}, {})
+    assert new_cycle(None, first) and new_cycle(first, next_rollout)
+    assert not new_cycle(first, same) and not new_cycle(first, next_step)
+    steps_only = [read(t, {"step": n}, {}) for t, n in ((1.0, 1), (2.0, 1), (3.0, 2))]
+    assert not new_cycle(steps_only[0], steps_only[1]) and new_cycle(steps_only[1], steps_only[2])
     again = read(9.0, {"step": 1, "rollout": 0}, {})
-    assert restarted(later, again) and not restarted(first, later) and not restarted(None, first)
+    assert restarted(next_rollout, again) and not restarted(first, next_rollout)
+    assert not restarted(None, first)

@@ -150,3 +150,22 @@ def test_job_tree_keeps_an_orphan_and_leaves_out_the_excluded_tree(forking_paren
         os.kill(grandchild, 9)
         job.kill()
         job.wait()
+
+
+def test_a_child_of_the_reaper_older_than_the_job_is_none_of_its_orphans():
+    # GIVEN a process the reaper started before the job (a server it runs beside the job, or
+    # what an earlier job of this process left), then the job, and an orphan of the job
+    # re-parented to the reaper (a child of the reaper started after the job)
+    older = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    time.sleep(0.05)   # clock ticks of 10 ms: the job starts later than it
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    adopted = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        table = scan()
+        assert table.procs[older.pid].start_ticks < table.procs[job.pid].start_ticks
+        # THEN the job is its command and the later child; the older one is not of it
+        assert JobTree(job.pid, reaper=os.getpid()).pids(table) == [job.pid, adopted.pid]
+    finally:
+        for proc in (older, job, adopted):
+            proc.kill()
+            proc.wait()
