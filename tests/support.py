@@ -699,3 +699,14 @@ def grpo_kind_reads(cycles: list[dict[str, float]], steps_per_cycle: int = 1) ->
     out.append(kind_read(at, {**entries, "rollout": entries["rollout"] + 1,
                               "step": entries["step"] + 1}, seconds))
     return out
+
+
+def assert_steps_measured(report: dict[str, Any], rank: int = 0) -> dict[str, float]:
+    """A healthy GRPO run without vLLM: where its steps went was measured over its rollouts
+    (the first left out), no weight sync among it, the kinds summing to 1; the shares."""
+    [run] = [r for r in report["step_shares"] if r["rank"] == rank and r["over"] == "run"]
+    shares = run["shares"]
+    assert run["cycle"] == "rollout" and run["cycles"] >= 1, run
+    assert shares["weight_sync"] == 0.0 and shares["train"] > 0, run
+    assert abs(sum(shares.values()) - 1.0) < 0.01, run
+    return shares

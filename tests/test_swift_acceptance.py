@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import tiny_swift
-from support import SCENARIOS, Result, is_alarm
+from support import SCENARIOS, Result, assert_steps_measured, is_alarm
 from stalldoc.agent.state_reader import read_state
 
 pytestmark = [pytest.mark.skipif(importlib.util.find_spec("swift") is None,
@@ -78,6 +78,8 @@ def test_healthy_run(tmp_path, tiny):
         first_step = [name for (name,) in db.execute(
             "SELECT name FROM phases WHERE rank = 0 ORDER BY started_at, ended_at DESC LIMIT 4")]
     assert first_step == ["step", "rollout", "generate", "reward"]
+    # AND where its steps went was measured, the generation among it (swift's own hook)
+    assert assert_steps_measured(report)["generate"] > 0
     logged = {int(total) for total in re.findall(r"global_step/max_steps'?: '?\d+/(\d+)", output)}
     checked = subprocess.run([sys.executable, "-m", "stalldoc", "check", "--format", "json", "--",
                               *argv], capture_output=True, text=True, env=env)

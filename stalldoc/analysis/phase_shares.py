@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from stalldoc.model.agent import CYCLE_KINDS as CYCLE_KINDS
 from stalldoc.model.agent import PhaseKinds
 
-CYCLE_KINDS = ("rollout", "generate", "step")   # what starts a cycle, the first found
 # a kind's share under the name the report and the metrics give it
 SHARE_NAMES = {"step": "train", "rollout": "rollout", "generate": "generate",
                "reward": "reward", "weight_sync": "weight_sync", "offload": "offload",
@@ -48,25 +48,6 @@ class StepShares:
         return self.seconds / self.cycles
 
 
-def new_cycle(before: PhaseKinds | None, now: PhaseKinds) -> bool:
-    """Whether ``now`` is a read to keep: the kind that starts its cycles was entered since
-    ``before``, the last read kept (the first read of each cycle is what is measured between;
-    the steps inside a rollout's cycle are not kept)."""
-    kind = cycle_kind(now)
-    return before is None or (kind is not None and before.entered(kind) != now.entered(kind))
-
-
-def restarted(before: PhaseKinds | None, now: PhaseKinds) -> bool:
-    """Whether ``now`` comes from another process than ``before`` (counts that went down: the
-    rank was started again, its counts start from nothing)."""
-    return before is not None and any(before.entered(k) > now.entered(k) for k in CYCLE_KINDS)
-
-
-def cycle_kind(kinds: PhaseKinds) -> str | None:
-    """The kind whose starts make the rank's cycles; None before any of them started."""
-    return next((k for k in CYCLE_KINDS if kinds.entered(k) > 0), None)
-
-
 def step_shares(rank: int, history: Sequence[PhaseKinds],
                 cycles: int | None = MIN_CYCLES) -> StepShares | None:
     """The shares over the rank's last ``cycles`` (or more) complete cycles, or over all of
@@ -74,7 +55,7 @@ def step_shares(rank: int, history: Sequence[PhaseKinds],
     rank's counts as read, oldest first, one of them at least near each cycle's start."""
     if not history:
         return None
-    kind = cycle_kind(history[-1])
+    kind = history[-1].cycle_kind
     if kind is None:
         return None
     end = _first_at(history, history[-1].entered(kind), kind)

@@ -20,6 +20,9 @@ class PhaseRecord:
         return self.ended_at - self.started_at
 
 
+CYCLE_KINDS = ("rollout", "generate", "step")   # what starts a rank's cycle, the first entered
+
+
 @dataclass(frozen=True)
 class PhaseKinds:
     """How a rank's time went, by kind of phase (``statefile.PHASE_KINDS``), since its agent
@@ -36,6 +39,25 @@ class PhaseKinds:
 
     def spent(self, kind: str) -> float:
         return dict(self.seconds).get(kind, 0.0)
+
+    @property
+    def cycle_kind(self) -> str | None:
+        """The kind whose starts make the rank's cycles (``CYCLE_KINDS``, the first entered);
+        None before any of them started."""
+        return next((k for k in CYCLE_KINDS if self.entered(k) > 0), None)
+
+    def starts_cycle(self, before: PhaseKinds | None) -> bool:
+        """Whether this read is one to keep after ``before``, the last read kept: its cycle's
+        kind was entered since (the first read of each cycle is what is measured between; the
+        steps inside a rollout's cycle are not kept)."""
+        kind = self.cycle_kind
+        return before is None or (kind is not None and before.entered(kind) != self.entered(kind))
+
+    def restarted(self, before: PhaseKinds | None) -> bool:
+        """Whether this read comes from another process than ``before`` (counts that went
+        down: the rank was started again, its counts start from nothing)."""
+        return before is not None and any(before.entered(k) > self.entered(k)
+                                           for k in CYCLE_KINDS)
 
 
 @dataclass(frozen=True)

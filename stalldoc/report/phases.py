@@ -5,8 +5,7 @@ from __future__ import annotations
 import sqlite3
 import statistics
 
-from stalldoc.agent.statefile import PHASE_KINDS
-from stalldoc.analysis.phase_shares import MIN_CYCLES, StepShares, restarted, step_shares
+from stalldoc.analysis.phase_shares import MIN_CYCLES, SHARE_NAMES, StepShares, step_shares
 from stalldoc.model.agent import PhaseKinds
 from stalldoc.report import telemetry
 from stalldoc.report.records import StepShareRecord
@@ -59,7 +58,7 @@ def _kind_reads(conn: sqlite3.Connection) -> dict[int, list[PhaseKinds]]:
             "ORDER BY rank, counted_at"):
         rows.setdefault((rank, at), []).append((kind, entries, seconds))
     reads: dict[int, list[PhaseKinds]] = {}
-    order = {kind: i for i, kind in enumerate(PHASE_KINDS)}
+    order = {kind: i for i, kind in enumerate(SHARE_NAMES)}   # the agent's kinds, in order
     for (rank, at), kinds in rows.items():
         kinds.sort(key=lambda row: order.get(row[0], len(order)))
         reads.setdefault(rank, []).append(PhaseKinds(at, tuple((k, n) for k, n, _ in kinds),
@@ -68,7 +67,7 @@ def _kind_reads(conn: sqlite3.Connection) -> dict[int, list[PhaseKinds]]:
 
 
 def _last_process(reads: list[PhaseKinds]) -> list[PhaseKinds]:
-    starts = [i for i in range(1, len(reads)) if restarted(reads[i - 1], reads[i])]
+    starts = [i for i in range(1, len(reads)) if reads[i].restarted(reads[i - 1])]
     return reads[starts[-1]:] if starts else reads
 
 

@@ -70,9 +70,14 @@ class WeightSyncBound(Rule):
             if calls >= PER_TENSOR_CALLS else ""
         return (f"rank {shares.rank} spends {shares.share('weight_sync'):.0%} of each step "
                 f"sending its weights to the rollout engine "
-                f"({shares.share('weight_sync') * shares.cycle_seconds:.1f} s of "
-                f"{shares.cycle_seconds:.1f} s, {shares.cycle_kind} to {shares.cycle_kind}, "
+                f"({_seconds(shares.share('weight_sync') * shares.cycle_seconds)} of "
+                f"{_seconds(shares.cycle_seconds)}, {shares.cycle_kind} to {shares.cycle_kind}, "
                 f"last {shares.cycles} steps{how})")
+
+
+def _seconds(value: float) -> str:
+    """'55 s', '6.2 s', '0.57 s': two figures or more."""
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s" if value >= 1 else f"{value:.2f} s"
 
 
 def evidence(shares: StepShares) -> dict:

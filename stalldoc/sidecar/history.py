@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from stalldoc.analysis.phase_shares import StepShares, new_cycle, restarted, step_shares
+from stalldoc.analysis.phase_shares import StepShares, step_shares
 from stalldoc.model.agent import CudaState, PhaseKinds
 from stalldoc.model.samples import GpuSample, HostMemory, HostSample
 from stalldoc.model.samples import Tick
@@ -38,9 +38,9 @@ class Histories:
     def _add_kinds(self, rank: int, kinds: PhaseKinds) -> None:
         """Kept when it starts a cycle (``analysis/phase_shares.py`` measures between them)."""
         kept = self.kinds.setdefault(rank, deque(maxlen=KIND_READS))
-        if restarted(kept[-1] if kept else None, kinds):
+        if kinds.restarted(kept[-1] if kept else None):
             kept.clear()
-        if new_cycle(kept[-1] if kept else None, kinds):
+        if kinds.starts_cycle(kept[-1] if kept else None):
             kept.append(kinds)
 
     def kind_reads(self) -> dict[int, tuple[PhaseKinds, ...]]:

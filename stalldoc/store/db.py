@@ -14,7 +14,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
-from stalldoc.analysis.phase_shares import new_cycle
 from stalldoc.findings.ledger import Entry
 from stalldoc.findings.record import entry_record
 from stalldoc.model.agent import PhaseKinds
@@ -175,7 +174,7 @@ class RunStore:
 
     def add_kinds(self, rank: int, kinds: PhaseKinds) -> None:
         """A rank's time by kind of phase, when the read starts one of its cycles."""
-        if not new_cycle(self._kinds.get(rank), kinds):
+        if not kinds.starts_cycle(self._kinds.get(rank)):
             return
         self._kinds[rank] = kinds
         seconds = dict(kinds.seconds)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stalldoc.analysis.phase_shares import new_cycle, restarted, step_shares
+from stalldoc.analysis.phase_shares import step_shares
 from support import grpo_kind_reads as grpo_reads
 from support import kind_read as read
 
@@ -71,10 +71,10 @@ def test_reads_kept_are_those_that_start_a_cycle_and_a_restart_is_seen():
     same = read(2.0, {"step": 1, "rollout": 1, "weight_sync": 40}, {"weight_sync": 1.0})
     next_step = read(3.0, {"step": 2, "rollout": 1}, {})        # the rollout's cycle goes on
     next_rollout = read(4.0, {"step": 3, "rollout": 2}, {})
-    assert new_cycle(None, first) and new_cycle(first, next_rollout)
-    assert not new_cycle(first, same) and not new_cycle(first, next_step)
-    steps_only = [read(t, {"step": n}, {}) for t, n in ((1.0, 1), (2.0, 1), (3.0, 2))]
-    assert not new_cycle(steps_only[0], steps_only[1]) and new_cycle(steps_only[1], steps_only[2])
+    assert first.starts_cycle(None) and next_rollout.starts_cycle(first)
+    assert not same.starts_cycle(first) and not next_step.starts_cycle(first)
+    one, same_step, two = [read(t, {"step": n}, {}) for t, n in ((1.0, 1), (2.0, 1), (3.0, 2))]
+    assert not same_step.starts_cycle(one) and two.starts_cycle(same_step)
     again = read(9.0, {"step": 1, "rollout": 0}, {})
-    assert restarted(next_rollout, again) and not restarted(first, next_rollout)
-    assert not restarted(None, first)
+    assert again.restarted(next_rollout) and not next_rollout.restarted(first)
+    assert not first.restarted(None)

@@ -24,7 +24,7 @@ def test_a_sync_taking_most_of_each_step_is_named_with_its_figures():
     [finding] = WeightSyncBound().check(window([START] + [HEALTHY] * 2 + [moe_sync(1200)] * 3))
     assert finding.code == "SD207" and finding.ranks == (0,)
     assert finding.summary == ("rank 0 spends 60% of each step sending its weights to the rollout "
-                               "engine (6.0 s of 10.0 s, rollout to rollout, last 3 steps; 1200 "
+                               "engine (6.0 s of 10 s, rollout to rollout, last 3 steps; 1200 "
                                "sync calls a step: tensor by tensor)")
     assert finding.evidence["shares"]["weight_sync"] == 0.6
     assert finding.evidence["weight_sync_calls_per_cycle"] == 1200
