@@ -37,9 +37,15 @@ def test_a_failed_rank_is_judged_and_resolved_once_its_launcher_runs_it_again(tm
             assert entry.finding.ranks == (1,) and entry.finding.evidence.get("pid") == pids[1]
             assert any(line.startswith("diagnosis:") and entry.finding.code in line
                        for line in watcher.link.said())
-            # WHEN the launcher starts rank 1 again
+            # WHEN the launcher starts rank 1 again (found once its new process runs with
+            # its RANK: a loaded node may take a moment from its fork to its exec)
             pids[1] = launcher.start(1)
-            watcher.roster.discover(time.time(), job)
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                watcher.roster.discover(time.time(), job)
+                if getattr(watcher.roster.ranks.get(1), "pid", None) == pids[1]:
+                    break
+                time.sleep(0.1)
             judge.recover_restarts(time.time())
             # THEN the exit finding is resolved: the job recovered from it
             assert watcher.ledger.open_entries("exit") == ()
