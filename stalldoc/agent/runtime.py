@@ -416,13 +416,12 @@ class Agent:
 
     def _count_kind(self, now: float) -> None:
         """The time since the last count goes to the innermost open phase's kind, if any."""
-        for kind in reversed(self.kinds):
-            if kind >= 0:
-                self.kind_seconds[kind] += now - self.kind_counted_at
-                self.kind_counted_at = now
-                self._write_kind(kind)
-                break
+        innermost = next((kind for kind in reversed(self.kinds) if kind >= 0), -1)
+        if innermost >= 0:
+            self.kind_seconds[innermost] += now - self.kind_counted_at
         self.kind_counted_at = now
+        if innermost >= 0:
+            self._write_kind(innermost)
 
     def _write_kind(self, kind: int) -> None:
         self.state.phase_kind(kind, self.kind_entries[kind], self.kind_seconds[kind],

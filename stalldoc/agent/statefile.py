@@ -106,8 +106,11 @@ TAG_WEIGHTS, TAG_KV_CACHE = 1, 2
 # the kinds of phase whose time is counted (their order is the layout: a new kind goes last);
 # a phase of none of them (forward, optimizer_step, ...) counts as the kind it runs inside
 PHASE_KINDS = ("step", "rollout", "generate", "reward", "weight_sync", "offload", "async_wait")
-_KIND_OF = {"step": 0, "rollout": 1, "generate": 2, "rollout_server": 2, "reward": 3,
-            "weight_sync": 4, "vllm_sleep": 5, "vllm_wake_up": 5, "async_wait": 6}
+_KIND_OF = {name: PHASE_KINDS.index(kind) for name, kind in (
+    ("step", "step"), ("rollout", "rollout"), ("generate", "generate"),
+    ("rollout_server", "generate"), ("reward", "reward"), ("weight_sync", "weight_sync"),
+    ("vllm_sleep", "offload"), ("vllm_wake_up", "offload"), ("async_wait", "async_wait"))}
+_OFFLOAD = PHASE_KINDS.index("offload")   # and every offload_* / load_* phase
 KINDS_OFFSET = 3760
 _KINDS_AT = struct.Struct("<d")        # when the seconds were last counted
 _KIND = struct.Struct("<Qd")           # entries, seconds innermost
@@ -268,7 +271,7 @@ def phase_kind(name: str) -> int:
     load_optimizer and the like are ``offload``)."""
     kind = _KIND_OF.get(name)
     if kind is None:
-        return 5 if name.startswith(("offload_", "load_")) else -1
+        return _OFFLOAD if name.startswith(("offload_", "load_")) else -1
     return kind
 
 

@@ -5,6 +5,7 @@ import time
 from dataclasses import asdict
 from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
+from stalldoc.analysis.phase_shares import SHARE_NAMES
 from stalldoc.report.records import Report, RunInfo, RunRecord, node_title
 from stalldoc.report.stack_groups import StackGroup, stack_groups
 from stalldoc.report.text import record_lines
@@ -247,8 +248,7 @@ def phases(run: RunRecord, merged: bool) -> list[str]:
         [(n, p.count, p.median, p.p95, p.max) for n, p in run.phases.items()])
 
 
-SHARE_COLUMNS = ("train", "rollout", "generate", "reward", "weight_sync", "offload", "waiting",
-                 "other")
+SHARE_COLUMNS = (*SHARE_NAMES.values(), "other")   # train, rollout, ..., waiting, other
 
 
 def step_shares(run: RunRecord, merged: bool) -> list[str]:
