@@ -9,12 +9,15 @@ chrome://tracing or Chrome DevTools' Performance panel.
 - One process per node ("node vm"), after the ranks: stall spans, findings, stalldoc ending the
   job (--on-stall kill), available memory and load, and per GPU its memory, PCIe tx / rx and
   utilisation.
-- Flow arrows link collective #N of a group across ranks, in the order the ranks entered it.
+- Flow arrows link collective #N of a group across ranks, in the order the ranks entered it;
+  ranks that read one value of the wall clock on entering start a nanosecond apart (DevTools
+  keys a flow's slices by their start).
 - Times are microseconds since the report's earliest start (every node's wall clock);
   ``otherData`` says which run, the (redacted) command and the stalldoc version.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 from collections import defaultdict
@@ -152,12 +155,26 @@ def collective_slice(trace: Trace, c: CollectiveSpan, end: float) -> Slice:
 def collectives(trace: Trace, run: RunRecord) -> list[Link]:
     ends, last = rank_ends(run), run_end(run)
     by_lane: dict[tuple[int, str], list[Slice]] = defaultdict(list)
-    for c in run.collectives:
-        by_lane[(c.rank, c.group)].append(collective_slice(trace, c, ends.get(c.rank, last)))
+    starts: dict[tuple[str, int], set[float]] = defaultdict(set)
+    for c in sorted(run.collectives, key=lambda c: (c.group, c.seq, c.entered_at, c.rank)):
+        s = own_start(collective_slice(trace, c, ends.get(c.rank, last)), starts[(c.group, c.seq)])
+        by_lane[(c.rank, c.group)].append(s)
     placed: list[Link] = []
     for (rank, group), slices in sorted(by_lane.items()):
         placed += trace.slices(rank_pid(rank), f"collectives {group}", slices)
     return placed
+
+
+def own_start(s: Slice, taken: set[float]) -> Slice:
+    """``s`` moved on by a nanosecond while another rank's slice of the same call starts at the
+    same microsecond figure (two ranks woken by one scheduler tick read one value of the wall
+    clock, whose float steps by about 0.24 us): DevTools keys the slices of a flow by their
+    start, and would drop all but one of them, and with them the arrow."""
+    ts = s.ts
+    while ts in taken:
+        ts = round(ts + 0.001, 3)
+    taken.add(ts)
+    return s if ts == s.ts else dataclasses.replace(s, ts=ts, dur=max(0.0, s.dur - (ts - s.ts)))
 
 
 def flows(trace: Trace, placed: list[Link]) -> None:

@@ -26,7 +26,7 @@ from stalldoc.model.ranks import RankExit, RankProcess
 from stalldoc.model.work import StallEpisode
 from stalldoc.report.formats import FORMATS, reporter
 from stalldoc.report.read import read_report
-from stalldoc.report.records import RankRecord, Report
+from stalldoc.report.records import CollectiveSpan, RankRecord, Report
 from stalldoc.store.db import RunStore
 
 T0 = 1_700_000_000.0
@@ -174,6 +174,27 @@ def test_devtools_reads_the_demo_trace(demo):
     calls = sorted((e["pid"], e["tid"], e["name"], e["ts"], e["dur"]) for e in by_phase(trace, "X")
                    if e["cat"] == "collective")
     assert (1, 2, 3) in chains and (1, 3) in chains, (calls, seen["flows"])
+
+
+@needs_chromium
+def test_ranks_that_read_one_clock_value_on_entering_a_call_keep_their_arrow():
+    """Two ranks woken by one scheduler tick read the same wall-clock value as they enter a
+    call (a loaded CI run: ranks 0 and 2 entered the demo's hung all_reduce #7 at one float of
+    time.time()). DevTools keys a flow's slices by their start: each must keep its own."""
+    t = T0 + 2.0
+    calls = tuple(CollectiveSpan(r, "world", seq, "all_reduce", 4096, "float32", t + seq,
+                                 t + seq + 0.25 if seq == 1 else None)
+                  for seq in (1, 2) for r in (0, 1))
+    trace = json.loads(reporter("perfetto").render(Report((run_record(collectives=calls),))))
+    assert trace_errors(trace) == []
+    starts = defaultdict(list)
+    for e in by_phase(trace, "X"):
+        if e["cat"] == "collective":
+            starts[e["args"]["seq"]].append(e["ts"])
+    assert all(len(set(ts)) == 2 and max(ts) - min(ts) < 0.01 for ts in starts.values()), starts
+    chains = sorted((sorted(pid for pid, *_ in f), {name for *_, name in f})
+                    for f in devtools_parse(trace)["flows"])
+    assert chains == [([1, 2], {"all_reduce #1"}), ([1, 2], {"all_reduce #2 (pending)"})]
 
 
 # ----- two nodes merged ------------------------------------------------------------------------
