@@ -24,7 +24,7 @@ import os
 from collections import deque
 from dataclasses import dataclass
 
-OUTBOX_LIMIT = 8 << 20     # bytes of output the relay holds for a slow sidecar, then drops
+OUTBOX_LIMIT = 8 << 20     # bytes of output the relay holds for a slow sidecar, then lets go
 BATCH_SECONDS = 0.05       # output is handed over in batches: at most this old...
 BATCH_BYTES = 256 << 10    # ...or this large
 LINE_LIMIT = 16 << 10      # a log line longer than this is cut (the job's output is not)
@@ -52,7 +52,9 @@ class Outbox:
     """The relay's end of the relay → sidecar pipe: non-blocking, bounded, batched. Output is
     gathered per stream and handed over every ``BATCH_SECONDS`` (one record, one write, however
     many small writes the job made). Control records are always kept, in order after the output
-    before them; output past ``OUTBOX_LIMIT`` bytes waiting is dropped, its lines counted."""
+    before them. Past ``OUTBOX_LIMIT`` bytes waiting, the oldest waiting output goes (a gap
+    record in its place, its lines counted): the newest lines, the last words before a hang, are
+    the ones a diagnosis needs; only output that cannot fit even so is dropped as it comes."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -65,6 +67,7 @@ class Outbox:
         self._batch: dict[bytes, tuple[float, bytearray]] = {}
         self._batch_size = 0
         self.batch_since = 0.0
+        self._head_partial = False    # the queue's head is half written: it must go on whole
 
     def control(self, record: str) -> None:
         self.pack()
@@ -76,6 +79,8 @@ class Outbox:
         if self.broken:
             return
         tag = b"o" if stream == "stdout" else b"e"
+        if self._size + self._batch_size + len(data) > OUTBOX_LIMIT:
+            self._make_room(len(data))
         if self._size + self._batch_size > OUTBOX_LIMIT:
             self.dropped += data.count(b"\n") or 1
             self._gap.add(tag)
@@ -109,6 +114,26 @@ class Outbox:
         self._batch_size = 0
         self.flush()
 
+    def _make_room(self, need: int) -> None:
+        """Let the oldest waiting output records go, each replaced by a gap record of its
+        stream, until ``need`` more bytes fit (or no output is left to let go)."""
+        excess = self._size + self._batch_size + need - OUTBOX_LIMIT
+        kept: deque[bytes] = deque()
+        for i, entry in enumerate(self._queue):
+            if excess <= 0 or entry[:1] != b"C" or (i == 0 and self._head_partial):
+                kept.append(entry)
+                continue
+            self.dropped += entry.count(b"\n") - 1 or 1
+            gap = b"G" + entry[1:2] + b"\n"
+            if kept and kept[-1] == gap:     # one gap record stands for a run of them
+                freed = len(entry)
+            else:
+                kept.append(gap)
+                freed = len(entry) - len(gap)
+            self._size -= freed
+            excess -= freed
+        self._queue = kept
+
     def _push(self, data: bytes) -> None:
         if not self.broken:
             self._queue.append(data)
@@ -135,8 +160,10 @@ class Outbox:
             self._size -= written
             if written == len(head):
                 self._queue.popleft()
+                self._head_partial = False
             else:
                 self._queue[0] = head[written:]
+                self._head_partial = True
 
     def close(self) -> None:
         if self.fd >= 0:

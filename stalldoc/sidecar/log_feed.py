@@ -2,11 +2,16 @@
 into the store, the rules' unread batch, a tail for the diagnosis, launcher exit reports and the
 job's own progress lines. Every line is redacted as it is drained, before anything else sees it,
 and loses the terminal's escape sequences (Ray colours its prefixes: ``\x1b[33m(autoscaler +5s)
-\x1b[0m Error: ...``), which the terminal still gets from the relay; a report shows the words."""
+\x1b[0m Error: ...``), which the terminal still gets from the relay; a report shows the words.
+
+A job that floods its output (vLLM logs each weight reload; a warning printed in a loop) must not
+take the watcher's ticks: a tick reads lines for a bounded time (``Drained.left`` say how many
+wait for the next), and the queue keeps the newest ``QUEUE_LINES`` lines, counting the older
+ones it lets go (the last words before a hang are the ones a diagnosis needs)."""
 from __future__ import annotations
 
-import queue
 import re
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -18,7 +23,8 @@ from stalldoc.redact import LineRedactor
 
 TAIL_LINES = 200
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")   # CSI: colours, cursor moves, erasing
-QUEUE_LINES = 50_000   # lines waiting for the next tick; past this they are counted, not kept
+QUEUE_LINES = 50_000   # lines waiting for the next tick; past this the oldest are counted, not kept
+CLOCK_EVERY = 256      # lines drained between two looks at the clock
 
 
 @dataclass(frozen=True)
@@ -29,11 +35,12 @@ class Drained:
     lines: list[LogLine]
     progress_at: float | None
     counted_at: float | None = None
+    left: int = 0      # lines still queued when the tick's time for them ran out
 
 
 @dataclass
 class LogFeed:
-    lines: "queue.SimpleQueue[LogLine]" = field(default_factory=queue.SimpleQueue)
+    lines: deque[LogLine] = field(default_factory=lambda: deque(maxlen=QUEUE_LINES))
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     unread: list[LogLine] = field(default_factory=list)     # not yet seen by the tick rules
     launcher_codes: dict[int, int] = field(default_factory=dict)   # pid -> Popen returncode
@@ -44,20 +51,22 @@ class LogFeed:
 
     def put(self, line: LogLine) -> None:
         """Called by the thread reading the relay: never blocks, and holds at most
-        ``QUEUE_LINES`` lines (a burst of output must not grow the sidecar without bound)."""
-        if self.lines.qsize() >= QUEUE_LINES:
+        ``QUEUE_LINES`` lines (a burst of output must not grow the sidecar without bound): a
+        full queue lets its oldest line go."""
+        if len(self.lines) >= QUEUE_LINES:
             self.dropped += 1
-            return
-        self.lines.put(line)
+        self.lines.append(line)
 
-    def drain(self) -> Drained:
+    def drain(self, seconds: float | None = None) -> Drained:
+        """The queued lines, oldest first, read for at most ``seconds`` (None: all of them)."""
         batch: list[LogLine] = []
         progress_at = counted_at = None
-        while True:
-            try:
-                line = self._redacted(self.lines.get_nowait())
-            except queue.Empty:
-                return Drained(batch, progress_at, counted_at)
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while self.lines:
+            if deadline is not None and len(batch) % CLOCK_EVERY == 0 and batch \
+                    and time.monotonic() > deadline:
+                break
+            line = self._redacted(self.lines.popleft())
             batch.append(line)
             self.raised.feed((line,))
             self.tail.append(line.text)
@@ -69,6 +78,7 @@ class LogFeed:
             parsed = parse_launcher_line(line.text)
             if parsed:
                 self.launcher_codes[parsed[0]] = parsed[1]
+        return Drained(batch, progress_at, counted_at, len(self.lines))
 
     def take_unread(self) -> tuple[LogLine, ...]:
         unread, self.unread = tuple(self.unread), []

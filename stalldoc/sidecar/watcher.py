@@ -55,6 +55,8 @@ from stalldoc.sidecar.windows import Windows
 INTERNAL_ERRORS = "stalldoc-errors.log"
 LAUNCH_CHECK_SECONDS = 10.0   # the job launches after this even if a check has not finished
 MAX_ERROR_KINDS = 20   # distinct tick errors written out in full; later ones are only counted
+DRAIN_SHARE = 0.25     # of the interval: the most a tick spends reading the job's output
+DRAIN_MIN_S = 0.05
 
 
 class Watcher:
@@ -205,7 +207,7 @@ class Watcher:
         """After the job's own process ended: last samples and exits, the end of the run."""
         try:
             time.sleep(0.3)  # let the death watch see the last ranks go
-            self._drain_logs()
+            self._drain_logs(final=True)
             self._tick_rules(time.time(), {}, final=True)
             if code == 0:
                 self.exit_judge.resolve_shutdown_lines(time.time())
@@ -316,8 +318,11 @@ class Watcher:
         self.store.add_tick(sample)
         self.store.compact(now, self.tracker.threshold() + self.store.policy.around_before)
 
-    def _drain_logs(self) -> None:
-        drained = self.logs.drain()
+    def _drain_logs(self, final: bool = False) -> None:
+        """The job's output since the last tick; a tick reads it for at most a share of its
+        interval (a flood waits, then its oldest lines go), the last drain reads it all."""
+        drained = self.logs.drain(None if final else max(DRAIN_MIN_S,
+                                                         DRAIN_SHARE * self.opts.interval))
         self.sources.sleep_log.feed(drained.lines)
         if drained.progress_at is not None:
             self.tracker.job_progressed(drained.progress_at)

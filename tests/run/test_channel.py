@@ -28,14 +28,18 @@ def test_a_line_without_end_is_kept_only_up_to_the_limit():
     assert splitter.feed(b"tail\nnext\n") == [b"x" * LINE_LIMIT, b"next"]
 
 
-def test_outbox_drops_output_past_its_limit_but_never_control_records(monkeypatch):
+def test_outbox_lets_its_oldest_output_go_past_its_limit_but_never_control_records(monkeypatch):
     monkeypatch.setattr(channel, "OUTBOX_LIMIT", 200_000)
+    monkeypatch.setattr(channel, "BATCH_BYTES", 20_000)
     read_fd, write_fd = os.pipe()
     outbox = Outbox(write_fd)
-    # GIVEN a reader that does not read: the pipe fills, then the outbox up to its limit
+    # GIVEN a reader that does not read: the pipe fills, then the outbox up to its limit, with
+    # a control record (a reaped rank) in the middle of the output
     for i in range(2_000):
         outbox.chunk("stdout", 1.5, b"".join(b"line %07d %s\n" % (i * 10 + j, b"x" * 40)
                                              for j in range(10)))
+        if i == 1_000:
+            outbox.control("X 4242 9")
     outbox.control("E 0 0")
     assert outbox.dropped > 0 and outbox.waiting
     # WHEN the reader catches up, decoding reads cut anywhere
@@ -47,17 +51,20 @@ def test_outbox_drops_output_past_its_limit_but_never_control_records(monkeypatc
             records += reader.feed(data[start:start + 7777])
         if not outbox.waiting and records and records[-1].kind == "E":
             break
-    # THEN the lines kept arrived whole and in order, the gap is marked, the dropped ones are
-    # counted, and the control record came last
-    splitter, numbers = LineSplitter(), []
+    # THEN the lines kept arrived whole and in order, the newest of them all among them; each
+    # jump comes after a gap record; the dropped ones are counted; no control record was lost
+    splitter, numbers, after_gap = LineSplitter(), [], set()
     for record in records:
         if record.kind == "G":
             splitter = LineSplitter()
+            after_gap.add(len(numbers))
         elif record.kind == "C":
             numbers += [int(line.split()[1]) for line in splitter.feed(record.payload)]
     assert len(numbers) + outbox.dropped == 20_000
-    assert numbers == list(range(len(numbers)))
-    assert [r.kind for r in records].count("G") == 0   # nothing came after the drop but E
+    assert numbers == sorted(numbers) and numbers[-1] == 19_999
+    jumps = {i + 1 for i, (a, b) in enumerate(zip(numbers, numbers[1:])) if b != a + 1}
+    assert jumps and jumps <= after_gap
+    assert [r.kind for r in records if r.kind not in "CG"] == ["X", "E"]
     assert records[-1].fields == ("0", "0")
 
 
