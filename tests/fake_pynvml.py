@@ -26,7 +26,7 @@ class FakeGpu:
     rx_bytes: int = 0
     tx_kbps: int = 0             # sampled throughput
     rx_kbps: int = 0
-    processes: list[tuple[int, int | None]] = field(default_factory=list)
+    processes: Any = field(default_factory=list)   # [(pid, used)], or a function giving them
     counters: bool = True        # does the driver have the cumulative counters?
     counter_type: int = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG   # H100, driver 580: UNSIGNED_INT
     compute: float | None = None  # GPM graphics-engine activity, percent (None: no GPM)
@@ -98,7 +98,8 @@ class FakeNvml:
         return gpu.name
 
     def DeviceGetComputeRunningProcesses(self, gpu: FakeGpu) -> list[Any]:
-        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.processes]
+        held = gpu.processes() if callable(gpu.processes) else gpu.processes
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in held]
 
     def DeviceGetPcieThroughput(self, gpu: FakeGpu, counter: int) -> int:
         with self._lock:

@@ -79,6 +79,17 @@ class GpuSample:
 
 
 @dataclass(frozen=True)
+class GenerationSample:
+    """One tick of a rank generating (its innermost phase of a kind is a rollout or a
+    generation): the seconds since the tick before, and how busy each of its GPUs was (index,
+    NVML's utilisation in percent)."""
+
+    t: float
+    seconds: float
+    gpus: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
 class ProbeRun:
     """One run of one probe: whether it worked, how long it took, and how many bad samples it
     skipped (a RANK that is no rank number, a state file that is not an agent's)."""

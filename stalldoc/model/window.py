@@ -11,7 +11,7 @@ from stalldoc.model.launch import LaunchConfig, Resources
 from stalldoc.model.peer_watch import PeerWatch
 from stalldoc.model.ray_job import JobOutside, OutsideSeen
 from stalldoc.model.ranks import EnginePreemptions, EngineState, RankExit, RankProcess
-from stalldoc.model.samples import GpuSample, HostMemory, HostSample, LogLine
+from stalldoc.model.samples import GenerationSample, GpuSample, HostMemory, HostSample, LogLine
 from stalldoc.model.served import ServedRank, ServerMetrics
 from stalldoc.model.stacks import BuildLock, RankStacks
 from stalldoc.model.work import RankWork, StallEpisode
@@ -73,3 +73,5 @@ class Window:
     spinning: tuple[OutsideSeen, ...] = ()
     # rank -> its time by kind of phase, read near each start of its cycles (every tick)
     kinds: Mapping[int, tuple[PhaseKinds, ...]] = field(default_factory=dict)
+    # rank -> its recent ticks generating, with its GPUs' utilisation then (every tick)
+    generation: Mapping[int, tuple[GenerationSample, ...]] = field(default_factory=dict)

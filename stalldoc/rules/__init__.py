@@ -41,6 +41,7 @@ from stalldoc.rules.sd204_gpu_idle_host_blocked import GpuIdleHostBlocked
 from stalldoc.rules.sd205_gpu_shared_by_ranks import GpuSharedByRanks
 from stalldoc.rules.sd206_idle_gpus import IdleGpus
 from stalldoc.rules.sd207_weight_sync_bound import WeightSyncBound
+from stalldoc.rules.sd208_rollout_gpu_idle import RolloutGpusIdle
 from stalldoc.rules.sd301_host_memory_pressure import HostMemoryPressure
 from stalldoc.rules.sd302_cpu_oversubscription import CpuOversubscription
 from stalldoc.rules.sd401_max_model_len_config import MaxModelLenConfig
@@ -101,6 +102,7 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  EngineProcessBroken,
                                  OffloadThrash, GpuMemoryPressure, GpuNotCompleting,
                                  GpuIdleHostBlocked, GpuSharedByRanks, IdleGpus, WeightSyncBound,
+                                 RolloutGpusIdle,
                                  HostMemoryPressure, CpuOversubscription, MaxModelLenConfig,
                                  VllmTpLayout, AsyncGenerateColocate, ProcessesVsGpus,
                                  OffloadCombination, GenerationBatch, NumGenerations, EvalBatch,

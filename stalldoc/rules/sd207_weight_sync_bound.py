@@ -7,6 +7,7 @@ from stalldoc.analysis.phase_shares import StepShares, step_shares
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule
+from stalldoc.rules.telemetry import seconds_text
 
 MOST = 0.5              # of a cycle: "most of a step"
 PER_TENSOR_CALLS = 8    # weight-sync calls per cycle from which the sync goes tensor by tensor
@@ -70,14 +71,9 @@ class WeightSyncBound(Rule):
             if calls >= PER_TENSOR_CALLS else ""
         return (f"rank {shares.rank} spends {shares.share('weight_sync'):.0%} of each step "
                 f"sending its weights to the rollout engine "
-                f"({_seconds(shares.share('weight_sync') * shares.cycle_seconds)} of "
-                f"{_seconds(shares.cycle_seconds)}, {shares.cycle_kind} to {shares.cycle_kind}, "
+                f"({seconds_text(shares.share('weight_sync') * shares.cycle_seconds)} of "
+                f"{seconds_text(shares.cycle_seconds)}, {shares.cycle_kind} to {shares.cycle_kind}, "
                 f"last {shares.cycles} steps{how})")
-
-
-def _seconds(value: float) -> str:
-    """'55 s', '6.2 s', '0.57 s': two figures or more."""
-    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s" if value >= 1 else f"{value:.2f} s"
 
 
 def evidence(shares: StepShares) -> dict:

@@ -34,3 +34,8 @@ def gpus_of(window: Window, rank: int) -> dict[int, list[GpuSample]]:
 
 def gib(value: float | None) -> str:
     return "?" if value is None else f"{value / 2**30:.1f} GiB"
+
+
+def seconds_text(value: float) -> str:
+    """'55 s', '6.2 s', '0.57 s': two figures or more."""
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s" if value >= 1 else f"{value:.2f} s"

@@ -6,8 +6,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from stalldoc.analysis.phase_shares import StepShares, step_shares
+from stalldoc.analysis.rollout_gpu import generation_sample
 from stalldoc.model.agent import CudaState, PhaseKinds
-from stalldoc.model.samples import GpuSample, HostMemory, HostSample
+from stalldoc.model.samples import GenerationSample, GpuSample, HostMemory, HostSample
 from stalldoc.model.samples import Tick
 
 HISTORY = 120   # ticks kept
@@ -21,6 +22,8 @@ class Histories:
     node: deque[HostMemory] = field(default_factory=lambda: deque(maxlen=HISTORY))
     cuda: dict[int, deque[tuple[float, CudaState]]] = field(default_factory=dict)
     kinds: dict[int, deque[PhaseKinds]] = field(default_factory=dict)
+    generation: dict[int, deque[GenerationSample]] = field(default_factory=dict)
+    last_t: float | None = None
 
     def add(self, tick: Tick) -> None:
         for row in tick.host.values():
@@ -34,6 +37,16 @@ class Histories:
                 self.cuda.setdefault(rank, deque(maxlen=HISTORY)).append((tick.t, agent.cuda))
             if agent.kinds is not None:
                 self._add_kinds(rank, agent.kinds)
+        self._add_generation(tick)
+        self.last_t = tick.t
+
+    def _add_generation(self, tick: Tick) -> None:
+        """Each rank generating on GPUs: the tick's share of time and its GPUs' utilisation."""
+        seconds = 0.0 if self.last_t is None else tick.t - self.last_t
+        for rank, agent in tick.agents.items():
+            sample = generation_sample(rank, tick.t, seconds, agent.phase_stack, tick.gpus)
+            if sample is not None:
+                self.generation.setdefault(rank, deque(maxlen=HISTORY)).append(sample)
 
     def _add_kinds(self, rank: int, kinds: PhaseKinds) -> None:
         """Kept when it starts a cycle (``analysis/phase_shares.py`` measures between them)."""
@@ -42,6 +55,9 @@ class Histories:
             kept.clear()
         if kinds.starts_cycle(kept[-1] if kept else None):
             kept.append(kinds)
+
+    def generation_samples(self) -> dict[int, tuple[GenerationSample, ...]]:
+        return {rank: tuple(samples) for rank, samples in self.generation.items()}
 
     def kind_reads(self) -> dict[int, tuple[PhaseKinds, ...]]:
         return {rank: tuple(reads) for rank, reads in self.kinds.items()}

@@ -36,4 +36,5 @@ class Windows:
                       preemptions=sources.preemptions.refresh(now, ranks.values(),
                                                               self.roster.engines.values()),
                       agentless=sources.agentless.view(ranks),
-                      kinds=sources.history.kind_reads())
+                      kinds=sources.history.kind_reads(),
+                      generation=sources.history.generation_samples())
