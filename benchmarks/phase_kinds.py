@@ -1,8 +1,9 @@
 """What counting each kind of phase's time costs (``agent/runtime.py``'s ``_count_kind``, the
-data of SD207, the step-share metrics and the report's ``step_shares``): a weight_sync phase's
-enter + exit inside a step, as a real job nests it, with the counting and with it switched off,
-in one agent-injected process; and the watcher's side, the shares of one rank from its kept
-reads, per tick.
+data of SD207 / SD208, the step-share metrics and the report's ``step_shares``): a weight_sync
+phase's enter + exit inside a step, as a real job nests it, with the counting and with it
+switched off, in one agent-injected process; and the watcher's side per tick: the shares of one
+rank from its kept reads, the GPU samples of its ticks generating kept from a tick, SD208's check
+of one rank.
 
     python benchmarks/phase_kinds.py
 """
@@ -19,8 +20,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from stalldoc.analysis.phase_shares import step_shares  # noqa: E402
+from stalldoc.model.ranks import RankProcess  # noqa: E402
+from stalldoc.model.samples import GenerationSample  # noqa: E402
+from stalldoc.model.window import Window  # noqa: E402
+from stalldoc.rules.sd208_rollout_gpu_idle import RolloutGpusIdle  # noqa: E402
+from stalldoc.sidecar.history import Histories  # noqa: E402
 from stalldoc.run.inject import agent_environment  # noqa: E402
-from support import grpo_kind_reads  # noqa: E402
+from support import grpo_kind_reads, synthetic_tick  # noqa: E402
 
 MICRO = textwrap.dedent("""
     import time
@@ -61,6 +67,24 @@ def main() -> None:
     per = min(timeit.repeat(lambda: step_shares(0, reads), number=200, repeat=5)) / 200
     print(f"the watcher's shares of one rank from {len(reads)} kept reads: {per * 1e6:.0f} us "
           f"a tick (x ranks: 8 ranks {8 * per * 1e3:.2f} ms)")
+    generation_costs(reads)
+
+
+def generation_costs(reads: list) -> None:
+    """SD208's side: a tick of 8 ranks generating on 8 GPUs kept by the history, and the rule's
+    check of one rank over 120 kept ticks generating."""
+    ticks = [synthetic_tick(100.0 + i, 8, 8, "generate") for i in range(200)]
+    history = Histories()
+    per_tick = min(timeit.repeat(lambda: [history.add(t) for t in ticks], number=1,
+                                 repeat=5)) / len(ticks)
+    samples = tuple(GenerationSample(100.0 + i, 1.0, ((0, 12),)) for i in range(120))
+    window = Window(1000.0, (RankProcess(0, 1, 0, ("python",)),), kinds={0: tuple(reads)},
+                    generation={0: samples})
+    rule = RolloutGpusIdle()
+    check = min(timeit.repeat(lambda: list(rule.check(window)), number=200, repeat=5)) / 200
+    print(f"the history's whole tick of 8 ranks generating on 8 GPUs: {per_tick * 1e6:.0f} us; "
+          f"SD208's check of one rank (120 ticks generating kept): {check * 1e6:.0f} us "
+          f"(8 ranks {8 * check * 1e3:.2f} ms a tick)")
 
 
 if __name__ == "__main__":
