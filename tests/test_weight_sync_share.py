@@ -104,7 +104,7 @@ def test_a_bucketed_weight_sync_under_load_is_measured_and_quiet(tmp_path, engin
     # GIVEN the same loop sending all its tensors in one call a step, generating longer
     # completions on a GPU that is busy, on a loaded machine
     with cpu_burner(2 if loaded else 0):
-        proc = _start(tmp_path, engine, "bucket", 12, "--on-stall", "kill", env=_gpu(90))
+        proc = _start(tmp_path, engine, "bucket", 8, "--on-stall", "kill", env=_gpu(90))
         code = _ended(proc)
     # THEN it trains to its end with no alarm, SD207 and SD208 least of all
     assert code == 0, (tmp_path / "watch.err").read_text()[-3000:]

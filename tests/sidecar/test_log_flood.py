@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import sys
 
-import pytest
-
-from load import cpu_burner
 from support import run_meta, watch
 from stalldoc.store.reader import open_reader
 
@@ -23,11 +20,9 @@ time.sleep(3600)
 """
 
 
-@pytest.mark.parametrize("loaded", [False, pytest.param(True, marks=pytest.mark.alone)],
-                         ids=["idle", "cpu-burner"])
-def test_the_last_line_before_a_hang_survives_a_flood(tmp_path, loaded):
-    with cpu_burner(2 if loaded else 0):
-        done = watch(tmp_path, [sys.executable, "-c", JOB], "--on-stall", "kill", timeout=240)
+def test_the_last_line_before_a_hang_survives_a_flood(tmp_path):
+    # (what is kept does not hang on timing: the flood outruns the watcher on any machine)
+    done = watch(tmp_path, [sys.executable, "-c", JOB], "--on-stall", "kill", timeout=240)
     assert done.code == 124, done.stderr[-3000:]
     with open_reader(done.run_dir) as conn:
         last = conn.execute("SELECT line FROM logs ORDER BY rowid DESC LIMIT 1").fetchone()[0]
