@@ -31,12 +31,15 @@ def tiny(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("swift")
     tiny_swift.build_model(root / "model")
     tiny_swift.write_dataset(root / "data.jsonl", 12)
+    # five steps: where the steps went needs a read of the counts in a third rollout at least
+    # (the first cycle left out), which a run of three may end before a loaded watcher's tick
+    tiny_swift.write_dataset(root / "data20.jsonl", 20)
     return root
 
 
-def swift(tiny: Path, *extra: str, rewards: tuple[str, ...] = ("accuracy", "format")
-          ) -> list[str]:
-    return tiny_swift.swift_argv(tiny / "model", tiny / "data.jsonl", tiny / "out", *BASE, *extra,
+def swift(tiny: Path, *extra: str, rewards: tuple[str, ...] = ("accuracy", "format"),
+          data: str = "data.jsonl") -> list[str]:
+    return tiny_swift.swift_argv(tiny / "model", tiny / data, tiny / "out", *BASE, *extra,
                                  rewards=rewards)
 
 
@@ -56,7 +59,7 @@ def finish(proc: subprocess.Popen, run_dir: Path) -> tuple[Result, str]:
 
 
 def test_healthy_run(tmp_path, tiny):
-    argv, env = swift(tiny), tiny_swift.swift_env(2)
+    argv, env = swift(tiny, data="data20.jsonl"), tiny_swift.swift_env(2)
     result, output = finish(*start_watch(tmp_path, argv, env=env))
     report = result.report()
     # swift is the real job: torch's own exit race (a gloo thread taking the GIL as Python
