@@ -7,9 +7,8 @@ from stalldoc.analysis.phase_shares import StepShares, step_shares
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule
-from stalldoc.rules.telemetry import seconds_text
+from stalldoc.rules.telemetry import MOST, cycle_evidence, seconds_text
 
-MOST = 0.5              # of a cycle: "most of a step"
 PER_TENSOR_CALLS = 8    # weight-sync calls per cycle from which the sync goes tensor by tensor
 
 
@@ -72,14 +71,12 @@ class WeightSyncBound(Rule):
         return (f"rank {shares.rank} spends {shares.share('weight_sync'):.0%} of each step "
                 f"sending its weights to the rollout engine "
                 f"({seconds_text(shares.share('weight_sync') * shares.cycle_seconds)} of "
-                f"{seconds_text(shares.cycle_seconds)}, {shares.cycle_kind} to {shares.cycle_kind}, "
-                f"last {shares.cycles} steps{how})")
+                f"{seconds_text(shares.cycle_seconds)}, "
+                f"{shares.cycle_kind} to {shares.cycle_kind}, last {shares.cycles} steps{how})")
 
 
 def evidence(shares: StepShares) -> dict:
     """The shares of a rank's cycles, as a finding's evidence."""
-    return {"cycle": shares.cycle_kind, "cycles": shares.cycles,
-            "cycle_seconds": round(shares.cycle_seconds, 3),
-            "shares": {name: round(share, 3) for name, share in shares.shares},
+    return {**cycle_evidence(shares),
             "weight_sync_seconds": round(shares.share("weight_sync") * shares.cycle_seconds, 3),
             "weight_sync_calls_per_cycle": round(shares.entered("weight_sync") / shares.cycles, 1)}

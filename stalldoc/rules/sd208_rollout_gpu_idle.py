@@ -8,8 +8,7 @@ from stalldoc.analysis.rollout_gpu import GenerationGpu, generation_gpu
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule
-from stalldoc.rules.sd207_weight_sync_bound import MOST
-from stalldoc.rules.telemetry import seconds_text
+from stalldoc.rules.telemetry import MOST, cycle_evidence, seconds_text
 
 IDLE = 0.30     # the GPUs' mean utilisation while generating below which they mostly wait
 
@@ -63,11 +62,11 @@ class RolloutGpusIdle(Rule):
 
     def check(self, window: Window) -> Iterator[Finding]:
         for rank, reads in sorted(window.kinds.items()):
-            shares = step_shares(rank, reads)
             gpu = generation_gpu(rank, window.generation.get(rank, ()))
-            if shares is None or gpu is None:
+            if gpu is None or gpu.busy >= IDLE:   # no GPU read while generating, or a busy one
                 continue
-            if rollout_share(shares) >= MOST and gpu.busy < IDLE:
+            shares = step_shares(rank, reads)
+            if shares is not None and rollout_share(shares) >= MOST:
                 yield self.finding([rank], summary(shares, gpu), evidence(shares, gpu))
 
 
@@ -79,16 +78,15 @@ def summary(shares: StepShares, gpu: GenerationGpu) -> str:
     share = rollout_share(shares)
     which = "GPU" if len(gpu.gpus) == 1 else "GPUs"
     return (f"rank {shares.rank} spends {share:.0%} of each step in its rollout "
-            f"({seconds_text(share * shares.cycle_seconds)} of {seconds_text(shares.cycle_seconds)}) "
-            f"while its {which} {', '.join(map(str, gpu.gpus))} {'is' if which == 'GPU' else 'are'}"
-            f" busy {gpu.busy:.0%} of that time: the rollout waits on something else")
+            f"({seconds_text(share * shares.cycle_seconds)} of "
+            f"{seconds_text(shares.cycle_seconds)}) while its {which} "
+            f"{', '.join(map(str, gpu.gpus))} {'is' if which == 'GPU' else 'are'} "
+            f"busy {gpu.busy:.0%} of that time: the rollout waits on something else")
 
 
 def evidence(shares: StepShares, gpu: GenerationGpu) -> dict:
-    return {"cycle": shares.cycle_kind, "cycles": shares.cycles,
-            "cycle_seconds": round(shares.cycle_seconds, 3),
+    return {**cycle_evidence(shares),
             "rollout_share": round(rollout_share(shares), 3),
             "rollout_seconds": round(rollout_share(shares) * shares.cycle_seconds, 3),
             "gpus": list(gpu.gpus), "gpu_busy": round(gpu.busy, 3),
-            "generation_seconds_sampled": round(gpu.seconds, 1), "samples": gpu.samples,
-            "shares": {name: round(share, 3) for name, share in shares.shares}}
+            "generation_seconds_sampled": round(gpu.seconds, 1), "samples": gpu.samples}

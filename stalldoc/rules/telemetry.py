@@ -2,14 +2,16 @@
 skip unknown values, and the GPUs a rank runs on."""
 from __future__ import annotations
 
-from typing import Iterable, Sequence, TypeVar
+from typing import Any, Iterable, Sequence, TypeVar
 
+from stalldoc.analysis.phase_shares import StepShares
 from stalldoc.model.samples import GpuSample
 from stalldoc.model.window import Window
 
 T = TypeVar("T")
 RECENT_SECONDS = 30.0     # how far back the tick rules look
 MIN_SAMPLES = 5           # a condition must hold over at least this many samples
+MOST = 0.5                # of a rank's cycle: "most of a step" (SD207, SD208)
 
 
 def recent(samples: Sequence[T], now: float, seconds: float = RECENT_SECONDS) -> list[T]:
@@ -39,3 +41,11 @@ def gib(value: float | None) -> str:
 def seconds_text(value: float) -> str:
     """'55 s', '6.2 s', '0.57 s': two figures or more."""
     return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s" if value >= 1 else f"{value:.2f} s"
+
+
+def cycle_evidence(shares: StepShares) -> dict[str, Any]:
+    """A rank's last cycles as a finding's evidence: what starts them, how many, how long each,
+    and every kind's share."""
+    return {"cycle": shares.cycle_kind, "cycles": shares.cycles,
+            "cycle_seconds": round(shares.cycle_seconds, 3),
+            "shares": {name: round(share, 3) for name, share in shares.shares}}
