@@ -7,5 +7,5 @@ imported it already. The sidecar reads what it publishes through ``state_reader.
 imports its in-rank machinery (runtime, wrappers, hooks), except the ones that start or load it
 (``run/inject.py``, the doctor).
 
-May import: ``model``, ``redact``.
+May import: ``model``, ``redact``, ``engines`` (which engine's code created a world).
 """

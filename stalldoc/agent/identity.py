@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
+from stalldoc import engines
 from stalldoc.agent import statefile
 
 TYPE_CHECKING = False
@@ -106,12 +107,13 @@ def _world(dist: Any, init_method: Any) -> str:
     return f"{host}:{port}" if host and port else ""
 
 
-def from_group(dist: Any, init_method: Any = None, engine: bool = False) -> Claim:
+def from_group(dist: Any, init_method: Any = None, engine: str = "") -> Claim:
     """The claim of a process whose default process group exists (``NOTHING`` otherwise);
-    ``engine``: vLLM created the group for its own engine (the claim of an engine worker)."""
+    ``engine``: the claim source of the rollout engine that created the group for itself
+    (``vLLM engine``: the claim of an engine worker), '' for the job's own group."""
     if not dist.is_initialized():
         return NOTHING
-    source = statefile.SOURCE_ENGINE if engine else statefile.SOURCE_GROUP
+    source = statefile.CLAIM_SOURCES.index(engine) if engine else statefile.SOURCE_GROUP
     return (source, dist.get_rank(), local_rank(os.environ), dist.get_world_size(),
             world_name(_world(dist, init_method)))
 
@@ -119,21 +121,21 @@ def from_group(dist: Any, init_method: Any = None, engine: bool = False) -> Clai
 _ENGINE_FRAMES = 16   # how far up the caller's stack an engine's own code is looked for
 
 
-def engine_world(init_method: Any, caller: Any) -> bool:
-    """Whether vLLM's own code (a frame of the ``vllm`` package among the caller's) created the
-    group for a world of its own: its workers' TP/PP world, reached at an address vLLM chose
-    (``tcp://127.0.0.1:PORT``, or a store it made). ``env://`` is the job's world: vLLM inside a
-    training rank (``external_launcher``) joins the rank's world, and the process stays that
-    rank."""
+def engine_world(init_method: Any, caller: Any) -> str:
+    """The claim source of the rollout engine whose own code (a frame of its package among the
+    caller's: ``vllm``, ``sglang``) created the group for a world of its own: its workers' TP/PP
+    world, reached at an address the engine chose (``tcp://127.0.0.1:PORT``, or a store it
+    made); '' when none did. ``env://`` is the job's world: vLLM inside a training rank
+    (``external_launcher``) joins the rank's world, and the process stays that rank."""
     if init_method == "env://":
-        return False
+        return ""
     frame, depth = caller, 0
     while frame is not None and depth < _ENGINE_FRAMES:
-        name = frame.f_globals.get("__name__", "")
-        if name == "vllm" or name.startswith("vllm."):
-            return True
+        engine = engines.by_module(frame.f_globals.get("__name__", ""))
+        if engine is not None:
+            return engine.claim
         frame, depth = frame.f_back, depth + 1
-    return False
+    return ""
 
 
 def wrap_init(dist: Any, fn: Callable[..., Any], publish: Callable[[Claim], None]

@@ -51,6 +51,8 @@ import mmap
 import os
 import struct
 
+from stalldoc import engines
+
 ENV_AGENT_DIR = "STALLDOC_AGENT_DIR"   # where the agents write: a process without it has none
 MAGIC = b"SDAG"
 VERSION = 4
@@ -120,10 +122,11 @@ CLAIM_WORLD_SIZE = 28
 # How a process's rank is known, weakest first: a launcher's variable at start (Slurm, Open MPI,
 # PMIx, PMI, MVAPICH), RANK at start (torchrun, deepspeed, accelerate, a script's own), and the
 # default process group the process created (every launcher, mp.spawn and Ray included).
-# "vLLM engine": a process group vLLM created for its own engine (its workers' TP/PP world):
-# the process is an engine's worker, not a rank of the job (last: it outranks every other claim)
+# "vLLM engine", "SGLang engine": a process group a rollout engine created for itself (its
+# workers' TP/PP world, stalldoc/engines): the process is an engine's worker, not a rank of the
+# job (last: they outrank every other claim; each new engine's source is appended)
 CLAIM_SOURCES = ("", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
-                 "MV2_COMM_WORLD_RANK", "RANK", "process group", "vLLM engine")
+                 "MV2_COMM_WORLD_RANK", "RANK", "process group", *engines.CLAIM_SOURCES)
 SOURCE_RANK = CLAIM_SOURCES.index("RANK")
 SOURCE_GROUP = CLAIM_SOURCES.index("process group")
 SOURCE_ENGINE = CLAIM_SOURCES.index("vLLM engine")

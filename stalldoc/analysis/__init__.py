@@ -2,5 +2,6 @@
 frames, collective alignment, Flight Recorder dumps, teardown and watchdog traces), from the
 records the probes and the detector made.
 
-May import: ``model``, ``detect`` (stack kinds), ``agent`` (the state file's records).
+May import: ``model``, ``detect`` (stack kinds), ``agent`` (the state file's records),
+``engines`` (what each rollout engine's frames are).
 """

@@ -53,9 +53,11 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
+from stalldoc import engines
 from stalldoc.analysis.flight_recorder import op_name
 from stalldoc.analysis.stacks import (in_collective, is_library, user_frame,
                                       waits_in_engine_collective)
+from stalldoc.detect.stack_kind import frame_wait
 from stalldoc.model.collectives import FlightDump, FlightEntry
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
@@ -163,7 +165,9 @@ def engine_collective_cause(stacks: Mapping[int, RankStacks], culprits: Iterable
 
 def _engine_says(culprit: int, frame: Frame, peers: list[int]) -> str:
     others, one = ", ".join(f"rank {r}" for r in peers), len(peers) == 1
-    return (f"rank {culprit} waits there in its colocated vLLM engine's tensor-parallel "
+    engine = engines.by_wait(frame_wait(frame))
+    return (f"rank {culprit} waits there in its colocated {engine.name if engine else 'vLLM'} "
+            "engine's tensor-parallel "
             f"{frame.name}, which ends only when every rank of its TP group joins it, while "
             f"{others} {'waits' if one else 'wait'} outside {'its' if one else 'their'} "
             "engine: each side waits for the other, the ranks of one engine did not run the "

@@ -8,6 +8,7 @@ import re
 from collections import defaultdict
 from typing import Mapping
 
+from stalldoc import engines
 from stalldoc.detect.stack_kind import (COLLECTIVE_FILES, IN_PROCESS_WAITS, NETWORK_FILES,
                                         frame_wait, is_library, is_own, thread_wait)
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
@@ -64,22 +65,21 @@ def in_collective(thread: ThreadStack | None) -> bool:
     return bool(thread) and any(m in f.filename for f in thread.frames for m in COLLECTIVE_FILES)
 
 
-ENGINE_COLLECTIVE = "vLLM TP collective"   # stack_kind's wait of vLLM's own groups
-VLLM_COLLECTIVE = "vLLM collective"         # stack_kind's wait of vLLM's device communicators
-
-
 def waits_in_engine_collective(thread: ThreadStack | None) -> Frame | None:
-    """The frame of a vLLM tensor-parallel collective the thread waits in, among its innermost
-    frames: an engine run inside the rank (colocated, ``external_launcher``) waits there for
-    the other ranks of its TP group. The innermost communicator's frame (its CPU shared-memory
-    one; PyNccl, custom all-reduce or symmetric memory on GPUs), where the engine's group
-    coordinator called it: PyNccl called by a weight sync is no TP collective."""
+    """The frame of a rollout engine's tensor-parallel collective the thread waits in, among
+    its innermost frames: an engine run inside the rank (vLLM colocated, ``external_launcher``)
+    waits there for the other ranks of its TP group. The innermost communicator's frame (vLLM's
+    CPU shared-memory one; PyNccl, custom all-reduce or symmetric memory on GPUs), where the
+    engine's group coordinator called it: PyNccl called by a weight sync is no TP collective."""
     if thread is None:
         return None
     inner = thread.frames[:8]
-    if not any(frame_wait(f) == ENGINE_COLLECTIVE for f in inner):
+    waits = [frame_wait(f) for f in inner]
+    engine = next((e for e in engines.ENGINES if e.tp_collective in waits), None)
+    if engine is None:
         return None
-    return next(f for f in inner if frame_wait(f) in (ENGINE_COLLECTIVE, VLLM_COLLECTIVE))
+    return next(f for f, why in zip(inner, waits) if why in (engine.tp_collective,
+                                                            engine.collective))
 
 
 def waits_on_network(thread: ThreadStack | None) -> Frame | None:

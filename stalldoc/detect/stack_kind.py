@@ -17,6 +17,7 @@ import sysconfig
 
 from dataclasses import dataclass
 
+from stalldoc import engines
 from stalldoc.model.stacks import (BETWEEN_TASKS, Frame, RankStacks, ThreadStack,
                                    idles_in_task_loop)
 
@@ -57,24 +58,6 @@ _LIBRARY_DIRS = tuple({os.path.realpath(p) for p in (sysconfig.get_paths()["stdl
                                                      sysconfig.get_paths()["platlib"])})
 _IMPORTLIB = "<frozen importlib."
 _LIBRARY_MARKERS = ("site-packages", "dist-packages", f"{os.sep}lib{os.sep}python3")
-# vLLM's device communicators (vllm/distributed/device_communicators/, 0.8 to 0.32)
-_DEVICE_COMMUNICATORS = ("pynccl", "pynccl_wrapper", "custom_all_reduce", "quick_all_reduce",
-                         "symm_mem", "cuda_communicator", "base_device_communicator",
-                         "xpu_communicator", "ray_communicator", "all2all",
-                         "flashinfer_all_reduce", "flashinfer_pcie_ipc_all_reduce",
-                         "aiter_custom_all_reduce")
-# StatelessProcessGroup's waits (vllm/distributed/utils.py, 0.7 to 0.32)
-_STATELESS_GROUP = ("create", "create_tcp_store", "broadcast_obj", "recv_obj", "all_gather_obj",
-                    "barrier", "broadcast", "send", "recv", "all_reduce")
-# GroupCoordinator's collectives (vllm/distributed/parallel_state.py; the module's custom ops
-# all_reduce, all_gather, reduce_scatter; inplace_ / outplace_all_reduce in 0.6)
-_COORDINATOR = ("all_reduce", "_all_reduce_out_place", "_all_reduce_in_place",
-                "inplace_all_reduce", "outplace_all_reduce", "all_gather",
-                "_all_gather_out_place", "all_gatherv", "reduce_scatter",
-                "_reduce_scatter_out_place", "reduce_scatterv", "gather", "broadcast",
-                "broadcast_object", "broadcast_object_list", "send_object", "recv_object",
-                "broadcast_tensor_dict", "send_tensor_dict", "recv_tensor_dict",
-                "irecv_tensor_dict", "barrier", "dispatch", "combine")
 # (file pattern, function names or None for any) -> what the thread waits on; "multiprocess" is
 # the dill-based fork that HF datasets uses. A name is a function's own name: py-spy gives a
 # method's qualified one on Python 3.11+ (``Condition.wait``), matched by its last part
@@ -104,24 +87,6 @@ _WAIT_FRAMES: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     # a Ray driver (or actor) waiting for the result of a task or an actor call
     (f"ray{os.sep}_private{os.sep}worker.py", frozenset({"get_objects", "get", "wait"}),
      "ray.get"),
-    ("shm_broadcast.py", None, "shm broadcast"),   # vLLM's message queue spins while it waits
-    # vLLM's TP/PP collectives on CPU (its shared-memory communicator spins in C++ until every
-    # rank of the group has come): in a training rank itself when vLLM is colocated
-    (f"device_communicators{os.sep}cpu_communicator.py", None, "vLLM TP collective"),
-    # the group coordinator of vLLM's own TP / PP / DP / EP groups (its collectives and the
-    # custom ops torch.compile calls them through), whatever communicator runs them
-    (f"vllm{os.sep}distributed{os.sep}parallel_state.py", frozenset(_COORDINATOR),
-     "vLLM TP collective"),
-    (f"vllm{os.sep}(distributed|model_executor{os.sep}parallel_utils){os.sep}"
-     "communication_op.py", None, "vLLM TP collective"),
-    # vLLM's device communicators (PyNccl and its ctypes calls, custom and quick all-reduce,
-    # symmetric memory, the CUDA / XPU / Ray / all-to-all dispatchers): the kernel waits on the
-    # GPU for every peer, the host thread in the launch, the rendezvous or the sync; used by an
-    # engine's TP group and by the weight syncs of TRL, swift, OpenRLHF and verl alike
-    (f"device_communicators{os.sep}({'|'.join(_DEVICE_COMMUNICATORS)}).py", None,
-     "vLLM collective"),
-    # vLLM's StatelessProcessGroup, a TCP store's world (the weight-sync group beside torch's)
-    (f"vllm{os.sep}distributed{os.sep}utils.py", frozenset(_STATELESS_GROUP), "vLLM collective"),
     (f"ray{os.sep}util{os.sep}collective{os.sep}.+.py", None, "collective"),   # ray.util.collective
     # DeepSpeed's comm layer and ZeRO's own collectives (ZeRO-3's parameter all-gather)
     (f"deepspeed{os.sep}comm{os.sep}(comm|torch).py", None, "collective"),
@@ -129,6 +94,12 @@ _WAIT_FRAMES: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     (f"deepspeed{os.sep}runtime{os.sep}zero{os.sep}partition_parameters.py",
      frozenset({"all_gather_coalesced", "wait", "_all_gather", "_allgather_params",
                 "_allgather_params_coalesced"}), "collective"),
+    # each rollout engine's own waits (its group coordinator, device communicators, message
+    # queue, weight-sync groups: stalldoc/engines)
+    *((w.file.replace("/", os.sep), w.names, w.why) for w in engines.wait_frames()),
+    # a copy of an engine's device communicators another package carries (vendored PyNccl)
+    (f"device_communicators{os.sep}(pynccl|pynccl_wrapper|custom_all_reduce|quick_all_reduce"
+     ").py", None, "collective"),
 )
 # waits on another thread of the same process: while the main thread sits in one, the rank's
 # other threads' work is its work. A sleep is one too: `while worker.is_alive(): time.sleep(1)`

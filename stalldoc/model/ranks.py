@@ -24,7 +24,10 @@ class RankProcess:
 # hands a process it starts (its place in the tree, as exact as RANK); "vLLM engine": vLLM's
 # own world for its engine's workers (the process is no rank, whatever its environment says)
 ENGINE_SOURCE = "vLLM engine"
-CLAIM_STRENGTH = {ENGINE_SOURCE: 4, "process group": 3, "RANK": 2, "Lightning": 2}
+# every rollout engine's own world (stalldoc/engines lists them; model imports no other package)
+ENGINE_SOURCES = (ENGINE_SOURCE, "SGLang engine")
+CLAIM_STRENGTH = {**{source: 4 for source in ENGINE_SOURCES}, "process group": 3, "RANK": 2,
+                  "Lightning": 2}
 
 
 def claim_strength(source: str) -> int:
@@ -44,17 +47,21 @@ class EngineProcess:
     owner: int | None = None
     tp_rank: int | None = None     # a worker's rank in the engine's world
     world_size: int | None = None
+    engine: str = "vLLM"           # which engine (stalldoc/engines: its name)
+    worker_noun: str = "worker"    # what that engine calls a worker ("scheduler": SGLang)
+    core_noun: str = "engine core"  # and the process that started them ("engine": SGLang)
 
     @property
     def title(self) -> str:
         """As a user knows it: "vLLM worker (TP rank 1) of rank 0's engine", "rank 0's vLLM
-        engine core", "the vLLM engine core" (no rank above it)."""
+        engine core", "the vLLM engine core" (no rank above it), "SGLang scheduler (TP rank 1)
+        of rank 0's engine"."""
         if self.role == "worker":
             place = f" (TP rank {self.tp_rank})" if self.tp_rank is not None else ""
             whose = f"rank {self.owner}'s engine" if self.owner is not None else "its engine"
-            return f"vLLM worker{place} of {whose}"
-        return (f"rank {self.owner}'s vLLM engine core" if self.owner is not None
-                else "the vLLM engine core")
+            return f"{self.engine} {self.worker_noun}{place} of {whose}"
+        core = f"{self.engine} {self.core_noun}"
+        return f"rank {self.owner}'s {core}" if self.owner is not None else f"the {core}"
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Flight Recorder dumps, versions). A probe samples what it can and raises ProbeUn
 the reason) when it cannot work at all; the watcher then switches it off instead of failing.
 
 May import: ``model``, ``agent`` (what it publishes), ``analysis`` (to read a Flight Recorder
-dump), ``errors``, ``private_files``.
+dump), ``errors``, ``private_files``, ``engines`` (what an engine's processes are called).
 """
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def test_a_process_without_torch_never_imports_it(tmp_path):
 
 def test_the_agent_loads_only_its_own_modules(tmp_path):
     """The agent runs in every process of the job: the watcher's parts (model, launch, rules,
-    the state reader) never load there."""
+    the state reader) never load there; the engines' facts (data only) do, for its claims."""
     env = agent_environment(tmp_path, dict(os.environ), os.getpid())
     code = "import sys; print(' '.join(m for m in sys.modules if m.startswith('stalldoc')))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -53,7 +53,8 @@ def test_the_agent_loads_only_its_own_modules(tmp_path):
     loaded = set(out.stdout.split())
     assert "stalldoc.agent.runtime" in loaded
     assert {m for m in loaded if m != "stalldoc" and not m.startswith("stalldoc.agent.")} \
-        == {"stalldoc.agent"}
+        == {"stalldoc.agent", "stalldoc.engines", "stalldoc.engines.facts",
+            "stalldoc.engines.vllm", "stalldoc.engines.sglang"}
     assert "stalldoc.agent.state_reader" not in loaded
 
 

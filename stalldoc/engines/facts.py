@@ -1,0 +1,64 @@
+"""The shape of an engine's facts. Plain frozen classes, not dataclasses: the agent reads
+them in every process of the job, where the dataclass machinery (``inspect``) would cost more
+to import than the facts themselves."""
+from __future__ import annotations
+
+from typing import Any
+
+
+class _Frozen:
+    """Fields set once, in ``__slots__``' order or by name, in ``__init__``; read-only after."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __init__(self, *values: Any, **fields: Any) -> None:
+        if len(values) > len(self.__slots__):
+            raise TypeError(f"{type(self).__name__}: {len(values)} values")
+        fields.update(zip(self.__slots__, values))
+        for name in self.__slots__:
+            object.__setattr__(self, name, fields.pop(name))
+        if fields:
+            raise TypeError(f"{type(self).__name__}: no field {sorted(fields)}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({inner})"
+
+
+class WaitFrame(_Frozen):
+    """A function of an engine's source where a thread waits for its engine's peers: py-spy
+    shows the thread there while the collective's other ranks have not come.
+
+    ``file``: the file's path tail as a regex, "/"-separated, ".py" last; ``names``: the
+    functions (a method's own name), None for any in the file; ``why``: what the thread waits
+    on, as a stack's kind says it."""
+
+    __slots__ = ("file", "names", "why")
+    file: str
+    names: frozenset[str] | None
+    why: str
+
+
+class Engine(_Frozen):
+    """One rollout engine as stalldoc recognises it.
+
+    ``name``: as users write it ("vLLM"); ``package``: its top-level Python package; ``claim``:
+    the claim of a process in a world the engine's own code created; ``worker``: what the
+    engine calls a process of that world ("worker", "scheduler"); ``core``: what the process
+    that started those is called; ``tp_collective``: the wait of its own TP / PP / DP / EP
+    groups' coordinator; ``collective``: the wait of its device communicators and other peer
+    groups; ``waits``: the frames of its source that are such waits."""
+
+    __slots__ = ("name", "package", "claim", "worker", "core", "tp_collective", "collective",
+                 "waits")
+    name: str
+    package: str
+    claim: str
+    worker: str
+    core: str
+    tp_collective: str
+    collective: str
+    waits: tuple[WaitFrame, ...]
