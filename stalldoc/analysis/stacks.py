@@ -82,6 +82,28 @@ def waits_in_engine_collective(thread: ThreadStack | None) -> Frame | None:
                                                             engine.collective))
 
 
+def engine_code(thread: ThreadStack | None) -> str:
+    """The name of the rollout engine whose package's code the thread is in (``LLM.generate``
+    waiting for vLLM's engine core, SGLang's ``Engine.generate``), '' for none."""
+    frames = thread.frames if thread is not None else ()
+    return next((e.name for e in engines.ENGINES
+                 if any(f"{os.sep}{e.package}{os.sep}" in f.filename for f in frames)), "")
+
+
+def engine_frame(thread: ThreadStack | None) -> Frame | None:
+    """The thread's innermost frame of a rollout engine's own code, None for none."""
+    marks = tuple(f"{os.sep}{e.package}{os.sep}" for e in engines.ENGINES)
+    frames = thread.frames if thread is not None else ()
+    return next((f for f in frames if any(m in f.filename for m in marks)), None)
+
+
+def in_process_engine(name: str) -> bool:
+    """The engine runs in the process that holds it, its workers that process's children
+    (SGLang's schedulers), rather than under a core process of its own (vLLM's)."""
+    engine = next((e for e in engines.ENGINES if e.name == name), None)
+    return engine is not None and not engine.core_process
+
+
 def waits_on_network(thread: ThreadStack | None) -> Frame | None:
     """The user's frame that called into a socket / HTTP / RPC client the thread is blocked in."""
     if thread is None or not thread.frames or in_collective(thread):

@@ -16,8 +16,8 @@ ENGINES: tuple[Engine, ...] = (VLLM, SGLANG)
 # the claim sources of an engine's own world, in the agent's state file order (vLLM's first)
 CLAIM_SOURCES: tuple[str, ...] = tuple(e.claim for e in ENGINES)
 
-__all__ = ["CLAIM_SOURCES", "ENGINES", "SGLANG", "VLLM", "Engine", "WaitFrame", "by_claim", "by_module",
-           "by_wait", "wait_frames"]
+__all__ = ["CLAIM_SOURCES", "ENGINES", "SGLANG", "VLLM", "Engine", "WaitFrame", "by_claim",
+           "by_module", "by_wait", "wait_frames"]
 
 
 def by_module(name: str) -> Engine | None:

@@ -50,10 +50,12 @@ class Engine(_Frozen):
     engine calls a process of that world ("worker", "scheduler"); ``core``: what the process
     that started those is called; ``tp_collective``: the wait of its own TP / PP / DP / EP
     groups' coordinator; ``collective``: the wait of its device communicators and other peer
-    groups; ``waits``: the frames of its source that are such waits."""
+    groups; ``waits``: the frames of its source that are such waits; ``core_process``: the
+    workers' parent is a process of the engine's own (vLLM's EngineCore), not the process that
+    holds the engine (SGLang's schedulers are the children of the user's process)."""
 
     __slots__ = ("name", "package", "claim", "worker", "core", "tp_collective", "collective",
-                 "waits")
+                 "waits", "core_process")
     name: str
     package: str
     claim: str
@@ -62,3 +64,4 @@ class Engine(_Frozen):
     tp_collective: str
     collective: str
     waits: tuple[WaitFrame, ...]
+    core_process: bool

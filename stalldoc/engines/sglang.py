@@ -50,4 +50,7 @@ SGLANG = Engine(
         # srt/utils.py before)
         WaitFrame("sglang/srt/utils(/common)?.py", frozenset({"init_custom_process_group"}),
                   COLLECTIVE),
-    ))
+    ),
+    # the Engine (its tokenizer manager) runs in the process that made it: the schedulers are
+    # that process's children (entrypoints/engine.py, _launch_scheduler_processes)
+    core_process=False)

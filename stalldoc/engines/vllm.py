@@ -13,7 +13,7 @@ DEVICE_COMMUNICATORS = ("pynccl", "pynccl_wrapper", "custom_all_reduce", "quick_
                         "flashinfer_all_reduce", "flashinfer_pcie_ipc_all_reduce",
                         "aiter_custom_all_reduce")
 # StatelessProcessGroup's waits (vllm/distributed/utils.py, 0.7 to 0.32)
-STATELESS_GROUP = frozenset({"create", "create_tcp_store", "broadcast_obj", "recv_obj",
+STATELESS_GROUP = frozenset({"create", "create_tcp_store", "broadcast_obj", "send_obj", "recv_obj",
                              "all_gather_obj", "barrier", "broadcast", "send", "recv",
                              "all_reduce"})
 # GroupCoordinator's collectives (vllm/distributed/parallel_state.py; the module's custom ops
@@ -24,8 +24,10 @@ COORDINATOR = frozenset({"all_reduce", "_all_reduce_out_place", "_all_reduce_in_
                          "_reduce_scatter_out_place", "reduce_scatterv", "gather", "broadcast",
                          "broadcast_object", "broadcast_object_list", "send_object",
                          "recv_object", "broadcast_tensor_dict", "send_tensor_dict",
-                         "recv_tensor_dict", "irecv_tensor_dict", "barrier", "dispatch",
-                         "combine"})
+                         "recv_tensor_dict", "irecv_tensor_dict", "isend_object",
+                         "isend_tensor_dict", "send", "recv", "reduce_scatterv_into_output",
+                         "barrier", "dispatch", "dispatch_router_logits", "combine",
+                         "combine_into_output"})
 
 VLLM = Engine(
     name="vLLM", package="vllm", claim="vLLM engine", worker="worker", core="engine core",
@@ -51,4 +53,6 @@ VLLM = Engine(
                   ".py", None, COLLECTIVE),
         # StatelessProcessGroup, a TCP store's world (the weight-sync group beside torch's)
         WaitFrame("vllm/distributed/utils.py", STATELESS_GROUP, COLLECTIVE),
-    ))
+    ),
+    # V1's engine core runs in a process of its own (EngineCoreProc), its workers under it
+    core_process=True)

@@ -18,12 +18,20 @@ def engine_claims(claims: Mapping[int, RankClaim]) -> dict[int, RankClaim]:
     return {pid: claim for pid, claim in claims.items() if claim.source in ENGINE_SOURCES}
 
 
-def engine_pids(workers: Iterable[int], pids: Sequence[int], table: ProcessTable,
+def engine_pids(workers: Mapping[int, RankClaim], pids: Sequence[int], table: ProcessTable,
                 ranks: Iterable[int] = ()) -> set[int]:
-    """The workers and their engine cores (a worker's parent in the job that is no rank)."""
-    workers, job, ranks = set(workers), set(pids), set(ranks)
-    cores = {table.ppid(pid) for pid in workers} & job
-    return workers | (cores - ranks - workers)
+    """The workers and their engine cores (a worker's parent in the job that is no rank), for
+    an engine that runs a core process of its own (vLLM's EngineCore). SGLang's schedulers are
+    children of the process that holds the engine (the user's program, a Ray actor): that one
+    is the job's, never the engine's."""
+    job, ranks = set(pids), set(ranks)
+    cores = {table.ppid(pid) for pid, claim in workers.items()
+             if _engine(claim.source).core_process} & job
+    return set(workers) | (cores - ranks - set(workers))
+
+
+def _engine(source: str) -> engines.Engine:
+    return engines.by_claim(source) or engines.VLLM
 
 
 def engine_processes(workers: Mapping[int, RankClaim], pids: Sequence[int],
@@ -37,7 +45,7 @@ def engine_processes(workers: Mapping[int, RankClaim], pids: Sequence[int],
     for pid in sorted(engine_pids(workers, pids, table, rank_numbers)):
         claim = workers.get(pid)
         owner = rank_of(pid, rank_numbers, parents)   # an engine process is never a rank
-        engine = engines.by_claim(sources.get(pid, "")) or engines.VLLM
+        engine = _engine(sources.get(pid, ""))
         names = {"engine": engine.name, "worker_noun": engine.worker, "core_noun": engine.core}
         if claim is not None:
             out.append(EngineProcess(pid, "worker", owner, claim.rank, claim.world_size, **names))

@@ -9,7 +9,8 @@ from typing import Any, ClassVar, Iterable, Iterator
 
 from stalldoc.analysis.causes import (Cause, colocated_tp_size, difference_cause,
                                       engine_collective_cause)
-from stalldoc.analysis.stacks import child_wait, frame_strings, user_frame, waits_on_lock
+from stalldoc.analysis.stacks import (child_wait, engine_code, frame_strings, in_process_engine,
+                                      user_frame, waits_on_lock)
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 
@@ -132,17 +133,25 @@ def rank_evidence(window: Window, rank: int) -> dict[str, Any]:
 
 
 def waited_engine(window: Window, rank: int, main: Any) -> list[dict[str, Any]]:
-    """The rank's vLLM engine processes, each with its state, when the rank's main thread is in
-    vLLM's code (``LLM.generate`` waiting for its engine core's output); the stopped, dead or
-    gone ones first. [] otherwise."""
-    frames = main.frames if main is not None else ()
-    if not any("/vllm/" in f.filename for f in frames):
-        return []
-    states = [e for e in window.engines if e.process.owner == rank]
+    """The rank's engine processes, each with its state, when the rank's main thread waits for
+    its engine: it is in the engine's code (``LLM.generate`` waiting for vLLM's engine core),
+    or it waits on its children's pipes while they are the schedulers of an engine it holds
+    in-process (SGLang's); the stopped, dead or gone ones first. [] otherwise."""
+    name = engine_code(main) or _in_process_engine(window, rank, main)
+    states = [e for e in window.engines if e.process.owner == rank and e.process.engine == name]
     states.sort(key=lambda e: (not e.broken, e.process.role != "worker", e.process.pid))
     return [{"pid": e.process.pid, "what": e.process.title, "role": e.process.role,
-             "tp_rank": e.process.tp_rank, "state": e.state, "broken": e.broken}
-            for e in states]
+             "tp_rank": e.process.tp_rank, "state": e.state, "broken": e.broken,
+             "engine": e.process.engine} for e in states] if name else []
+
+
+def _in_process_engine(window: Window, rank: int, main: Any) -> str:
+    """The engine whose schedulers are the rank's children, while the rank waits on a child's
+    pipe ('' when it does not, or no such engine is the rank's)."""
+    if child_wait(main) != "child process":
+        return ""
+    return next((e.process.engine for e in window.engines if e.process.owner == rank
+                 and in_process_engine(e.process.engine)), "")
 
 
 def waited_child(window: Window, rank: int) -> dict[str, Any] | None:
@@ -188,10 +197,10 @@ def _engine_wait(engines: list[dict[str, Any]]) -> str:
     4711) is stopped' — the first engine process that cannot answer, else each one's state."""
     first = engines[0]
     if first["broken"]:
-        return f" waiting for its vLLM engine, whose {first['what']} (pid {first['pid']}) is " \
-               f"{first['state']}"
+        return f" waiting for its {first['engine']} engine, whose {first['what']} (pid " \
+               f"{first['pid']}) is {first['state']}"
     states = "; ".join(f"{e['what']} pid {e['pid']} {e['state']}" for e in engines)
-    return f" waiting for its vLLM engine ({states})"
+    return f" waiting for its {first['engine']} engine ({states})"
 
 
 def signal_name(sig: int | None) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from stalldoc.analysis.stacks import frame_strings
+from stalldoc.analysis.stacks import engine_frame, frame_strings
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.ranks import EngineState
 from stalldoc.model.stacks import Frame
@@ -18,14 +18,16 @@ _DEAD_FIX = (
 
 
 class EngineProcessBroken(Rule):
-    """A rank waits for its vLLM engine, and a process of that engine is stopped or dead.
+    """A rank waits for its rollout engine (vLLM, SGLang), and a process of that engine is
+    stopped or dead.
 
     What it does
-        At a stall, for each rank whose main thread is in vLLM's code waiting for its own
-        engine (``LLM.generate``, a colocated engine's step; a served engine is SD117's), reads
-        the state of that engine's processes in the process table: its engine core and its
-        workers, known by what they are (the worker's own TP world, the engine core that
-        started them), never by their names. One that is stopped (SIGSTOP, a debugger, a
+        At a stall, for each rank whose main thread waits for its own engine (in vLLM's code:
+        ``LLM.generate``, a colocated engine's step; on the pipes of the SGLang schedulers it
+        holds; a served engine is SD117's), reads the state of that engine's processes in the
+        process table: its engine core and its workers (SGLang's schedulers), known by what
+        they are (the worker's own TP world, created by the engine's code; the engine core
+        that started them), never by their names. One that is stopped (SIGSTOP, a debugger, a
         job-control or cgroup freeze), a zombie or gone is named with its role, its pid and,
         for a stopped one, where it stands (its stack read without pausing it), beside the
         rank's frame and phase.
@@ -70,7 +72,8 @@ class EngineProcessBroken(Rule):
             broken = [e for e in window.engines if e.process.owner == rank and e.broken]
             if not broken or not ev.get("waits_on_engine"):
                 continue
-            summary = f"rank {rank} waits for its vLLM engine {_where(ev)}: " + "; ".join(
+            engine = ev["waits_on_engine"][0]["engine"]
+            summary = f"rank {rank} waits for its {engine} engine {_where(ev)}: " + "; ".join(
                 _doing(e) for e in broken)
             fix = None if all(e.stopped for e in broken) else _DEAD_FIX
             yield self.finding([rank], summary, {
@@ -100,12 +103,12 @@ def _doing(state: EngineState) -> str:
 
 
 def _frame(state: EngineState) -> Frame | None:
-    """The innermost frame of vLLM's own code in the process's main thread (else its
+    """The innermost frame of the engine's own code in the process's main thread (else its
     innermost frame): where a stopped engine process stands."""
     main = state.stacks.main if state.stacks else None
     if main is None or not main.frames:
         return None
-    return next((f for f in main.frames if "/vllm/" in f.filename), main.frames[0])
+    return engine_frame(main) or main.frames[0]
 
 
 def _evidence(state: EngineState) -> dict[str, Any]:

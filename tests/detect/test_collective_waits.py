@@ -90,9 +90,55 @@ BARRIER = (
     Frame("VLLMClient.update_named_param", f"{SITE}/trl/generation/vllm_client.py", 517),
     Frame("train_step", "/job/grpo_server.py", 40))
 
+SGL = f"{SITE}/sglang/srt"
+# an SGLang scheduler's main thread in its TP all-reduce on GPUs (0.5.23's source: the
+# coordinator's in-place custom op, PyNccl), under the model's forward in a decode batch
+SGLANG_TP = (
+    Frame("NCCLLibrary.ncclAllReduce", f"{SGL}/distributed/device_communicators/pynccl_wrapper.py",
+          541),
+    Frame("PyNcclCommunicator.all_reduce", f"{SGL}/distributed/device_communicators/pynccl.py",
+          161),
+    Frame("GroupCoordinator._all_reduce_in_place", f"{SGL}/distributed/parallel_state.py", 1072),
+    Frame("inplace_all_reduce", f"{SGL}/distributed/parallel_state.py", 191),
+    Frame("OpOverloadPacket.__call__", f"{SITE}/torch/_ops.py", 1279),
+    Frame("GroupCoordinator.all_reduce", f"{SGL}/distributed/parallel_state.py", 735),
+    Frame("RowParallelLinear.forward", f"{SGL}/layers/linear.py", 1822),
+    Frame("Qwen2MLP.forward", f"{SGL}/models/qwen2.py", 126),
+    Frame("Scheduler.run_batch", f"{SGL}/managers/scheduler.py", 4680),
+    Frame("Scheduler.event_loop_normal", f"{SGL}/managers/scheduler.py", 2041),
+    Frame("run_scheduler_process", f"{SGL}/managers/scheduler.py", 6380))
+# verl's rollout side of a weight sync to SGLang: the schedulers' weight-update group's
+# rendezvous (0.5.23 srt/utils/common.py), the trainer never came
+SGLANG_UPDATE_GROUP = (
+    Frame("TCPStore.__init__", f"{SITE}/torch/distributed/rendezvous.py", 189),
+    Frame("init_custom_process_group", f"{SGL}/utils/common.py", 2890),
+    Frame("WeightUpdater.init_weights_update_group",
+          f"{SGL}/model_executor/model_runner_components/weight_updater.py", 112),
+    Frame("Scheduler.event_loop_normal", f"{SGL}/managers/scheduler.py", 2041))
 
-@pytest.mark.parametrize("frames", [SYMM_MEM, WEIGHT_SYNC, BARRIER],
-                         ids=["symm-mem-all-reduce", "pynccl-broadcast", "group-barrier"])
+
+def test_sglangs_own_collectives_are_its_engines_waits() -> None:
+    # the scheduler's PyNccl under its group coordinator: SGLang's collective, in its TP group
+    tp = ThreadStack(7, "MainThread", True, False, SGLANG_TP)
+    assert thread_wait(tp) == "SGLang collective"
+    frame = waits_in_engine_collective(tp)
+    assert frame is not None and frame.function == "NCCLLibrary.ncclAllReduce"
+    # the weight-update group's rendezvous is a wait of SGLang's (torch's frame first)
+    assert classify(RankStacks(0, 7, 0.0, "py-spy", (ThreadStack(
+        7, "MainThread", False, False, SGLANG_UPDATE_GROUP[1:]),))).kind \
+        == "waiting: SGLang collective"
+    # a package's own copy of PyNccl is a collective all the same, of no engine's
+    vendored = ThreadStack(7, "MainThread", True, False, (
+        Frame("PyNcclCommunicator.broadcast",
+              f"{SITE}/openrlhf/utils/device_communicators/pynccl.py", 120),
+        Frame("broadcast_to_vllm", "/job/train.py", 30)))
+    assert thread_wait(vendored) == "collective"
+    assert waits_in_engine_collective(vendored) is None
+
+
+@pytest.mark.parametrize("frames", [SYMM_MEM, WEIGHT_SYNC, BARRIER, SGLANG_TP],
+                         ids=["symm-mem-all-reduce", "pynccl-broadcast", "group-barrier",
+                              "sglang-tp-all-reduce"])
 def test_a_gpu_busy_while_the_host_sits_in_a_collective_is_the_spin_not_work(frames) -> None:
     # GIVEN the rank's GPU at 100 % (an NCCL kernel spinning for peers that never come) and
     # its one Python thread in the collective

