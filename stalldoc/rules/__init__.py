@@ -92,6 +92,7 @@ from stalldoc.rules.sd534_ray_unschedulable import RayUnschedulable
 from stalldoc.rules.sd535_slurm_time_limit import SlurmTimeLimit
 from stalldoc.rules.sd536_vllm_engine_not_started import VllmEngineNotStarted
 from stalldoc.rules.sd537_vendor_hang_verdict import VendorHangVerdict
+from stalldoc.rules.sd538_sglang_engine_process_died import SglangEngineProcessDied
 
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
@@ -119,7 +120,8 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  Zero3ParamNotAvailable, CollectiveMismatchReported,
                                  VllmEnginePreempting, RayTrainGroupFailed, RayActorDied,
                                  RayNodeDead, RayUnschedulable, SlurmTimeLimit,
-                                 VllmEngineNotStarted, VendorHangVerdict)
+                                 VllmEngineNotStarted, VendorHangVerdict,
+                                 SglangEngineProcessDied)
 STICKY: frozenset[str] = frozenset(rule.code for rule in RULES if rule.sticky)
 ENDS_WITH_PROGRESS: frozenset[str] = frozenset(rule.code for rule in RULES
                                                if rule.ends_with_progress)
