@@ -166,11 +166,18 @@ def waited_child(window: Window, rank: int) -> dict[str, Any] | None:
     for child in children:
         main = child.main
         frame = user_frame(main) if main else None
-        if frame is not None:
+        if frame is not None and not _bootstrap(frame):
             return {"pid": child.pid, "what": what, "frame": str(frame),
                     "waits_on_lock": waits_on_lock(main) is not None,
                     "frames": frame_strings(main), "stack_method": child.method}
     return None
+
+
+def _bootstrap(frame: Any) -> bool:
+    """A ``python -c`` program's own line: what a child runs under when only library code is
+    above it (multiprocessing's spawned processes and its resource tracker): not the child's
+    code."""
+    return frame.filename == "<string>" and frame.function == "<module>"
 
 
 def describe(window: Window, rank: int) -> str:
