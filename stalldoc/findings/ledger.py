@@ -11,8 +11,10 @@ prints and counts; the store and the metrics exporter read nothing else.
 ``stalldoc_findings_open``). What resolves an entry:
 
 - a tick finding: the first tick it no longer holds (events, the findings of sticky rules,
-  never resolve by silence: a repeat counts up, see ``events.py``), or, at the job's end, its
-  ranks' progress after it was last seen (``moved_on``);
+  never resolve by silence: a repeat counts up, see ``events.py``); a finding about a trend
+  over steps (``settle``: its rule's seconds), once it has not held for that long, so that one
+  step under its threshold does not end it and the next open it again; or, at the job's end,
+  its ranks' progress after it was last seen (``moved_on``);
 - a stall's findings: the stall ending (progress resumed);
 - an event printed as the job shut down, when the job then exited 0 (``shutdown``);
 - an exit finding whose ranks the launcher started again (``recovered``).
@@ -83,10 +85,13 @@ class Changes:
 
 
 class Ledger:
-    """The findings of one run; ``sticky``: the codes of the rules whose findings are events."""
+    """The findings of one run; ``sticky``: the codes of the rules whose findings are events;
+    ``settle``: the seconds a tick finding of these codes is kept open after it last held."""
 
-    def __init__(self, sticky: frozenset[str] = frozenset()) -> None:
+    def __init__(self, sticky: frozenset[str] = frozenset(),
+                 settle: Mapping[str, float] | None = None) -> None:
         self.sticky = sticky
+        self.settle = dict(settle or {})
         self._open: dict[int, Entry] = {}       # by id, in the order opened
         self._ticks: dict[Key, int] = {}        # open tick findings: key -> id
         self._exits: dict[Key, int] = {}        # exit findings: (code, ranks) -> id
@@ -164,7 +169,7 @@ class Ledger:
             else:
                 updated.append(self._seen_again(self._open[known], finding, now))
         gone = [i for k, i in self._ticks.items() if resolve and k not in current
-                and self._open[i].finding.code not in self.sticky]
+                and self._open[i].finding.code not in self.sticky and self._settled(i, now)]
         return Changes(tuple(opened), tuple(updated), tuple(self._resolve(i, now) for i in gone))
 
     # ----- resolving --------------------------------------------------------------------------
@@ -247,6 +252,11 @@ class Ledger:
             finding = repeated_event(entry.finding, finding)
         return self._put(dataclasses.replace(entry, finding=finding, updated_at=now,
                                              occurrences=entry.occurrences + 1))
+
+    def _settled(self, entry_id: int, now: float) -> bool:
+        """The tick finding has not held for its rule's settling time (none: at once)."""
+        entry = self._open[entry_id]
+        return now - entry.updated_at >= self.settle.get(entry.finding.code, 0.0)
 
     def _resolve(self, entry_id: int, now: float) -> Entry:
         entry = dataclasses.replace(self._open.pop(entry_id), resolved_at=now)

@@ -125,6 +125,8 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
 STICKY: frozenset[str] = frozenset(rule.code for rule in RULES if rule.sticky)
 ENDS_WITH_PROGRESS: frozenset[str] = frozenset(rule.code for rule in RULES
                                                if rule.ends_with_progress)
+SETTLE: dict[str, float] = {rule.code: rule.settle_seconds for rule in RULES
+                            if rule.settle_seconds}
 
 
 def by_code(code: str) -> type[Rule] | None:

@@ -48,6 +48,8 @@ class Rule(ABC):
     sticky: ClassVar[bool] = False     # tick findings that are events: never resolved by silence
     ends_with_progress: ClassVar[bool] = False   # tick findings about ranks without progress:
                                                  # resolved once all their ranks progressed
+    settle_seconds: ClassVar[float] = 0.0   # tick findings about a trend over steps: resolved
+                                            # only once they have not held for this long
     fix: ClassVar[str]                 # derived: the first paragraph of the docstring's Fix
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -7,7 +7,7 @@ from stalldoc.analysis.phase_shares import StepShares, step_shares
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule
-from stalldoc.rules.telemetry import MOST, cycle_evidence, seconds_text
+from stalldoc.rules.telemetry import MOST, SETTLE_SECONDS, cycle_evidence, seconds_text
 
 PER_TENSOR_CALLS = 8    # weight-sync calls per cycle from which the sync goes tensor by tensor
 
@@ -56,6 +56,7 @@ class WeightSyncBound(Rule):
     name = "weight-sync-bound"
     severity = Severity.WARNING
     trigger = "tick"
+    settle_seconds = SETTLE_SECONDS
 
     def check(self, window: Window) -> Iterator[Finding]:
         for rank, reads in sorted(window.kinds.items()):

@@ -8,7 +8,7 @@ from stalldoc.analysis.rollout_gpu import GenerationGpu, generation_gpu
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule
-from stalldoc.rules.telemetry import MOST, cycle_evidence, seconds_text
+from stalldoc.rules.telemetry import MOST, SETTLE_SECONDS, cycle_evidence, seconds_text
 
 IDLE = 0.30     # the GPUs' mean utilisation while generating below which they mostly wait
 
@@ -59,6 +59,7 @@ class RolloutGpusIdle(Rule):
     name = "rollout-gpus-idle"
     severity = Severity.WARNING
     trigger = "tick"
+    settle_seconds = SETTLE_SECONDS
 
     def check(self, window: Window) -> Iterator[Finding]:
         for rank, reads in sorted(window.kinds.items()):

@@ -12,6 +12,10 @@ T = TypeVar("T")
 RECENT_SECONDS = 30.0     # how far back the tick rules look
 MIN_SAMPLES = 5           # a condition must hold over at least this many samples
 MOST = 0.5                # of a rank's cycle: "most of a step" (SD207, SD208)
+# a finding about a rank's last cycles (SD207, SD208) is kept this long after it last held: a
+# cycle under its threshold, then one over it, is one finding, not two (seen at 57 % and 61 % of
+# a step, a slower weight sync between them under load)
+SETTLE_SECONDS = 120.0
 
 
 def recent(samples: Sequence[T], now: float, seconds: float = RECENT_SECONDS) -> list[T]:

@@ -13,7 +13,7 @@ from stalldoc.launch.config import LaunchConfig
 from stalldoc.probes.pyspy import StackProbe
 from stalldoc.redact import redact_text
 from stalldoc.report.text import render_findings
-from stalldoc.rules import STICKY
+from stalldoc.rules import SETTLE, STICKY
 from stalldoc.run.options import WatchOptions
 from stalldoc.sidecar.agentless import AgentlessRanks
 from stalldoc.sidecar.cluster import NodeCluster
@@ -48,7 +48,7 @@ class Context:
         self.agent_dir = str(self.run_dir / "agents") if options.agent else None
         self.tracker = ProgressTracker(options.stall_timeout)
         self.exits = ExitBook(self.store)   # ranks that ended; its death watch
-        self.ledger = Ledger(STICKY)        # every finding of the run
+        self.ledger = Ledger(STICKY, SETTLE)   # every finding of the run
         self.config: LaunchConfig | None = None
         self.engine_tick = EngineTick()     # this tick's vLLM engines' work (the watcher's)
         self.killed_for_stall = False       # --on-stall kill ended the job

@@ -50,6 +50,20 @@ def test_a_tick_finding_is_opened_once_updated_while_it_holds_then_resolved():
     assert again.id == 3 and ledger.opened_counts() == {("SD301", "warning"): 3}
 
 
+def test_a_trend_finding_is_kept_open_for_its_settling_time_after_it_last_held():
+    # GIVEN SD208 settling for 120 s, SD301 at once
+    ledger = Ledger(settle={"SD208": 120.0})
+    [trend] = ledger.tick(1.0, [finding("SD208", (0,)), finding("SD301", (0,))]).opened[:1]
+    # WHEN neither holds for a tick: the plain one is resolved, the trend kept open
+    assert [e.finding.code for e in ledger.tick(2.0, []).resolved] == ["SD301"]
+    # AND the trend holding again within its settling time is the same finding
+    assert ledger.tick(60.0, [finding("SD208", (0,))]).updated[0].id == trend.id
+    assert ledger.tick(179.0, []).resolved == ()
+    # THEN it is resolved once it has not held for 120 s
+    [gone] = ledger.tick(180.0, []).resolved
+    assert (gone.id, gone.resolved_at, gone.updated_at) == (trend.id, 180.0, 60.0)
+
+
 def test_the_last_look_resolves_nothing():
     ledger = Ledger()
     ledger.tick(1.0, [finding("SD301", (0,))])
