@@ -82,25 +82,29 @@ def waits_in_engine_collective(thread: ThreadStack | None) -> Frame | None:
                                                             engine.collective))
 
 
+# each engine's name and what its package's files have in their path
+_ENGINE_DIRS = tuple((e.name, f"{os.sep}{e.package}{os.sep}") for e in engines.ENGINES)
+
+
 def engine_code(thread: ThreadStack | None) -> str:
     """The name of the rollout engine whose package's code the thread is in (``LLM.generate``
     waiting for vLLM's engine core, SGLang's ``Engine.generate``), '' for none."""
     frames = thread.frames if thread is not None else ()
-    return next((e.name for e in engines.ENGINES
-                 if any(f"{os.sep}{e.package}{os.sep}" in f.filename for f in frames)), "")
+    return next((name for name, mark in _ENGINE_DIRS
+                 if any(mark in f.filename for f in frames)), "")
 
 
 def engine_frame(thread: ThreadStack | None) -> Frame | None:
     """The thread's innermost frame of a rollout engine's own code, None for none."""
-    marks = tuple(f"{os.sep}{e.package}{os.sep}" for e in engines.ENGINES)
     frames = thread.frames if thread is not None else ()
-    return next((f for f in frames if any(m in f.filename for m in marks)), None)
+    return next((f for f in frames if any(mark in f.filename for _, mark in _ENGINE_DIRS)),
+                None)
 
 
 def in_process_engine(name: str) -> bool:
     """The engine runs in the process that holds it, its workers that process's children
     (SGLang's schedulers), rather than under a core process of its own (vLLM's)."""
-    engine = next((e for e in engines.ENGINES if e.name == name), None)
+    engine = engines.by_name(name)
     return engine is not None and not engine.core_process
 
 

@@ -17,7 +17,7 @@ ENGINES: tuple[Engine, ...] = (VLLM, SGLANG)
 CLAIM_SOURCES: tuple[str, ...] = tuple(e.claim for e in ENGINES)
 
 __all__ = ["CLAIM_SOURCES", "ENGINES", "SGLANG", "VLLM", "Engine", "WaitFrame", "by_claim",
-           "by_module", "by_wait", "wait_frames"]
+           "by_module", "by_name", "by_wait", "wait_frames"]
 
 
 def by_module(name: str) -> Engine | None:
@@ -25,6 +25,11 @@ def by_module(name: str) -> Engine | None:
     vLLM), None for any other module."""
     top = name.split(".", 1)[0]
     return next((e for e in ENGINES if e.package == top), None)
+
+
+def by_name(name: str) -> Engine | None:
+    """The engine of this name ("vLLM", "SGLang"), None for any other."""
+    return next((e for e in ENGINES if e.name == name), None)
 
 
 def by_claim(source: str) -> Engine | None:

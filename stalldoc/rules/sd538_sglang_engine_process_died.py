@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import signal
 from typing import Any, Iterator
 
@@ -77,6 +78,15 @@ class SglangEngineProcessDied(LogSignature):
         r"(?: \(exit code: (?P<exit_code>-?\d+)\))?",
     )
 
+    def details(self, match: re.Match[str]) -> dict[str, Any]:
+        """A scheduler's TP rank (SGLang's prefix or line) and its exit code as numbers, and
+        the signal a negative exit code is."""
+        figures = {k: int(v) if k in ("tp_rank", "scheduler", "exit_code") else v
+                   for k, v in super().details(match).items()}
+        if figures.get("exit_code", 0) < 0:
+            figures["exit_signal"] = signal_name(-figures["exit_code"])
+        return figures
+
     def check(self, window: Window) -> Iterator[Finding]:
         for finding in super().check(window):
             yield self._said(finding)
@@ -84,7 +94,7 @@ class SglangEngineProcessDied(LogSignature):
     def _said(self, finding: Finding) -> Finding:
         """The summary says which process, first: 'its scheduler of TP rank 7 raised an
         exception', 'its scheduler of TP rank 0 died (killed by SIGKILL)'."""
-        ev = _exit(_numbers(dict(finding.evidence)))
+        ev = finding.evidence
         if ev.get("process"):
             who = "scheduler" if ev["process"] == "Scheduler" else ev["process"]
             where = f" of TP rank {ev['tp_rank']}" if "tp_rank" in ev else ""
@@ -96,19 +106,4 @@ class SglangEngineProcessDied(LogSignature):
         else:
             says = "a scheduler told the process holding the engine that it failed (SIGQUIT)"
         fix = _OOM_FIX if ev.get("exit_code") == -signal.SIGKILL else self.fix
-        return dataclasses.replace(finding, summary=f"{self.headline}: {says}", evidence=ev,
-                                   fix=fix)
-
-
-def _numbers(evidence: dict[str, Any]) -> dict[str, Any]:
-    """A scheduler's TP rank, as read from SGLang's prefix or line, as a number."""
-    return {k: int(v) if k in ("tp_rank", "scheduler") else v for k, v in evidence.items()}
-
-
-def _exit(evidence: dict[str, Any]) -> dict[str, Any]:
-    """The exit code as a number, and the signal a negative one is."""
-    if evidence.get("exit_code") is None:
-        return evidence
-    code = int(evidence["exit_code"])
-    return {**evidence, "exit_code": code,
-            **({"exit_signal": signal_name(-code)} if code < 0 else {})}
+        return dataclasses.replace(finding, summary=f"{self.headline}: {says}", fix=fix)

@@ -73,3 +73,9 @@ def test_every_wait_of_vllms_stateless_group_is_known(site: Path) -> None:
     methods = _methods(site / "vllm" / "distributed" / "utils.py", "StatelessProcessGroup")
     collectives = {m for m in methods if COLLECTIVE_NAME.search(m) or m.startswith("create")}
     assert collectives and collectives <= vllm.STATELESS_GROUP, collectives - vllm.STATELESS_GROUP
+
+
+def test_the_models_engine_claims_are_the_engines_own() -> None:
+    # model imports no other package: its copy of the claim sources must name the same engines
+    from stalldoc.model.ranks import ENGINE_SOURCES
+    assert ENGINE_SOURCES == engines.CLAIM_SOURCES
