@@ -45,10 +45,10 @@ def engine(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _trainer(tmp_path: Path, engine, steps: int, tp: int, prompts: int, *options: str,
-             backend: str = "external_launcher") -> Result:
+             backend: str = "external_launcher", dp: int = 1) -> Result:
     python, model = engine
     command = [str(python), "-m", "torch.distributed.run", "--nproc_per_node", "2", SCRIPT,
-               str(model), str(steps), str(tp), str(prompts), backend]
+               str(model), str(steps), str(tp), str(prompts), backend, str(dp)]
     try:
         return watch(tmp_path, command, *STALL, "--on-stall", "kill", *options,
                      env=vllm_env.ENGINE_ENV, timeout=300)
@@ -94,6 +94,34 @@ def test_a_rank_that_skips_its_tp_groups_rollout_is_a_stall_of_both(tmp_path: Pa
             "outside its engine: each side waits for the other") in finding["summary"]
     assert "external_launcher" in finding["fix"]
     assert result.findings("SD108") == []
+
+
+def test_a_rank_that_skips_its_dp_replicas_rollout_puts_the_engines_out_of_step(
+        tmp_path: Path, engine) -> None:
+    # GIVEN 2 ranks, each one data-parallel replica of one engine (DP 2, TP 1, as verl sets a
+    # rollout of DP x TP ranks), whose 3 prompts give rank 1 one step fewer than rank 0: rank 1
+    # goes straight to the reward's all_reduce while rank 0's engine, after its step, asks its
+    # DP peer whether it has requests left (verl#5607's hang)
+    result = _trainer(tmp_path, engine, 3, 1, 3, dp=2)
+    # THEN a stall, ended by the kill action
+    assert result.code == 124, result.stderr[-4000:]
+    assert "train step 0:" in result.stdout and "train step 1:" not in result.stdout
+    # AND one finding: rank 0 waits in its engine's data-parallel sync, from its generate line,
+    # for rank 1, which waits outside its engine (rank 1's all_reduce, which rank 0 never
+    # entered, is the same deadlock: no second finding)
+    [finding] = result.findings("SD101")
+    cause = finding["evidence"]["cause"]
+    assert cause["kind"] == "engine_collective" and cause["engine_group"] == "data-parallel"
+    assert cause["outside_engine"] == [1] and finding["ranks"] == [0], finding
+    assert cause["tp_size"] == 1 and cause["engine"] == "vLLM", cause
+    assert "has_unfinished_dp" in cause["engine_frame"], cause
+    assert re.fullmatch(r"main \(\S+/colocated_rollout\.py:\d+\)", cause["user_frame"]), cause
+    assert ("rank 0 waits there in its colocated vLLM engine's data-parallel sync "
+            "(ParallelConfig.has_unfinished_dp), which ends only when the engine of every rank "
+            "of its DP group joins it, while rank 1 waits outside its engine") in \
+        finding["summary"]
+    assert "data-parallel engines are out of step" in finding["summary"]
+    assert "data_parallel_size" in finding["fix"]
 
 
 @pytest.mark.alone   # the cores it finds taken must be its own: beside another test they were not

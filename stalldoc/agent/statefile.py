@@ -320,7 +320,7 @@ def preempted_path(directory: str, pid: int) -> str:
 # the settings of a vLLM engine its agent records (agent/hooks.py) and a stall reads back
 ENGINE_FIELDS = ("gpu_memory_utilization", "max_model_len", "tensor_parallel_size",
                  "enable_sleep_mode", "max_num_seqs", "enable_prefix_caching",
-                 "distributed_executor_backend")
+                 "distributed_executor_backend", "data_parallel_size")
 
 
 def engine_settings_path(directory: str, pid: int) -> str:

@@ -46,6 +46,10 @@ finding then says what is known and no more.
   the waiting ranks sit in the job's own collective, outside their engine. Each side waits for
   the other: the ranks of one engine did not run the same generate calls (one skipped a rollout
   the others ran, or ran one more). Neither side alone is the culprit, and the finding says so.
+  The same for an engine's data-parallel replicas (``engine_group`` "data-parallel"): the
+  missing rank waits in its engine's DP sync (vLLM's ``has_unfinished_dp`` after each step),
+  a torch.distributed collective on the engine's DP group, for the ranks of its DP group,
+  which wait outside their engine: the replicas are out of step.
 """
 from __future__ import annotations
 
@@ -56,7 +60,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from stalldoc import engines
 from stalldoc.analysis.flight_recorder import op_name
 from stalldoc.analysis.stacks import (in_collective, is_library, user_frame,
-                                      waits_in_engine_collective)
+                                      waits_in_engine_collective, waits_in_engine_dp_sync)
 from stalldoc.detect.stack_kind import frame_wait
 from stalldoc.model.collectives import FlightDump, FlightEntry
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
@@ -129,6 +133,15 @@ ENGINE_FIX = (
     "vllm_tensor_parallel_size at 1 when the ranks' rollouts may differ.")
 
 
+DP_ENGINE_FIX = (
+    "The data-parallel replicas of a rollout engine (vLLM's data_parallel_size > 1, as verl "
+    "and swift set it for a rollout of DP x TP ranks; SGLang's DP attention) step together: "
+    "after or before each step a replica waits for every other to say whether it has requests "
+    "left. Every DP rank must call generate as often as the others, also when its share of the "
+    "prompts is empty (deal the prompts so that every rank has some, or let it generate a "
+    "placeholder prompt), or give each rank an engine of its own (data_parallel_size 1).")
+
+
 def colocated_tp_size(settings: Mapping[str, Any] | None) -> int | None:
     """The tensor-parallel size of an engine run inside the rank's own process (external
     launcher: its TP group is ranks of the job), else None."""
@@ -142,36 +155,68 @@ def engine_collective_cause(stacks: Mapping[int, RankStacks], culprits: Iterable
                             waiting: Iterable[int], tp_sizes: Mapping[int, int] | None = None
                             ) -> Cause | None:
     """``engine_collective`` (see above) for the first culprit whose main thread waits in its
-    vLLM engine's TP collective while no waiting rank's does; None otherwise. ``tp_sizes``:
-    a colocated engine's TP size by rank, where its agent recorded it; its TP group is the
-    block of consecutive ranks vLLM's external launcher makes, and only waiting ranks of that
-    group are named (unknown: every waiting rank, as the group may hold any of them)."""
+    rollout engine's collective (its TP group's, or its data-parallel replicas' sync) while no
+    waiting rank's does; None otherwise. ``tp_sizes``: a colocated engine's TP size by rank,
+    where its agent recorded it; its TP group is the block of consecutive ranks vLLM's external
+    launcher makes, its DP group the ranks at the same place of every block, and only waiting
+    ranks of that group are named (unknown: every waiting rank, as the group may hold any)."""
     waiting = sorted(waiting)
-    if any(waits_in_engine_collective(_main(stacks, r)) for r in waiting):
+    if any(_engine_wait(_main(stacks, r)) for r in waiting):
         return None
     for culprit in sorted(culprits):
         main = _main(stacks, culprit)
-        frame = waits_in_engine_collective(main)
+        found = _engine_wait(main)
+        if found is None or main is None:
+            continue
+        group, engine, frame = found
         size = (tp_sizes or {}).get(culprit)
-        peers = [r for r in waiting if size is None or r // size == culprit // size]
-        if frame is not None and main is not None and peers:
+        peers = [r for r in waiting if size is None or _same_group(group, size, r, culprit)]
+        if peers:
             mine = user_frame(main)
-            return Cause("engine_collective", _engine_says(culprit, frame, peers), ENGINE_FIX, {
+            return Cause("engine_collective", _engine_says(culprit, group, engine, frame, peers),
+                         DP_ENGINE_FIX if group == DATA_PARALLEL else ENGINE_FIX, {
                 "engine_rank": culprit, "engine_frame": str(frame),
                 "user_frame": str(mine) if mine is not None else "", "outside_engine": peers,
-                "tp_size": size})
+                "tp_size": size, "engine_group": group, "engine": engine})
     return None
 
 
-def _engine_says(culprit: int, frame: Frame, peers: list[int]) -> str:
-    others, one = ", ".join(f"rank {r}" for r in peers), len(peers) == 1
+TENSOR_PARALLEL, DATA_PARALLEL = "tensor-parallel", "data-parallel"
+
+
+def _engine_wait(thread: ThreadStack | None) -> tuple[str, str, Frame] | None:
+    """(the group, the engine's name, the frame) of the engine collective the thread waits
+    in: its data-parallel replicas' sync, else its TP group's collective."""
+    synced = waits_in_engine_dp_sync(thread)
+    if synced is not None:
+        return DATA_PARALLEL, synced[0].name, synced[1]
+    frame = waits_in_engine_collective(thread)
+    if frame is None:
+        return None
     engine = engines.by_wait(frame_wait(frame))
-    return (f"rank {culprit} waits there in its colocated {engine.name if engine else 'vLLM'} "
-            "engine's tensor-parallel "
-            f"{frame.name}, which ends only when every rank of its TP group joins it, while "
-            f"{others} {'waits' if one else 'wait'} outside {'its' if one else 'their'} "
-            "engine: each side waits for the other, the ranks of one engine did not run the "
-            "same generate calls")
+    return TENSOR_PARALLEL, engine.name if engine else "vLLM", frame
+
+
+def _same_group(group: str, tp_size: int, rank: int, other: int) -> bool:
+    """Whether two ranks are in one engine group: one TP block, or one place in every block
+    (a DP group, pipeline parallelism left aside)."""
+    if group == DATA_PARALLEL:
+        return rank % tp_size == other % tp_size
+    return rank // tp_size == other // tp_size
+
+
+def _engine_says(culprit: int, group: str, engine: str, frame: Frame, peers: list[int]) -> str:
+    others, one = ", ".join(f"rank {r}" for r in peers), len(peers) == 1
+    outside = (f"while {others} {'waits' if one else 'wait'} outside "
+               f"{'its' if one else 'their'} engine: each side waits for the other")
+    if group == DATA_PARALLEL:
+        return (f"rank {culprit} waits there in its colocated {engine} engine's data-parallel "
+                f"sync ({frame.function}), which ends only when the engine of every rank of "
+                f"its DP group joins it, {outside}; the data-parallel engines are out of step, "
+                "their ranks did not run the same generate calls")
+    return (f"rank {culprit} waits there in its colocated {engine} engine's {group} "
+            f"{frame.name}, which ends only when every rank of its TP group joins it, "
+            f"{outside}, the ranks of one engine did not run the same generate calls")
 
 
 def _main(stacks: Mapping[int, RankStacks], rank: int) -> ThreadStack | None:

@@ -82,6 +82,27 @@ def waits_in_engine_collective(thread: ThreadStack | None) -> Frame | None:
                                                             engine.collective))
 
 
+# each engine's data-parallel syncs: (file's path tail, function names, the engine)
+_DP_SYNC = tuple((re.compile(re.escape(os.sep) + w.file.replace("/", os.sep).replace(
+    ".py", r"\.py") + "$"), w.names, engine) for engine in engines.ENGINES for w in engine.dp_sync)
+_DP_SYNC_DEPTH = 12   # a sync's frame sits a few frames out of the collective it waits in
+
+
+def waits_in_engine_dp_sync(thread: ThreadStack | None) -> tuple[engines.Engine, Frame] | None:
+    """(the engine, its frame) when the thread waits in a collective a rollout engine's
+    data-parallel replica makes to sync with the other replicas (vLLM's ``has_unfinished_dp``
+    after each step, ``coordinate_batch_across_dp`` before a forward; SGLang's DP-attention
+    batch exchange): it ends only when every replica of its DP group comes. None otherwise."""
+    if thread is None or not (in_collective(thread) or waits_in_engine_collective(thread)):
+        return None
+    for frame in thread.frames[:_DP_SYNC_DEPTH]:
+        for pattern, names, engine in _DP_SYNC:
+            if (names is None or frame.function in names or frame.name in names) \
+                    and pattern.search(frame.filename):
+                return engine, frame
+    return None
+
+
 # each engine's name and what its package's files have in their path
 _ENGINE_DIRS = tuple((e.name, f"{os.sep}{e.package}{os.sep}") for e in engines.ENGINES)
 

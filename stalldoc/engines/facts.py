@@ -52,10 +52,14 @@ class Engine(_Frozen):
     groups' coordinator; ``collective``: the wait of its device communicators and other peer
     groups; ``waits``: the frames of its source that are such waits; ``core_process``: the
     workers' parent is a process of the engine's own (vLLM's EngineCore), not the process that
-    holds the engine (SGLang's schedulers are the children of the user's process)."""
+    holds the engine (SGLang's schedulers are the children of the user's process);
+    ``dp_sync``: the frames of its source where a data-parallel replica of the engine syncs
+    with the others between or inside its steps (whether any has requests left, the batch
+    sizes), outer frames of a collective: a replica waits there until every other replica
+    comes, so the replicas must step together."""
 
     __slots__ = ("name", "package", "claim", "worker", "core", "tp_collective", "collective",
-                 "waits", "core_process")
+                 "waits", "core_process", "dp_sync")
     name: str
     package: str
     claim: str
@@ -65,3 +69,4 @@ class Engine(_Frozen):
     collective: str
     waits: tuple[WaitFrame, ...]
     core_process: bool
+    dp_sync: tuple[WaitFrame, ...]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from stalldoc.engines.facts import Engine, WaitFrame
 
 TP_COLLECTIVE = "SGLang TP collective"
+DP_SYNC = "SGLang data-parallel sync"
 COLLECTIVE = "SGLang collective"
 # srt/distributed/device_communicators/ (pynccl, custom_all_reduce in every release; quick
 # all-reduce, mscclpp, symmetric memory and the v2 custom all-reduce in 0.5)
@@ -53,4 +54,12 @@ SGLANG = Engine(
     ),
     # the Engine (its tokenizer manager) runs in the process that made it: the schedulers are
     # that process's children (entrypoints/engine.py, _launch_scheduler_processes)
-    core_process=False)
+    core_process=False,
+    dp_sync=(
+        # DP attention: before each forward the schedulers of every DP rank exchange their
+        # batches' sizes and modes (an all_gather, or an all_reduce on the world group), an
+        # idle one running an idle batch (srt/managers/scheduler_components/dp_attn.py, 0.5.23)
+        WaitFrame("sglang/srt/managers/scheduler_components/dp_attn.py",
+                  frozenset({"prepare_mlp_sync_batch_raw", "prepare_mlp_sync_batch",
+                             "exchange_sync_rows"}), DP_SYNC),
+    ))

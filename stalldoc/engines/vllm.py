@@ -29,6 +29,8 @@ COORDINATOR = frozenset({"all_reduce", "_all_reduce_out_place", "_all_reduce_in_
                          "barrier", "dispatch", "dispatch_router_logits", "combine",
                          "combine_into_output"})
 
+DP_SYNC = "vLLM data-parallel sync"
+
 VLLM = Engine(
     name="vLLM", package="vllm", claim="vLLM engine", worker="worker", core="engine core",
     tp_collective=TP_COLLECTIVE, collective=COLLECTIVE,
@@ -55,4 +57,21 @@ VLLM = Engine(
         WaitFrame("vllm/distributed/utils.py", STATELESS_GROUP, COLLECTIVE),
     ),
     # V1's engine core runs in a process of its own (EngineCoreProc), its workers under it
-    core_process=True)
+    core_process=True,
+    dp_sync=(
+        # whether any DP replica has requests left, an all_reduce on the DP group after every
+        # step (the offline LLMEngine of a replica, colocated or external_launcher DP, and the
+        # DP engine core of a MoE model: vllm/config/parallel.py, v1/engine/llm_engine.py,
+        # v1/engine/core.py in 0.32)
+        WaitFrame("vllm/config/parallel.py", frozenset({"has_unfinished_dp", "sync_dp_state"}),
+                  DP_SYNC),
+        WaitFrame("vllm/v1/engine/llm_engine.py", frozenset({"has_unfinished_requests_dp"}),
+                  DP_SYNC),
+        WaitFrame("vllm/v1/engine/core.py", frozenset({"_has_global_unfinished_reqs"}),
+                  DP_SYNC),
+        # the replicas' token counts before a forward (padding, micro-batching): vllm#28224's
+        # hang, one replica out of requests running dummy batches, the others elsewhere
+        WaitFrame("vllm/v1/worker/dp_utils.py", frozenset({"coordinate_batch_across_dp",
+                                                           "_synchronize_dp_ranks", "_run_ar"}),
+                  DP_SYNC),
+    ))

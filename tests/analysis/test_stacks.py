@@ -1,7 +1,7 @@
 """Reading stacks: which source lines take a lock."""
 from __future__ import annotations
 
-from stalldoc.analysis.stacks import is_lock_line, waits_on_http
+from stalldoc.analysis.stacks import is_lock_line, waits_in_engine_dp_sync, waits_on_http
 from stalldoc.model.stacks import Frame, ThreadStack
 
 
@@ -30,3 +30,37 @@ def test_only_a_plain_http_client_is_a_wait_on_http():
     assert not waits_on_http(_thread(f"{lib}/ssl.py", f"{lib}/http/client.py"))
     assert not waits_on_http(_thread("/venv/site-packages/grpc/_channel.py"))
     assert not waits_on_http(_thread(f"{lib}/socket.py"))
+
+
+SITE = "/venv/lib/python3.11/site-packages"
+SGL = f"{SITE}/sglang/srt"
+DP_ATTN = f"{SGL}/managers/scheduler_components/dp_attn.py"
+# an SGLang scheduler of DP attention at its batch exchange before a forward (frames and lines
+# of SGLang 0.5.23's source: two DP ranks, so the all-gather itself, on gloo)
+SGLANG_DP_EXCHANGE = (
+    Frame("all_gather_into_tensor", f"{SITE}/torch/distributed/distributed_c10d.py", 4170),
+    Frame("_exception_logger.<locals>.wrapper", f"{SITE}/torch/distributed/c10d_logger.py", 83),
+    Frame("exchange_sync_rows", DP_ATTN, 70),
+    Frame("MLPSyncBatchInfo.all_gather", DP_ATTN, 260),
+    Frame("prepare_mlp_sync_batch_raw", DP_ATTN, 649),
+    Frame("SchedulerDPAttnAdapter.prepare_mlp_sync_batch", DP_ATTN, 747),
+    Frame("SchedulerDPAttnAdapter.maybe_prepare_mlp_sync_batch", DP_ATTN, 774),
+    Frame("Scheduler.get_next_batch_to_run", f"{SGL}/managers/scheduler.py", 4008),
+    Frame("Scheduler.event_loop_normal", f"{SGL}/managers/scheduler.py", 2039))
+
+
+def test_an_engines_data_parallel_sync_is_known_by_its_frame_inside_a_collective():
+    found = waits_in_engine_dp_sync(ThreadStack(1, "MainThread", False, False,
+                                                SGLANG_DP_EXCHANGE))
+    assert found is not None and found[0].name == "SGLang", found
+    assert found[1] == SGLANG_DP_EXCHANGE[2]
+    # the same functions running, not waiting in a collective (the batch being built)
+    assert waits_in_engine_dp_sync(ThreadStack(1, "MainThread", True, True,
+                                               SGLANG_DP_EXCHANGE[4:])) is None
+    # a collective the scheduler makes elsewhere (its TP group's broadcast of requests)
+    elsewhere = (SGLANG_DP_EXCHANGE[0],
+                 Frame("GroupCoordinator.broadcast_object", f"{SGL}/distributed/parallel_state.py",
+                       1490),
+                 Frame("Scheduler.recv_requests", f"{SGL}/managers/scheduler.py", 1700))
+    assert waits_in_engine_dp_sync(ThreadStack(1, "MainThread", False, False, elsewhere)) is None
+    assert waits_in_engine_dp_sync(None) is None

@@ -40,7 +40,7 @@ def _methods(path: Path, cls: str) -> set[str]:
 @pytest.mark.parametrize("engine", engines.ENGINES, ids=lambda e: e.name)
 def test_every_wait_frame_names_files_of_the_release(site: Path, engine: Engine) -> None:
     files = _files(site, engine)
-    for wait in engine.waits:
+    for wait in engine.waits + engine.dp_sync:
         pattern = re.compile("(^|/)" + wait.file.replace(".py", r"\.py") + "$")
         matched = [f for f in files if pattern.search(f)]
         assert matched, wait
@@ -79,3 +79,15 @@ def test_the_models_engine_claims_are_the_engines_own() -> None:
     # model imports no other package: its copy of the claim sources must name the same engines
     from stalldoc.model.ranks import ENGINE_SOURCES
     assert ENGINE_SOURCES == engines.CLAIM_SOURCES
+
+
+@pytest.mark.parametrize("engine", engines.ENGINES, ids=lambda e: e.name)
+def test_every_data_parallel_sync_is_a_function_of_the_release(site: Path,
+                                                                engine: Engine) -> None:
+    # each named function, not one of them: a sync renamed in a release shows here
+    files = _files(site, engine)
+    assert engine.dp_sync
+    for sync in engine.dp_sync:
+        pattern = re.compile("(^|/)" + sync.file.replace(".py", r"\.py") + "$")
+        defined = set().union(*(_defined(site / f) for f in files if pattern.search(f)))
+        assert sync.names and sync.names <= defined, sync.names - defined

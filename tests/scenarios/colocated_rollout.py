@@ -19,7 +19,13 @@ started before external_launcher (swift's ``num_infer_workers``, one engine per 
 worker polls its queue between steps, and on a small node the engines take the cores the
 training needs.
 
-argv: MODEL STEPS TP PROMPTS [BACKEND]"""
+With DP above 1 each rank's engine is one data-parallel replica of one engine (``data_parallel_size``,
+as verl and swift set it for a rollout of DP x TP ranks): between its steps an engine asks its DP
+peers whether any of them has requests left (an all_reduce on the DP group), so every DP rank must
+be in ``generate`` as often as the others; a rank whose share has run out waits in the reward's
+all_reduce instead, and the other in its engine.
+
+argv: MODEL STEPS TP PROMPTS [BACKEND [DP]]"""
 import sys
 import time
 
@@ -32,10 +38,11 @@ def main() -> None:
 
     model, steps, tp, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     backend = sys.argv[5] if len(sys.argv) > 5 else "external_launcher"
+    dp = int(sys.argv[6]) if len(sys.argv) > 6 else 1
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     llm = LLM(model=model, dtype="float32", max_model_len=256, enforce_eager=True,
-              seed=rank // tp, tensor_parallel_size=tp,
+              seed=rank // tp, tensor_parallel_size=tp, data_parallel_size=dp,
               distributed_executor_backend=backend, gpu_memory_utilization=0.3)
     params = SamplingParams(n=4, max_tokens=16, temperature=1.0)
     prompts = [f"What is {11 + i} + {27 + 2 * i}?" for i in range(count)]
