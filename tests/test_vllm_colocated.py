@@ -57,13 +57,15 @@ def _trainer(tmp_path: Path, engine, steps: int, tp: int, prompts: int, *options
             os.unlink(path)
 
 
-@pytest.mark.parametrize("tp,loaded", [(1, False), (2, True)], ids=["tp1-idle", "tp2-cpu-burner"])
-def test_a_healthy_colocated_trainer_is_its_two_ranks(tmp_path: Path, engine, tp: int,
+@pytest.mark.parametrize("tp,dp,loaded", [(1, 2, False), (2, 1, True)],
+                         ids=["tp1-dp2-idle", "tp2-cpu-burner"])
+def test_a_healthy_colocated_trainer_is_its_two_ranks(tmp_path: Path, engine, tp: int, dp: int,
                                                       loaded: bool) -> None:
     # GIVEN 2 ranks generating their rollouts in their own engines (prompts enough for every
-    # step of both), watched with the kill action armed
+    # step of both; idle, the two engines are the replicas of one DP=2 engine, which sync after
+    # every step), watched with the kill action armed
     with cpu_burner(2 if loaded else 0):
-        result = _trainer(tmp_path, engine, 20, tp, 40)
+        result = _trainer(tmp_path, engine, 20, tp, 40, dp=dp)
     # THEN they train to the end: no stall, no alarm
     assert result.code == 0, result.stderr[-4000:]
     assert "train step 19:" in result.stdout, result.stdout[-2000:]
