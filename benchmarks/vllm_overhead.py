@@ -20,12 +20,17 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -40,9 +45,13 @@ ARMS = {"plain": None, "watched": ((), {}), "sidecar only": (("--no-agent",), {}
         "no hooks": ((), {"STALLDOC_AGENT_OFF": "hooks"})}
 
 
-def run(python: Path, model: Path, steps: int, arm: str, work: Path) -> dict[str, float]:
-    """One job: its start-up, tokens per second after the first step, wall time, exit code."""
-    command = [str(python), str(SCRIPT), str(model), str(steps)]
+def run(python: Path, model: Path, steps: int, arm: str, work: Path,
+        size: tuple[int, int]) -> dict[str, float]:
+    """One job: its start-up, tokens per second after the first step, wall time, exit code.
+    ``size``: each step's prompts and most tokens per completion."""
+    prompts, tokens = size
+    command = [str(python), str(SCRIPT), str(model), str(steps), "1", "0", str(tokens),
+               str(prompts)]
     env = {**os.environ, **vllm_env.ENGINE_ENV, "OMP_NUM_THREADS": "1"}
     watch = ARMS[arm]
     if watch is not None:
@@ -50,9 +59,10 @@ def run(python: Path, model: Path, steps: int, arm: str, work: Path) -> dict[str
         command = [sys.executable, "-m", "stalldoc", "watch", "--run-dir",
                    str(work / f"run-{time.monotonic_ns()}"), *options, "--", *command]
         env.update(extra)
-    started = time.monotonic()
+    started, used = time.monotonic(), _children_cpu()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True, env=env, cwd=work)
+    watcher = _OwnCpu(proc.pid) if watch is not None else None
     first, tokens, seconds = None, 0, 0.0
     for line in proc.stdout:
         match = STEP.search(line)
@@ -63,14 +73,60 @@ def run(python: Path, model: Path, steps: int, arm: str, work: Path) -> dict[str
         else:
             tokens, seconds = tokens + int(match.group(2)), seconds + float(match.group(3))
     code = proc.wait()
+    own = watcher.stop() if watcher is not None else 0.0
     return {"startup": first or float("nan"), "tokens_per_s": tokens / seconds if seconds else 0,
-            "wall": time.monotonic() - started, "exit": code}
+            "wall": time.monotonic() - started, "cpu": _children_cpu() - used,
+            "stalldoc_cpu": own, "exit": code}
+
+
+class _OwnCpu:
+    """The CPU seconds of stalldoc's own processes while they run: the relay (the process the
+    benchmark started; its own time, not that of the job's processes it reaps) and its
+    sidecar, with the py-spy runs the sidecar has reaped; read
+    twice a second, the last reading kept (they are gone once the job ends)."""
+
+    def __init__(self, relay: int) -> None:
+        self.relay, self.seconds, self.done = relay, 0.0, threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.done.wait(0.5):
+            try:
+                relay = psutil.Process(self.relay)
+                sidecars = [c for c in relay.children()
+                            if "stalldoc.sidecar" in " ".join(c.cmdline())]
+                # the relay reaps the job's orphans (a subreaper): its own time alone
+                self.seconds = _cpu(relay.cpu_times(), False) + sum(
+                    _cpu(p.cpu_times(), True) for p in sidecars)
+            except psutil.Error:
+                continue
+
+    def stop(self) -> float:
+        self.done.set()
+        self.thread.join()
+        return self.seconds
+
+
+def _cpu(times: Any, children: bool) -> float:
+    own = times.user + times.system
+    return own + (times.children_user + times.children_system if children else 0.0)
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user and system) of every process this one has reaped, theirs included:
+    a job's, and a watched job's with stalldoc's relay, sidecar and py-spy."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--prompts", type=int, default=2, help="prompts a step (4 completions "
+                        "each)")
+    parser.add_argument("--tokens", type=int, default=16, help="most tokens a completion")
     parser.add_argument("--arms", default=",".join(ARMS),
                         help=f"comma-separated, plain always included: {', '.join(ARMS)}")
     args = parser.parse_args()
@@ -82,10 +138,11 @@ def main() -> None:
         arms: dict[str, list[dict[str, float]]] = {arm: [] for arm in chosen}
         for _ in range(args.runs):
             for arm in chosen:
-                arms[arm].append(run(python, model, args.steps, arm, work))
+                arms[arm].append(run(python, model, args.steps, arm, work,
+                                     (args.prompts, args.tokens)))
     print(f"{'figure':<14}" + "".join(f"{arm:>14}" for arm in chosen)
           + f"   (median of {args.runs}; in brackets: / plain)")
-    for key in ("startup", "tokens_per_s", "wall"):
+    for key in ("startup", "tokens_per_s", "wall", "cpu"):
         plain = statistics.median(r[key] for r in arms["plain"])
         cells = []
         for arm in chosen:
@@ -93,9 +150,14 @@ def main() -> None:
             cells.append(f"{value:.2f} ({value / plain:.2f})")
         print(f"{key:<14}" + "".join(f"{c:>14}" for c in cells))
     print("paired ratios (each run's arm / the same run's plain): median [first, third quartile]")
-    for key in ("startup", "tokens_per_s", "wall"):
+    for key in ("startup", "tokens_per_s", "wall", "cpu"):
         print(f"{key:<14}" + "".join(f"{_paired(arms[arm], arms['plain'], key):>22}"
                                      for arm in chosen if arm != "plain"))
+    job = statistics.median(r["cpu"] for r in arms["plain"])
+    for arm in chosen[1:]:
+        own = statistics.median(r["stalldoc_cpu"] for r in arms[arm])
+        print(f"stalldoc's own CPU, {arm}: {own:.2f} s ({own / job:.1%} of the plain job's "
+              f"{job:.1f} CPU s)")
     print("exit codes:", {arm: [r["exit"] for r in results] for arm, results in arms.items()})
 
 

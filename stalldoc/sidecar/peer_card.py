@@ -18,6 +18,10 @@ from stalldoc.model.findings import Severity
 from stalldoc.probes.connections import LISTEN, sockets_by_pid
 
 EVERY = 5.0
+# the job's listening ports are read again when its processes change, while it listens on
+# none (a server binding its port), and else this often: reading every process's sockets was
+# a third of the watcher's own CPU beside a busy vLLM engine (benchmarks/vllm_overhead.py)
+LISTEN_EVERY = 30.0
 SERIOUS = (Severity.ERROR, Severity.CRITICAL)
 MAX_FINDINGS = 8
 
@@ -30,6 +34,9 @@ class PeerCard:
         self.addresses = _addresses()
         self.written_at = float("-inf")
         self.errors = 0
+        self.ports: list[int] = []
+        self.ports_of: frozenset[int] = frozenset()
+        self.ports_at = float("-inf")
 
     def due(self, now: float) -> bool:
         return now - self.written_at >= EVERY
@@ -41,7 +48,8 @@ class PeerCard:
         self.written_at = now
         serious = [e.finding for e in entries if e.finding.severity in SERIOUS]
         card = {"host": self.host, "addresses": self.addresses, "program": self.program,
-                "state": "ended" if ended else "running", "listening": _listening(job_pids),
+                "state": "ended" if ended else "running",
+                "listening": self._listening(now, job_pids),
                 "findings": [{"code": f.code, "severity": f.severity.value,
                               "summary": f.summary[:500]} for f in serious[-MAX_FINDINGS:]],
                 "raised": raised.text, "stalled": stalled, "exit_code": exit_code,
@@ -50,6 +58,14 @@ class PeerCard:
             write_card(self.run_dir, card)
         except OSError:
             self.errors += 1
+
+
+    def _listening(self, now: float, job_pids: Iterable[int]) -> list[int]:
+        """The ports the job listens on, read again only when due (``LISTEN_EVERY``)."""
+        pids = frozenset(job_pids)
+        if pids != self.ports_of or not self.ports or now - self.ports_at >= LISTEN_EVERY:
+            self.ports, self.ports_of, self.ports_at = _listening(pids), pids, now
+        return self.ports
 
 
 def program_of(argv: list[str]) -> str:

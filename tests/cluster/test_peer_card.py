@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 from stalldoc.cluster.peer_card import CARD_FILE, matching, read_cards
 from stalldoc.detect.raised_lines import RaisedLines
 from stalldoc.findings.ledger import Ledger
 from stalldoc.model.findings import Finding, Severity
-from stalldoc.sidecar.peer_card import PeerCard, program_of
+from stalldoc.sidecar.peer_card import LISTEN_EVERY, PeerCard, program_of
 
 
 def finding(code: str, severity: Severity, summary: str) -> Finding:
@@ -97,3 +99,46 @@ def test_a_node_of_a_multi_node_job_finds_the_card_of_a_node_of_another(tmp_path
     assert read_cards(own) == ()   # not a node: only the run directories beside it
     [peer] = read_cards(own, tmp_path / "grpo")
     assert peer.run_dir == str(server) and peer.listening == (8000,)
+
+
+SERVER = """
+import socket, sys
+held = []
+for line in sys.stdin:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    held.append(sock)
+    print(sock.getsockname()[1], flush=True)
+"""
+
+
+def test_the_ports_are_read_again_when_the_job_changes_or_listens_on_none(tmp_path: Path
+                                                                          ) -> None:
+    # GIVEN a server's watch whose job (a real process) listens on nothing yet
+    card = PeerCard(tmp_path, ["vllm", "serve", "m"])
+
+    def listening(now: float, pids: list[int]) -> list[int]:
+        card.write(now, pids, [], RaisedLines(), stalled=False)
+        return json.loads((tmp_path / CARD_FILE).read_text())["listening"]
+
+    def bind() -> int:
+        server.stdin.write("listen\n")
+        server.stdin.flush()
+        return int(server.stdout.readline())
+
+    with subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True) as server:
+        try:
+            assert listening(0.0, [server.pid]) == []
+            # THEN once it binds its port, the next card has it
+            port = bind()
+            assert listening(5.0, [server.pid]) == [port]
+            # AND a job listening, its processes the same, keeps its ports until LISTEN_EVERY
+            other = bind()
+            assert listening(10.0, [server.pid]) == [port]
+            assert listening(5.0 + LISTEN_EVERY, [server.pid]) == sorted([port, other])
+            # AND a change of the job's processes reads them at once
+            assert listening(6.0 + LISTEN_EVERY, [os.getpid()]) != sorted([port, other])
+        finally:
+            server.kill()

@@ -3,8 +3,8 @@ colocated rollouts and many GRPO scripts use it): each step generates a group of
 prompt, scores them with a rule reward, and logs a line. vLLM starts its engine core and its
 worker as processes of their own (spawned: hence the ``__main__`` guard).
 
-argv: MODEL STEPS [TP [KV_BLOCKS MAX_TOKENS]] (the engine's tensor-parallel size, 1 by
-default: TP workers). The engine's KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB (the CPU
+argv: MODEL STEPS [TP [KV_BLOCKS MAX_TOKENS [PROMPTS]]] (the engine's tensor-parallel size, 1
+by default: TP workers; PROMPTS a step, 2 by default). The engine's KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB (the CPU
 counterpart of ``gpu_memory_utilization``; whole GiB, thousands of blocks), or KV_BLOCKS blocks
 of 128 tokens (vLLM's ``num_gpu_blocks_override``): too few for the rollout's completions of
 MAX_TOKENS (16 by default), and the engine preempts."""
@@ -29,7 +29,8 @@ def main() -> None:
               tensor_parallel_size=tp, gpu_memory_utilization=0.3,
               **({"num_gpu_blocks_override": blocks} if blocks else {}))
     params = SamplingParams(n=4, max_tokens=max_tokens, temperature=1.0, ignore_eos=blocks > 0)
-    prompts = [f"What is {11 + i} + {27 + 2 * i}?" for i in range(2)]
+    count = int(sys.argv[6]) if len(sys.argv) > 6 else 2
+    prompts = [f"What is {11 + i} + {27 + 2 * i}?" for i in range(count)]
     for step in range(steps):
         started = time.monotonic()
         outputs = llm.generate(prompts, params, use_tqdm=False)
