@@ -16,8 +16,9 @@ import functools
 import os
 import time
 
+from stalldoc import engines
 from stalldoc.agent import channels, post_import, primitives, runtime
-from stalldoc.agent.statefile import (ENGINE_FIELDS, ENGINE_IDLE, REQUESTS_RECORD,
+from stalldoc.agent.statefile import (ENGINE_FIELDS, REQUESTS_RECORD,
                                       engine_settings_path, preempted_path, requests_path,
                                       served_path)
 
@@ -62,36 +63,21 @@ def _sleep(waking: bool) -> Callable[[Callable[..., Any], str | None], Callable[
     return lambda fn, phase: marked(channels.sleep_tracked(fn, waking), phase)
 
 
-def _vllm() -> tuple[Hook, ...]:
-    """vLLM's engines (v0 and v1 layouts, the LLM entry point), PyNccl weight broadcast and the
-    weight-update group's rendezvous."""
-    sleep, wake = _sleep(False), _sleep(True)
-    engines = tuple(h for module in ("vllm.engine.llm_engine", "vllm.v1.engine.llm_engine")
-                    for h in (Hook(module, "LLMEngine.step", None),
-                              Hook(module, "LLMEngine.sleep", "vllm_sleep", sleep),
-                              Hook(module, "LLMEngine.wake_up", "vllm_wake_up", wake)))
-    llm, nccl = "vllm.entrypoints.llm", "vllm.distributed.device_communicators.pynccl"
-    return (*engines,
-            Hook(llm, "LLM.generate", "generate"), Hook(llm, "LLM.chat", "generate"),
-            # each forward pass an engine's worker runs: the engine's progress (its own process)
-            Hook("vllm.v1.worker.worker_base", "WorkerWrapperBase.execute_model", None),
-            # the engine core between steps; blocked in it: the engine has no request in hand
-            Hook("vllm.v1.engine.core", "EngineCoreProc._process_input_queue", ENGINE_IDLE),
-            # a request thrown out of a full KV cache, to be recomputed (V1 prints no line)
-            Hook("vllm.v1.core.sched.scheduler", "Scheduler._preempt_request", None, preempted),
-            Hook(llm, "LLM.sleep", "vllm_sleep", sleep),
-            Hook(llm, "LLM.wake_up", "vllm_wake_up", wake),
-            Hook(nccl, "PyNcclCommunicator.__init__", "weight_sync",
-                 channels.channel(channels.pynccl)),
-            Hook(nccl, "PyNcclCommunicator.broadcast", "weight_sync",
-                 channels.channel(channels.pynccl)),
-            Hook(nccl, "PyNcclCommunicator.all_reduce", None),   # vLLM's own TP: progress only
-            Hook("vllm.distributed.utils", "StatelessProcessGroup.create", "weight_sync",
-                 channels.channel(channels.group_create)),
-            # new weights into the engine: in-place reload (colocated RL loops, sleep mode) and
-            # the native weight-transfer API, in the worker's process (the rank, colocated)
-            *(Hook("vllm.v1.worker.gpu_worker", f"Worker.{m}", "weight_sync")
-              for m in ("reload_weights", "update_weights")))
+def _engines() -> tuple[Hook, ...]:
+    """Each rollout engine's hook points (``stalldoc/engines``: vLLM's engines, the LLM entry
+    point, its worker and engine core, PyNccl's weight broadcast and the weight-update group's
+    rendezvous; SGLang's Engine and schedulers), each action bound to what records it."""
+    actions = engine_actions()
+    return tuple(Hook(p.module, p.qualname, p.phase, actions[p.action])
+                 for engine in engines.ENGINES for p in engine.hooks)
+
+
+def engine_actions() -> dict[str | None, Callable[[Callable[..., Any], str | None],
+                                                  Callable[..., Any]] | None]:
+    """What each action an engine's hook point names records, as the wrap of its hook."""
+    return {None: None, "sleep": _sleep(False), "wake": _sleep(True), "preempted": preempted,
+            "pynccl": channels.channel(channels.pynccl),
+            "group_create": channels.channel(channels.group_create)}
 
 
 WEIGHT_SYNC_METHODS = ("init_communicator", "update_named_param", "update_model_params",
@@ -246,7 +232,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook("deepspeed.runtime.engine", "DeepSpeedEngine.forward", "forward"),
     Hook("deepspeed.runtime.engine", "DeepSpeedEngine.backward", "backward"),
     Hook("deepspeed.runtime.engine", "DeepSpeedEngine.step", "optimizer_step"),
-    *_vllm(),
+    *_engines(),
     Hook("uvicorn.server", "Server.main_loop", None, served),
     *CHANNEL_HOOKS,
 )

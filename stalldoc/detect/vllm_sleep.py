@@ -3,7 +3,7 @@
 
 vLLM's executor logs ``It took %.6f seconds to fall asleep.`` once an engine sleeps and
 ``It took %.6f seconds to wake up tags %s.`` (older versions: ``... to wake up.``) once it woke
-(vllm/v1/executor/abstract.py). A line's engine is the process prefix vLLM puts in front of its
+(the lines' shapes: ``stalldoc/engines/vllm.py``). A line's engine is the process prefix vLLM puts in front of its
 worker processes' lines (``(EngineCore_DP0 pid=4123)``), else the launcher's prefix of the rank
 that printed it (torchrun ``--tee``: ``[default1]:``), else one engine for the job: colocated
 engines of several ranks printing without a prefix are told apart by the agent only.
@@ -14,14 +14,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from stalldoc.engines import vllm
 from stalldoc.model.agent import EngineSleepState
 from stalldoc.model.samples import LogLine
 
-_ASLEEP = re.compile(r"It took [0-9.]+ seconds to fall asleep\.")
-_WOKEN = re.compile(r"It took [0-9.]+ seconds to wake up(?: tags (?P<tags>.*?))?\.?\s*$")
-_PROCESS = re.compile(r"\((?P<name>[A-Za-z_][\w ]*?) pid=(?P<pid>\d+)\)")
+_ASLEEP = re.compile(vllm.ASLEEP_LINE)
+_WOKEN = re.compile(vllm.WOKEN_LINE)
+_PROCESS = re.compile(vllm.PROCESS_PREFIX)
 _LAUNCHER = re.compile(r"^\[(?P<tag>[A-Za-z_]+(?P<local_rank>\d+))\]:")
-_TAG_NAMES = ("weights", "kv_cache")
+_TAG_NAMES = vllm.SLEEP_TAGS
 MAX_ENGINES = 64   # distinct prefixes kept; a job with more engines keeps its first ones
 
 

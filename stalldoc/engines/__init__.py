@@ -8,7 +8,7 @@ May import: nothing of stalldoc's (data only: ``engines`` itself).
 """
 from __future__ import annotations
 
-from stalldoc.engines.facts import Engine, WaitFrame
+from stalldoc.engines.facts import Engine, HookPoint, WaitFrame
 from stalldoc.engines.sglang import SGLANG
 from stalldoc.engines.vllm import VLLM
 
@@ -16,7 +16,8 @@ ENGINES: tuple[Engine, ...] = (VLLM, SGLANG)
 # the claim sources of an engine's own world, in the agent's state file order (vLLM's first)
 CLAIM_SOURCES: tuple[str, ...] = tuple(e.claim for e in ENGINES)
 
-__all__ = ["CLAIM_SOURCES", "ENGINES", "SGLANG", "VLLM", "Engine", "WaitFrame", "by_claim",
+__all__ = ["CLAIM_SOURCES", "ENGINES", "SGLANG", "VLLM", "Engine", "HookPoint", "WaitFrame",
+           "by_claim",
            "by_module", "by_name", "by_wait", "wait_frames"]
 
 

@@ -42,6 +42,22 @@ class WaitFrame(_Frozen):
     why: str
 
 
+class HookPoint(_Frozen):
+    """A function of an engine's source the agent wraps once its module is imported.
+
+    ``module``: the module's dotted name; ``qualname``: the function's qualified name in it;
+    ``phase``: the phase a call on the main thread is (None: a progress marker only);
+    ``action``: what else the wrapper records, by the agent's name for it (None: nothing;
+    "sleep" / "wake": the engine's sleep state; "preempted": its scheduler's preemptions;
+    "pynccl" / "group_create": a weight-sync channel's endpoint)."""
+
+    __slots__ = ("module", "qualname", "phase", "action")
+    module: str
+    qualname: str
+    phase: str | None
+    action: str | None
+
+
 class Engine(_Frozen):
     """One rollout engine as stalldoc recognises it.
 
@@ -56,10 +72,11 @@ class Engine(_Frozen):
     ``dp_sync``: the frames of its source where a data-parallel replica of the engine syncs
     with the others between or inside its steps (whether any has requests left, the batch
     sizes), outer frames of a collective: a replica waits there until every other replica
-    comes, so the replicas must step together."""
+    comes, so the replicas must step together; ``hooks``: the functions the agent wraps in a
+    process that imports the engine (its phases, progress and sleep state)."""
 
     __slots__ = ("name", "package", "claim", "worker", "core", "tp_collective", "collective",
-                 "waits", "core_process", "dp_sync")
+                 "waits", "core_process", "dp_sync", "hooks")
     name: str
     package: str
     claim: str
@@ -70,3 +87,4 @@ class Engine(_Frozen):
     waits: tuple[WaitFrame, ...]
     core_process: bool
     dp_sync: tuple[WaitFrame, ...]
+    hooks: tuple[HookPoint, ...]

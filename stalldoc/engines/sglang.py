@@ -6,7 +6,7 @@ with ``tcp://`` at a port SGLang chose) and run the model's collectives through 
 coordinator and device communicators."""
 from __future__ import annotations
 
-from stalldoc.engines.facts import Engine, WaitFrame
+from stalldoc.engines.facts import Engine, HookPoint, WaitFrame
 
 TP_COLLECTIVE = "SGLang TP collective"
 DP_SYNC = "SGLang data-parallel sync"
@@ -35,6 +35,18 @@ COORDINATOR = frozenset({"all_reduce", "_all_reduce_out_place", "_all_reduce_in_
                          "recv_tensor_dict", "send_recv_tensor_dict", "barrier", "send",
                          "recv"})
 
+_ENGINE = "sglang.srt.entrypoints.engine"
+# the functions the agent wraps: the offline Engine a verl or slime actor holds (its generate
+# and its weight updates, in that actor's process) and each scheduler's forward (its progress,
+# in the scheduler's process); srt/entrypoints/engine.py and srt/managers/scheduler.py, 0.5.23
+HOOKS = (
+    HookPoint(_ENGINE, "Engine.generate", "generate", None),
+    *(HookPoint(_ENGINE, f"Engine.{m}", "weight_sync", None)
+      for m in ("init_weights_update_group", "update_weights_from_distributed",
+                "update_weights_from_tensor", "update_weights_from_disk",
+                "update_weights_from_ipc")),
+    HookPoint("sglang.srt.managers.scheduler", "Scheduler.run_batch", None, None))
+
 SGLANG = Engine(
     name="SGLang", package="sglang", claim="SGLang engine", worker="scheduler",
     core="engine", tp_collective=TP_COLLECTIVE, collective=COLLECTIVE,
@@ -62,4 +74,5 @@ SGLANG = Engine(
         WaitFrame("sglang/srt/managers/scheduler_components/dp_attn.py",
                   frozenset({"prepare_mlp_sync_batch_raw", "prepare_mlp_sync_batch",
                              "exchange_sync_rows"}), DP_SYNC),
-    ))
+    ),
+    hooks=HOOKS)

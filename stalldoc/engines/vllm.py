@@ -2,7 +2,7 @@
 ``distributed`` modules as the CUDA build)."""
 from __future__ import annotations
 
-from stalldoc.engines.facts import Engine, WaitFrame
+from stalldoc.engines.facts import Engine, HookPoint, WaitFrame
 
 TP_COLLECTIVE = "vLLM TP collective"
 COLLECTIVE = "vLLM collective"
@@ -30,6 +30,43 @@ COORDINATOR = frozenset({"all_reduce", "_all_reduce_out_place", "_all_reduce_in_
                          "combine_into_output"})
 
 DP_SYNC = "vLLM data-parallel sync"
+# its executor's lines once an engine fell asleep and once it woke (vllm/v1/executor/abstract.py;
+# "... to wake up." before tags), the tags a wake-up names, and the prefix vLLM puts in front
+# of its own processes' lines ("(EngineCore_DP0 pid=4123)")
+ASLEEP_LINE = r"It took [0-9.]+ seconds to fall asleep\."
+WOKEN_LINE = r"It took [0-9.]+ seconds to wake up(?: tags (?P<tags>.*?))?\.?\s*$"
+SLEEP_TAGS = ("weights", "kv_cache")
+PROCESS_PREFIX = r"\((?P<name>[A-Za-z_][\w ]*?) pid=(?P<pid>\d+)\)"
+ENGINE_IDLE = "engine_idle"   # the agent's phase of an engine core between steps (statefile's)
+_LLM, _PYNCCL = "vllm.entrypoints.llm", "vllm.distributed.device_communicators.pynccl"
+
+# the functions the agent wraps (agent/hooks.py binds each action to its recorder)
+HOOKS = (
+    # the engines (v0 and v1 layouts): a step is progress; sleep and wake_up record the state
+    *(h for module in ("vllm.engine.llm_engine", "vllm.v1.engine.llm_engine")
+      for h in (HookPoint(module, "LLMEngine.step", None, None),
+                HookPoint(module, "LLMEngine.sleep", "vllm_sleep", "sleep"),
+                HookPoint(module, "LLMEngine.wake_up", "vllm_wake_up", "wake"))),
+    HookPoint(_LLM, "LLM.generate", "generate", None),
+    HookPoint(_LLM, "LLM.chat", "generate", None),
+    # each forward pass an engine's worker runs: the engine's progress (its own process)
+    HookPoint("vllm.v1.worker.worker_base", "WorkerWrapperBase.execute_model", None, None),
+    # the engine core between steps; blocked in it: the engine has no request in hand
+    HookPoint("vllm.v1.engine.core", "EngineCoreProc._process_input_queue", ENGINE_IDLE, None),
+    # a request thrown out of a full KV cache, to be recomputed (V1 prints no line)
+    HookPoint("vllm.v1.core.sched.scheduler", "Scheduler._preempt_request", None, "preempted"),
+    HookPoint(_LLM, "LLM.sleep", "vllm_sleep", "sleep"),
+    HookPoint(_LLM, "LLM.wake_up", "vllm_wake_up", "wake"),
+    # PyNccl's weight broadcast and the weight-update group's rendezvous
+    HookPoint(_PYNCCL, "PyNcclCommunicator.__init__", "weight_sync", "pynccl"),
+    HookPoint(_PYNCCL, "PyNcclCommunicator.broadcast", "weight_sync", "pynccl"),
+    HookPoint(_PYNCCL, "PyNcclCommunicator.all_reduce", None, None),   # its own TP: progress
+    HookPoint("vllm.distributed.utils", "StatelessProcessGroup.create", "weight_sync",
+              "group_create"),
+    # new weights into the engine: in-place reload (colocated RL loops, sleep mode) and the
+    # native weight-transfer API, in the worker's process (the rank, colocated)
+    *(HookPoint("vllm.v1.worker.gpu_worker", f"Worker.{m}", "weight_sync", None)
+      for m in ("reload_weights", "update_weights")))
 
 VLLM = Engine(
     name="vLLM", package="vllm", claim="vLLM engine", worker="worker", core="engine core",
@@ -74,4 +111,5 @@ VLLM = Engine(
         WaitFrame("vllm/v1/worker/dp_utils.py", frozenset({"coordinate_batch_across_dp",
                                                            "_synchronize_dp_ranks", "_run_ar"}),
                   DP_SYNC),
-    ))
+    ),
+    hooks=HOOKS)

@@ -5,7 +5,10 @@ among the functions its facts call a wait, so a release that adds one shows here
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -91,3 +94,46 @@ def test_every_data_parallel_sync_is_a_function_of_the_release(site: Path,
         pattern = re.compile("(^|/)" + sync.file.replace(".py", r"\.py") + "$")
         defined = set().union(*(_defined(site / f) for f in files if pattern.search(f)))
         assert sync.names and sync.names <= defined, sync.names - defined
+
+
+RESOLVE = """
+import importlib, json, sys
+points = json.loads(sys.argv[1])
+missing = []
+for module, qualname in points:
+    try:
+        found = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except Exception as exc:
+        missing.append([module, qualname, type(exc).__name__])
+print(json.dumps(missing))
+"""
+
+
+def test_every_vllm_hook_point_resolves_in_the_release() -> None:
+    # as the agent resolves them once their module is imported (a name a module re-exports
+    # counts, as vllm.engine.llm_engine's LLMEngine); one the release lacks would switch that
+    # hook off with only "missing" in hooks-<pid>.txt
+    points = [[p.module, p.qualname] for p in vllm.VLLM.hooks]
+    done = subprocess.run([str(vllm_env.python()), "-c", RESOLVE, json.dumps(points)],
+                          capture_output=True, text=True, env={**os.environ,
+                                                               **vllm_env.ENGINE_ENV},
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
+def test_every_sglang_hook_point_is_a_method_of_the_release(site: Path) -> None:
+    # SGLang's Engine cannot be imported beside the CPU torch (it needs torchvision): its
+    # source is read instead, each point a method of its class in its module's file
+    for point in sglang.SGLANG.hooks:
+        cls, _, name = point.qualname.rpartition(".")
+        assert name in _methods(site / (point.module.replace(".", "/") + ".py"), cls), point
+
+
+def test_the_engine_idle_phase_is_the_agents() -> None:
+    from stalldoc.agent.hooks import engine_actions
+    from stalldoc.agent.statefile import ENGINE_IDLE
+    assert vllm.ENGINE_IDLE == ENGINE_IDLE
+    assert {p.action for e in engines.ENGINES for p in e.hooks} <= set(engine_actions())
