@@ -62,15 +62,16 @@ class RankOutsideCollective(Rule):
         while the waiting ranks of its TP group wait outside their engine: each side waits for
         the other, with ``engine_rank``, ``engine_frame``, ``user_frame``, ``outside_engine``
         (only the ranks of its TP group, by the ``tp_size`` its agent recorded; every waiting
-        rank when that is unknown), ``engine_group`` ("tensor-parallel") and ``engine``; the
-        same with ``engine_group`` "data-parallel" for a culprit that waits in its engine's
-        data-parallel sync (vLLM's ``has_unfinished_dp``, ``coordinate_batch_across_dp``;
-        SGLang's DP-attention batch exchange), a collective on the engine's DP group, while the
-        waiting ranks of that group are outside their engine: the replicas are out of step.
-        The waiting ranks' own collective is then no second finding. ``waits_on_child``, for a culprit whose main thread waits on
-        its own processes (DataLoader workers, a pool, a child, a subprocess): the first such
-        child whose stack, taken on the stall, is in code outside libraries (``pid``, ``what``,
-        ``frame``, ``frames``, ``waits_on_lock``); the summary says where that child is.
+        rank when that is unknown), ``engine_group`` ("tensor-parallel") and ``engine``; the same
+        with ``engine_group`` "data-parallel" for a culprit that waits in its engine's
+        data-parallel sync (vLLM's ``has_unfinished_dp``, ``coordinate_batch_across_dp``; SGLang's
+        DP-attention batch exchange), a collective on the engine's DP group, while the waiting
+        ranks of that group are outside their engine: the replicas are out of step. The waiting
+        ranks' own collective is then no second finding. ``waits_on_child``, for a culprit whose
+        main thread waits on its own processes (DataLoader workers, a pool, a child, a subprocess):
+        the first such child whose stack, taken on the stall, is in code outside libraries
+        (``pid``, ``what``, ``frame``, ``frames``, ``waits_on_lock``); the summary says where
+        that child is.
 
     Fix
         Look at the culprit's frame and find out why it is there instead of in the collective: a

@@ -19,11 +19,11 @@ started before external_launcher (swift's ``num_infer_workers``, one engine per 
 worker polls its queue between steps, and on a small node the engines take the cores the
 training needs.
 
-With DP above 1 each rank's engine is one data-parallel replica of one engine (``data_parallel_size``,
-as verl and swift set it for a rollout of DP x TP ranks): between its steps an engine asks its DP
-peers whether any of them has requests left (an all_reduce on the DP group), so every DP rank must
-be in ``generate`` as often as the others; a rank whose share has run out waits in the reward's
-all_reduce instead, and the other in its engine.
+With DP above 1 each rank's engine is one data-parallel replica of one engine
+(``data_parallel_size``, as verl and swift set it for a rollout of DP x TP ranks): between its
+steps an engine asks its DP peers whether any of them has requests left (an all_reduce on the DP
+group), so every DP rank must be in ``generate`` as often as the others; a rank whose share has
+run out waits in the reward's all_reduce instead, and the other in its engine.
 
 argv: MODEL STEPS TP PROMPTS [BACKEND [DP]]"""
 import sys

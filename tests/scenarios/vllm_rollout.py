@@ -4,10 +4,10 @@ prompt, scores them with a rule reward, and logs a line. vLLM starts its engine 
 worker as processes of their own (spawned: hence the ``__main__`` guard).
 
 argv: MODEL STEPS [TP [KV_BLOCKS MAX_TOKENS [PROMPTS]]] (the engine's tensor-parallel size, 1
-by default: TP workers; PROMPTS a step, 2 by default). The engine's KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB (the CPU
-counterpart of ``gpu_memory_utilization``; whole GiB, thousands of blocks), or KV_BLOCKS blocks
-of 128 tokens (vLLM's ``num_gpu_blocks_override``): too few for the rollout's completions of
-MAX_TOKENS (16 by default), and the engine preempts."""
+by default: TP workers; PROMPTS a step, 2 by default). The engine's KV cache is
+``VLLM_CPU_KVCACHE_SPACE`` GiB (the CPU counterpart of ``gpu_memory_utilization``; whole GiB,
+thousands of blocks), or KV_BLOCKS blocks of 128 tokens (vLLM's ``num_gpu_blocks_override``): too
+few for the rollout's completions of MAX_TOKENS (16 by default), and the engine preempts."""
 import sys
 import time
 
