@@ -25,7 +25,7 @@ import pytest
 import tiny_swift
 import vllm_env
 from load import cpu_burner
-from support import SCENARIOS, Result, alarms, watch
+from support import SCENARIOS, Result, alarms, is_alarm, watch
 
 pytestmark = pytest.mark.timeout(480)
 SCRIPT = str(SCENARIOS / "colocated_rollout.py")
@@ -95,7 +95,9 @@ def test_a_rank_that_skips_its_tp_groups_rollout_is_a_stall_of_both(tmp_path: Pa
             "which ends only when every rank of its TP group joins it, while rank 1 waits "
             "outside its engine: each side waits for the other") in finding["summary"]
     assert "external_launcher" in finding["fix"]
-    assert result.findings("SD108") == []
+    # (a rank slower than the stall timeout to import vLLM while the other waits in its
+    # rendezvous, beside another vLLM test, is SD108's resolved warning: no alarm)
+    assert [f for f in result.findings("SD108") if is_alarm(f)] == []
 
 
 def test_a_rank_that_skips_its_dp_replicas_rollout_puts_the_engines_out_of_step(

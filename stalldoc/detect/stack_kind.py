@@ -175,9 +175,10 @@ def thread_wait(thread: ThreadStack, use_active: bool = True) -> str:
     importing = any(f.filename.startswith(_IMPORTLIB) for f in walk)
     for index, frame in enumerate(walk):
         if frame.filename.startswith(_IMPORTLIB):
-            if frame.name == "acquire":
+            if frame.name == "acquire" and not (thread.active and use_active):
                 return "lock"   # the import lock: another thread imports that module
-            break   # an import runs (finds, reads, compiles or executes a module)
+            break   # an import runs (finds, reads, compiles or executes a module; a thread
+            # on the CPU in the lock's acquire takes it, it does not wait for it)
         why = frame_wait(frame, not importing) or (line_wait(frame) if index == 0 else "")
         if why:
             return why

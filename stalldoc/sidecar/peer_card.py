@@ -15,13 +15,10 @@ from stalldoc.cluster.peer_card import is_loopback, write_card
 from stalldoc.detect.raised_lines import RaisedLines
 from stalldoc.findings.ledger import Entry
 from stalldoc.model.findings import Severity
-from stalldoc.probes.connections import LISTEN, sockets_by_pid
+from stalldoc.probes.connections import (LISTEN, listening_sockets, socket_inodes,
+                                         sockets_by_pid)
 
 EVERY = 5.0
-# the job's listening ports are read again when its processes change, while it listens on
-# none (a server binding its port), and else this often: reading every process's sockets was
-# a third of the watcher's own CPU beside a busy vLLM engine (benchmarks/vllm_overhead.py)
-LISTEN_EVERY = 30.0
 SERIOUS = (Severity.ERROR, Severity.CRITICAL)
 MAX_FINDINGS = 8
 
@@ -35,8 +32,7 @@ class PeerCard:
         self.written_at = float("-inf")
         self.errors = 0
         self.ports: list[int] = []
-        self.ports_of: frozenset[int] = frozenset()
-        self.ports_at = float("-inf")
+        self.ports_of: tuple[frozenset[int], frozenset[int]] | None = None
 
     def due(self, now: float) -> bool:
         return now - self.written_at >= EVERY
@@ -49,7 +45,7 @@ class PeerCard:
         serious = [e.finding for e in entries if e.finding.severity in SERIOUS]
         card = {"host": self.host, "addresses": self.addresses, "program": self.program,
                 "state": "ended" if ended else "running",
-                "listening": self._listening(now, job_pids),
+                "listening": self._listening(job_pids),
                 "findings": [{"code": f.code, "severity": f.severity.value,
                               "summary": f.summary[:500]} for f in serious[-MAX_FINDINGS:]],
                 "raised": raised.text, "stalled": stalled, "exit_code": exit_code,
@@ -60,11 +56,20 @@ class PeerCard:
             self.errors += 1
 
 
-    def _listening(self, now: float, job_pids: Iterable[int]) -> list[int]:
-        """The ports the job listens on, read again only when due (``LISTEN_EVERY``)."""
+    def _listening(self, job_pids: Iterable[int]) -> list[int]:
+        """The ports the job listens on. Which process holds a socket is read from every
+        process's descriptors (a third of the watcher's own CPU beside a busy vLLM engine,
+        every 5 s: benchmarks/vllm_overhead.py), so it is read again only when the job's
+        processes or the host's listening sockets changed since the last card."""
         pids = frozenset(job_pids)
-        if pids != self.ports_of or not self.ports or now - self.ports_at >= LISTEN_EVERY:
-            self.ports, self.ports_of, self.ports_at = _listening(pids), pids, now
+        listening = listening_sockets()
+        if listening is None:   # no /proc: psutil's connections, each time
+            return _listening(pids)
+        key = (pids, frozenset(listening))
+        if key != self.ports_of:
+            held = set().union(*(socket_inodes(pid) for pid in pids))
+            self.ports = sorted({listening[i] for i in held if i in listening})[:64]
+            self.ports_of = key
         return self.ports
 
 

@@ -15,7 +15,9 @@ from stalldoc.cluster.peer_card import CARD_FILE, matching, read_cards
 from stalldoc.detect.raised_lines import RaisedLines
 from stalldoc.findings.ledger import Ledger
 from stalldoc.model.findings import Finding, Severity
-from stalldoc.sidecar.peer_card import LISTEN_EVERY, PeerCard, program_of
+from stalldoc.probes.connections import listening_sockets, socket_inodes
+from stalldoc.sidecar import peer_card
+from stalldoc.sidecar.peer_card import PeerCard, program_of
 
 
 def finding(code: str, severity: Severity, summary: str) -> Finding:
@@ -113,10 +115,18 @@ for line in sys.stdin:
 """
 
 
-def test_the_ports_are_read_again_when_the_job_changes_or_listens_on_none(tmp_path: Path
-                                                                          ) -> None:
-    # GIVEN a server's watch whose job (a real process) listens on nothing yet
+def test_the_ports_are_read_again_only_when_the_job_or_the_hosts_listeners_change(
+        tmp_path: Path, monkeypatch) -> None:
+    # GIVEN a server's watch whose job (a real process) listens on nothing yet; the reads of
+    # processes' descriptors counted (the costly part of a card)
     card = PeerCard(tmp_path, ["vllm", "serve", "m"])
+    reads: list[int] = []
+
+    def counted(pid: int) -> set[int]:
+        reads.append(pid)
+        return socket_inodes(pid)
+
+    monkeypatch.setattr(peer_card, "socket_inodes", counted)
 
     def listening(now: float, pids: list[int]) -> list[int]:
         card.write(now, pids, [], RaisedLines(), stalled=False)
@@ -131,14 +141,26 @@ def test_the_ports_are_read_again_when_the_job_changes_or_listens_on_none(tmp_pa
                           stdout=subprocess.PIPE, text=True) as server:
         try:
             assert listening(0.0, [server.pid]) == []
-            # THEN once it binds its port, the next card has it
+            # THEN each port it binds is on the next card
             port = bind()
             assert listening(5.0, [server.pid]) == [port]
-            # AND a job listening, its processes the same, keeps its ports until LISTEN_EVERY
             other = bind()
-            assert listening(10.0, [server.pid]) == [port]
-            assert listening(5.0 + LISTEN_EVERY, [server.pid]) == sorted([port, other])
+            assert listening(10.0, [server.pid]) == sorted([port, other])
+            # AND while nothing listens anew and its processes are the same, its descriptors
+            # are not read again (a loop-back connection is no listener)
+            # (other tests beside this one open listeners of their own: tried until the host's
+            # listeners stood still over a card)
+            with socket.create_connection(("127.0.0.1", port)):
+                host = listening_sockets()
+                for attempt in range(20):
+                    before = len(reads)
+                    assert listening(15.0 + attempt, [server.pid]) == sorted([port, other])
+                    now = listening_sockets()
+                    if now == host:   # unchanged since the card before: it read nothing
+                        break
+                    host = now
+            assert attempt < 19 and len(reads) == before
             # AND a change of the job's processes reads them at once
-            assert listening(6.0 + LISTEN_EVERY, [os.getpid()]) != sorted([port, other])
+            assert port not in listening(20.0, [os.getpid()])
         finally:
             server.kill()

@@ -286,3 +286,19 @@ def test_a_colocated_engines_tp_all_reduce_spinning_on_cpu_is_a_wait():
         Frame("main", "/job/grpo.py", 33)))
     kind = classify(RankStacks(0, 7, 0.0, "py-spy", (spinning,)))
     assert kind.kind == "waiting: vLLM TP collective" and kind.frame.filename == "/job/grpo.py"
+
+
+def test_a_thread_on_the_cpu_taking_the_import_lock_works_one_blocked_on_it_waits():
+    # a reload loop sampled inside the lock's acquire (seen once in CI, under load); the same
+    # frames with the thread blocked in the kernel are a wait for another thread's import
+    frames = (Frame("_ModuleLock.acquire", "<frozen importlib._bootstrap>", 120),
+              Frame("_ModuleLockManager.__enter__", "<frozen importlib._bootstrap>", 158),
+              Frame("reload", "/usr/lib/python3.11/importlib/__init__.py", 146),
+              Frame("build_optimizer", "/job/load_model.py", 7))
+
+    def kind(active: bool) -> str:
+        thread = ThreadStack(9, "MainThread", active, active, frames)
+        return classify(RankStacks(0, 9, 0.0, "py-spy", (thread,))).kind
+
+    assert kind(True) == WORKING
+    assert kind(False) == "waiting: lock"
