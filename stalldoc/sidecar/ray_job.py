@@ -52,6 +52,7 @@ class _Process:
     signature: tuple = ()
     other: bool = False              # the last sample differed (one torn read of a spinning
                                      # stack is no move; two differing samples in a row are)
+    spun: tuple[StackKind, RankStacks] | None = None   # the latest sample of that one stack
     created: float = 0.0             # an adopted actor's process start (a reused pid is not it)
 
 
@@ -213,8 +214,10 @@ class RayJob:
                 seen.other = False
             else:
                 seen.other = signature != seen.signature
+            if not seen.other:
+                seen.spun = (kind, stacks)
         else:
-            seen.busy_since, seen.signature = None, ()
+            seen.busy_since, seen.signature, seen.spun = None, (), None
 
     def quiet_since(self, now: float) -> float | None:
         """Since when nothing of the job has worked, ranks and this part together (None: this
@@ -264,10 +267,14 @@ class RayJob:
         return {pid for pid in psutil.pids() if _group(pid) in groups} if groups else set()
 
     def _outside(self, seen: _Process, now: float) -> OutsideSeen:
-        kind = seen.kind
+        """The process as seen; while busy in one stack, as that stack's latest sample shows it
+        (a differing sample, a torn read or the loop's first step out, does not move it)."""
+        kind, stacks = seen.kind, seen.stacks
         busy = now - seen.busy_since if seen.busy_since is not None else 0.0
-        return OutsideSeen(seen.process, seen.stacks, kind.kind if kind else "",
-                           _place(kind, seen.stacks), round(busy, 1))
+        if seen.busy_since is not None and seen.spun is not None:
+            kind, stacks = seen.spun
+        return OutsideSeen(seen.process, stacks, kind.kind if kind else "",
+                           _place(kind, stacks), round(busy, 1))
 
     def close(self) -> None:
         self.background.close()

@@ -307,6 +307,24 @@ def test_a_loop_spinning_in_one_function_stays_busy_through_a_torn_read() -> Non
                        sampled(5, "normalise.<locals>.<listcomp>", "normalise", "main")]) == 1
 
 
+def test_a_spin_is_placed_where_it_spun_not_at_one_differing_sample() -> None:
+    # the spin, then the first sample of the loop stopped by its user (unwinding, in Ray's
+    # ActorHandle.__del__): one differing sample is no move, and the finding must not say the
+    # actor spins there (seen in CI: SD121 rewritten at ActorHandle.__del__)
+    job = RayJob(None, StackProbe(None), 10.0)
+    job.known[7] = seen = _Process(RayProcess(7, DRIVER))
+    for stacks in (sampled(1, "normalise", "main"), sampled(2, "normalise", "main"),
+                   sampled(3, "ActorHandle.__del__", "main")):
+        job._seen(seen, stacks)
+    outside = job._outside(seen, 4.0)
+    assert seen.busy_since == 1 and outside.busy_for == 3.0
+    assert outside.frame is not None and outside.frame.function == "normalise", outside
+    assert outside.stacks is not None and outside.stacks.t == 2
+    # AND once a second sample moved on too, the spin's clock starts again there
+    job._seen(seen, sampled(5, "ActorHandle.__del__", "main"))
+    assert seen.busy_since == 5 and job._outside(seen, 5.0).frame.function == "ActorHandle.__del__"
+
+
 def test_a_stack_that_moves_is_no_spin() -> None:
     # a reward model's layers one after the other: the spin clock starts again
     assert busy_since([sampled(1, "forward", "score", "main"),
