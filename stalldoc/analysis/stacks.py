@@ -10,7 +10,8 @@ from typing import Mapping
 
 from stalldoc import engines
 from stalldoc.detect.stack_kind import (COLLECTIVE_FILES, IN_PROCESS_WAITS, NETWORK_FILES,
-                                        frame_wait, is_library, is_own, thread_wait)
+                                        file_pattern, frame_in, frame_wait, is_library, is_own,
+                                        thread_wait)
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
 __all__ = ["is_library", "user_frame", "frame_strings", "in_collective", "waits_on_network",
@@ -83,8 +84,8 @@ def waits_in_engine_collective(thread: ThreadStack | None) -> Frame | None:
 
 
 # each engine's data-parallel syncs: (file's path tail, function names, the engine)
-_DP_SYNC = tuple((re.compile(re.escape(os.sep) + w.file.replace("/", os.sep).replace(
-    ".py", r"\.py") + "$"), w.names, engine) for engine in engines.ENGINES for w in engine.dp_sync)
+_DP_SYNC = tuple((file_pattern(w.file.replace("/", os.sep)), w.names, engine)
+                 for engine in engines.ENGINES for w in engine.dp_sync)
 _DP_SYNC_DEPTH = 12   # a sync's frame sits a few frames out of the collective it waits in
 
 
@@ -97,8 +98,7 @@ def waits_in_engine_dp_sync(thread: ThreadStack | None) -> tuple[engines.Engine,
         return None
     for frame in thread.frames[:_DP_SYNC_DEPTH]:
         for pattern, names, engine in _DP_SYNC:
-            if (names is None or frame.function in names or frame.name in names) \
-                    and pattern.search(frame.filename):
+            if frame_in(frame, pattern, names):
                 return engine, frame
     return None
 

@@ -105,8 +105,19 @@ _WAIT_FRAMES: tuple[tuple[str, frozenset[str] | None, str], ...] = (
 # other threads' work is its work. A sleep is one too: `while worker.is_alive(): time.sleep(1)`
 # is how many jobs wait for a thread, and calling that rank idle would be a false stall.
 IN_PROCESS_WAITS = frozenset({"lock", "queue", "future", "event loop", "sleep"})
-_WAIT_FILES = tuple((re.compile(re.escape(os.sep) + pattern.replace(".py", r"\.py") + "$"),
-                     names, why) for pattern, names, why in _WAIT_FRAMES)
+def file_pattern(tail: str) -> re.Pattern[str]:
+    """A frame's file whose path ends in ``tail`` (a regex of the path's tail, ".py" last)."""
+    return re.compile(re.escape(os.sep) + tail.replace(".py", r"\.py") + "$")
+
+
+def frame_in(frame: Frame, pattern: re.Pattern[str], names: frozenset[str] | None) -> bool:
+    """``frame`` is one of ``names`` (any, for None: a method by its own name too) in a file
+    that ``pattern`` (``file_pattern``) matches."""
+    return (names is None or frame.function in names or frame.name in names) \
+        and bool(pattern.search(frame.filename))
+
+
+_WAIT_FILES = tuple((file_pattern(pattern), names, why) for pattern, names, why in _WAIT_FRAMES)
 # A user line blocked in a C call that waits: sleep, CUDA sync, a socket, a store or an event.
 _WAIT_LINE = (
     (re.compile(r"\bsleep\("), "sleep"),
@@ -142,8 +153,7 @@ def frame_wait(frame: Frame, collective: bool = True) -> str:
     if collective and any(m in frame.filename for m in COLLECTIVE_FILES):
         return "collective"
     for pattern, names, why in _WAIT_FILES:
-        if (names is None or frame.function in names or frame.name in names) \
-                and pattern.search(frame.filename):
+        if frame_in(frame, pattern, names):
             return why
     if any(m in frame.filename for m in NETWORK_FILES):
         return "socket"
