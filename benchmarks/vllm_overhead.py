@@ -8,7 +8,11 @@ arms tell the cost apart: the sidecar alone (``--no-agent``: its sampling compet
 cores) and the agent without its framework hooks (``STALLDOC_AGENT_OFF=hooks``: the engine's
 per-step markers and phases off).
 
-    python benchmarks/vllm_overhead.py [--runs 3] [--steps 30] [--arms plain,watched]
+    python benchmarks/vllm_overhead.py [--runs 3] [--steps 30] [--arms plain,watched] [--pin]
+
+``--pin`` runs the job on CPU 0 and stalldoc (relay, sidecar, its py-spy runs) on CPU 1, as on a
+node where the watcher has a core the job does not use: the difference left is what the agent
+inside the job costs, without the two sharing this machine's cores.
 
 Each run starts every arm once, one after the other, so each arm's figure can be set against the
 plain job of the same run: besides each arm's median, the paired ratios' median and quartiles
@@ -45,18 +49,23 @@ ARMS = {"plain": None, "watched": ((), {}), "sidecar only": (("--no-agent",), {}
         "no hooks": ((), {"STALLDOC_AGENT_OFF": "hooks"})}
 
 
+JOB_CPU, WATCH_CPU = ["taskset", "-c", "0"], ["taskset", "-c", "1"]
+
+
 def run(python: Path, model: Path, steps: int, arm: str, work: Path,
-        size: tuple[int, int]) -> dict[str, float]:
+        size: tuple[int, int], pin: bool = False) -> dict[str, float]:
     """One job: its start-up, tokens per second after the first step, wall time, exit code.
-    ``size``: each step's prompts and most tokens per completion."""
+    ``size``: each step's prompts and most tokens per completion; ``pin``: the job on one CPU,
+    stalldoc on the other."""
     prompts, tokens = size
-    command = [str(python), str(SCRIPT), str(model), str(steps), "1", "0", str(tokens),
-               str(prompts)]
+    command = [*(JOB_CPU if pin else []), str(python), str(SCRIPT), str(model), str(steps), "1",
+               "0", str(tokens), str(prompts)]
     env = {**os.environ, **vllm_env.ENGINE_ENV, "OMP_NUM_THREADS": "1"}
     watch = ARMS[arm]
     if watch is not None:
         options, extra = watch
-        command = [sys.executable, "-m", "stalldoc", "watch", "--run-dir",
+        command = [*(WATCH_CPU if pin else []), sys.executable, "-m", "stalldoc", "watch",
+                   "--run-dir",
                    str(work / f"run-{time.monotonic_ns()}"), *options, "--", *command]
         env.update(extra)
     started, used = time.monotonic(), _children_cpu()
@@ -129,6 +138,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16, help="most tokens a completion")
     parser.add_argument("--arms", default=",".join(ARMS),
                         help=f"comma-separated, plain always included: {', '.join(ARMS)}")
+    parser.add_argument("--pin", action="store_true", help="the job on CPU 0, stalldoc on CPU 1")
     args = parser.parse_args()
     chosen = ["plain", *(a for a in ARMS if a != "plain" and a in args.arms.split(","))]
     python = vllm_env.python()
@@ -139,7 +149,7 @@ def main() -> None:
         for _ in range(args.runs):
             for arm in chosen:
                 arms[arm].append(run(python, model, args.steps, arm, work,
-                                     (args.prompts, args.tokens)))
+                                     (args.prompts, args.tokens), args.pin))
     print(f"{'figure':<14}" + "".join(f"{arm:>14}" for arm in chosen)
           + f"   (median of {args.runs}; in brackets: / plain)")
     for key in ("startup", "tokens_per_s", "wall", "cpu"):

@@ -122,3 +122,5 @@ class LogLine:
     t: float
     stream: str
     text: str
+    rank: int | None = None     # the global rank that printed it, where known apart from its
+                                # text (a saved log of one rank, read by ``stalldoc logs``)

@@ -93,6 +93,13 @@ from stalldoc.rules.sd535_slurm_time_limit import SlurmTimeLimit
 from stalldoc.rules.sd536_vllm_engine_not_started import VllmEngineNotStarted
 from stalldoc.rules.sd537_vendor_hang_verdict import VendorHangVerdict
 from stalldoc.rules.sd538_sglang_engine_process_died import SglangEngineProcessDied
+from stalldoc.rules.sd539_out_of_memory import OutOfMemory
+from stalldoc.rules.sd540_cuda_fault import CudaFault
+from stalldoc.rules.sd541_ranks_out_of_step import RanksOutOfStep
+from stalldoc.rules.sd542_monitor_verdict import MonitorVerdict
+from stalldoc.rules.sd543_process_died import ProcessDied
+from stalldoc.rules.sd544_filesystem_error import FilesystemError
+from stalldoc.rules.sd545_hub_network_error import HubNetworkError
 
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
@@ -121,7 +128,9 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  VllmEnginePreempting, RayTrainGroupFailed, RayActorDied,
                                  RayNodeDead, RayUnschedulable, SlurmTimeLimit,
                                  VllmEngineNotStarted, VendorHangVerdict,
-                                 SglangEngineProcessDied)
+                                 SglangEngineProcessDied, OutOfMemory, CudaFault,
+                                 RanksOutOfStep, MonitorVerdict, ProcessDied, FilesystemError,
+                                 HubNetworkError)
 STICKY: frozenset[str] = frozenset(rule.code for rule in RULES if rule.sticky)
 ENDS_WITH_PROGRESS: frozenset[str] = frozenset(rule.code for rule in RULES
                                                if rule.ends_with_progress)

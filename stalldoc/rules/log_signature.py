@@ -33,6 +33,12 @@ _PG_TAG = re.compile(r"\[PG (?:ID )?(?P<id>\d+)(?: PG GUID \d+)? ?(?:\((?P<name>
 _BARE_RANK = re.compile(r"\[[Rr]ank\s*(\d+)\]")
 _QUANTIFIERS = "?*{"
 MAX_LINES = 5
+# the start of a line as a launcher prefixes it (torchrun's ``[default3]:``, mpirun's
+# ``[1,3]<stderr>:``, srun's and pdsh's ``3: ``, Ray's ``(Worker pid=N)``): for patterns that hold
+# a whole line
+LINE_START = (r"^(?:\[\w+\]:|\[\d+,\d+\]<std(?:out|err)>:|[\w.-]+: "
+              r"|\(\w+ pid=\d+(?:, ip=[^)\s]+)?\) ){0,2}")
+LOG_RULES: list[type[LogSignature]] = []     # every log rule, in the order defined
 
 
 def line_rank(text: str) -> int | None:
@@ -44,6 +50,12 @@ def line_rank(text: str) -> int | None:
         return int(tag["rank"]) if default else None
     match = _BARE_RANK.search(text)
     return int(match.group(1)) if match else None
+
+
+def rank_of(line: LogLine) -> int | None:
+    """The global rank that printed ``line``: where it was read from (one file per rank, read by
+    ``stalldoc logs``), else what its text says."""
+    return line.rank if line.rank is not None else line_rank(line.text)
 
 
 def line_group(text: str) -> str | None:
@@ -129,6 +141,10 @@ class LogSignature(Rule):
     # every line of the event is one of them, the evidence says ``at_shutdown`` and the watcher
     # resolves the finding if the job then exits 0
     shutdown_patterns: ClassVar[tuple[str, ...]] = ()
+    # lines this rule matches but leaves to another rule, because what they quote is that rule's
+    # cause (a watchdog that ended on a CUDA error: the CUDA error, SD540), so that a line makes
+    # one finding
+    yields: ClassVar[tuple[str, ...]] = ()
     _program: ClassVar[list[tuple[str, re.Pattern[str]]]]
 
     @classmethod
@@ -138,10 +154,38 @@ class LogSignature(Rule):
             cls._program = [(required_literal(p), re.compile(p)) for p in cls.patterns]
         return cls._program
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every log rule (a class with a ``code``) is known here, in the order defined: the
+        kinds of failure (``log_kind.py``) leave to the others the lines those match."""
+        super().__init_subclass__(**kwargs)
+        if "code" in cls.__dict__:
+            LOG_RULES.append(cls)
+
     def check(self, window: Window) -> Iterator[Finding]:
+        hits = self.hits(window)
+        if hits:
+            yield self.event(hits)
+
+    def hits(self, window: Window) -> list[tuple[LogLine, re.Match[str]]]:
+        """The window's new lines this rule matches, each with its match."""
         hits = matching_lines(self.program(), window.log)
-        if not hits:
-            return
+        if self.yields:
+            hits = [(line, match) for line, match in hits if not self.leaves(line.text)]
+        return hits
+
+    @classmethod
+    def matches(cls, text: str) -> bool:
+        """Whether this rule takes ``text`` (matches it and does not leave it to a kind)."""
+        return (any(needle in text and pattern.search(text) for needle, pattern in cls.program())
+                and not cls.leaves(text))
+
+    @classmethod
+    def leaves(cls, text: str) -> bool:
+        """Whether ``text`` is one of the lines this rule leaves to the kinds."""
+        return any(re.search(pattern, text) for pattern in cls.yields)
+
+    def event(self, hits: list[tuple[LogLine, re.Match[str]]]) -> Finding:
+        """The finding of the lines matched in one tick."""
         first_line = hits[0][0]
         last_line = hits[-1][0]
         evidence: dict[str, Any] = {
@@ -151,8 +195,8 @@ class LogSignature(Rule):
         if self.shutdown_patterns and all(m.re.pattern in self.shutdown_patterns
                                           for _, m in hits):
             evidence["at_shutdown"] = True
-        ranks = sorted({r for line, _ in hits if (r := line_rank(line.text)) is not None})
-        yield self.finding(ranks, f"{self.headline}: {first_line.text.strip()[:200]}", evidence)
+        ranks = sorted({r for line, _ in hits if (r := rank_of(line)) is not None})
+        return self.finding(ranks, f"{self.headline}: {first_line.text.strip()[:200]}", evidence)
 
     def details(self, match: re.Match[str]) -> dict[str, Any]:
         """Figures read out of a matching line (named groups by default)."""

@@ -37,6 +37,9 @@ class NcclWatchdogStuck(LogSignature):
         modelscope/ms-swift#7992 (stuck in teardown of the expert-parallel groups after
         training), hiyouga/LlamaFactory#6964 (ZeRO-3 offload of a 32B model), xdit-project/xDiT#147 (heartbeat monitor timed out at the end of the run),
         pytorch/pytorch#115888 (the message and its two settings).
+        Lines of further projects: huggingface/transformers#30399 (Trainer.train() with Llama3
+        hangs; torch's NCCL heartbeat monitor times out (glog-style line behind a '[3]:' launcher
+        prefix; [PG 0 (default_pg) Rank 3] is the default group, so the global rank)).
     """
 
     code = "SD511"

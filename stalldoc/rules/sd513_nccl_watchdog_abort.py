@@ -54,3 +54,5 @@ class NcclWatchdogAbort(LogSignature):
         r"To avoid data inconsistency, we are taking the entire process down",
         r"(?:Process group|NCCL) watchdog thread terminated with exception",
     )
+    # the watchdog ended on a CUDA error: that error is the cause (SD540 says it)
+    yields = (r"watchdog thread terminated with exception: (?:CUDA|HIP) error: ",)

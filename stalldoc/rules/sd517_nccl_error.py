@@ -69,3 +69,5 @@ class NcclError(LogSignature):
         r"NCCL communicator was aborted on rank (?P<aborted_rank>\d+)",
         r"NCCL error: (?P<reason>[^,(]+?)\s*(?:[,(]|$)",
     )
+    # a communicator aborted for a watchdog timeout: that timeout is the cause (SD501 says it)
+    yields = (r"Original reason for failure was: .*Watchdog caught collective operation timeout",)

@@ -48,6 +48,13 @@ class CollectiveMismatchReported(LogSignature):
         sgl-project/sglang#37909 (gloo: an all_reduce of poll tensors of unequal length),
         pytorch/gloo#456 (gloo's size check before its message said "mismatch"),
         NVIDIA/nccl#296 (NCCL's own check).
+        Lines of further projects: EchoseChen/SPA-VL-RLHF#2 (Reward-model RLHF training with
+        TORCH_DISTRIBUTED_DEBUG: ranks 0 and 2 broadcast tensors of different shapes at the same
+        sequence number ('0 :' is a launcher label)); deepspeedai/DeepSpeed#7568 (DeepSpeed fp16 +
+        ZeRO + LR scheduler hang, rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL: rank 2 is in an
+        ALLREDUCE (seq 32) while rank 3 is in a GATHER at seq 0); 2U1/Phi3-Vision-Finetune#41
+        (Mixed text-only and image-text batches under DeepSpeed ZeRO-3: ranks all-gather different
+        parameters at the same sequence number (works with ZeRO-2)).
     """
 
     code = "SD529"

@@ -93,6 +93,8 @@ class RayActorDied(LogSignature):
         hiyouga/EasyR1#185 and jchengai/planTF#28 (workers killed due to memory pressure),
         ray-project/ray#32730 (the memory monitor's kill), ray-project/ray#27716 and
         ray-project/ray#28774 (Ray <= 2.1's System memory low).
+        Lines of further projects: real-stanford/flingbot#11 (Ray OOM killer detail: node at 95.07%
+        memory, the SimEnv actor (pid 4331) is killed).
     """
 
     code = "SD532"

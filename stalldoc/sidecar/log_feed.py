@@ -10,6 +10,7 @@ wait for the next), and the queue keeps the newest ``QUEUE_LINES`` lines, counti
 ones it lets go (the last words before a hang are the ones a diagnosis needs)."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections import deque
@@ -90,4 +91,4 @@ class LogFeed:
             redactor = self.redactors[line.stream] = LineRedactor()
         plain = _ESCAPES.sub("", line.text) if "\x1b" in line.text else line.text
         text = redactor.line(plain)
-        return line if text is line.text else LogLine(line.t, line.stream, text)
+        return line if text is line.text else dataclasses.replace(line, text=text)
