@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from stalldoc import __version__
-from stalldoc.errors import StalldocError
+from stalldoc.errors import RunDirError, StalldocError
 
 EXIT_CODES_HELP = """\b
 Exit codes of watch:
@@ -222,7 +222,6 @@ def report(run_dirs: tuple[Path, ...], fmt: str, output: Path | None) -> None:
     Exit 0, or 1 when a RUN_DIR is not a run directory this version can read or the output file
     cannot be written.
     """
-    from stalldoc.errors import RunDirError
     from stalldoc.report.formats import reporter
     from stalldoc.report.read import read_report
 
@@ -235,6 +234,52 @@ def report(run_dirs: tuple[Path, ...], fmt: str, output: Path | None) -> None:
         # past what the platform's clock can say: OverflowError)
         fail(RunDirError(f"{', '.join(map(str, run_dirs))}: damaged run database "
                          f"({type(exc).__name__}: {str(exc)[:200]})"))
+    _write(text, output)
+
+
+LOGS_EXIT_HELP = """\b
+Exit codes of logs:
+  0     read: the report printed (or written), whatever it found
+  1     a FILE is no log it can read (missing, a directory, unreadable,
+        a binary, not UTF-8 or UTF-16 text, a line over 1 MiB, a broken
+        gzip), every FILE is empty, or the --output file cannot be written
+  125   the --run-dir cannot be used (unsafe, not empty, cannot be created)
+  2     usage error
+"""
+
+
+@main.command(epilog=LOGS_EXIT_HELP)
+@click.argument("files", metavar="FILE...", nargs=-1, required=True,
+                type=click.Path(path_type=Path))   # the reader says why a file cannot be read
+@click.option("--format", "fmt", type=click.Choice(_formats()), default="text",
+              show_default=True, help="Any format of stalldoc report (text, json, markdown, "
+                                      "html, perfetto).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the report to this file instead of standard output.")
+@click.option("--run-dir", type=click.Path(), default=None, callback=_run_dir,
+              help="Keep the findings as a run here, for stalldoc report (default: not kept).")
+def logs(files: tuple[Path, ...], fmt: str, output: Path | None, run_dir: Path | None) -> None:
+    """Read the logs of a job nobody watched: the findings of stalldoc's log rules, with fixes.
+
+    FILE: one log per rank (its rank read from a name such as rank3.log, or from torchrun's
+    --log-dir layout), or a launcher's merged log whose lines carry [rankN]: or [default0]:
+    prefixes; plain or gzip. The lines are put on one clock by their time stamps and read
+    as watch reads a live job's output; what was read (files, lines, ranks, times) is said on
+    standard error.
+
+    Example: stalldoc logs train.log    or    stalldoc logs logs/rank*.log --format markdown
+    """
+    from stalldoc.logs.session import LogsOptions, read_logs
+
+    try:
+        text = read_logs(LogsOptions(files, fmt, run_dir))
+    except StalldocError as error:
+        fail(error)
+    _write(text, output)
+
+
+def _write(text: str, output: Path | None) -> None:
+    """``text`` on standard output, or in ``output``."""
     if output is None:
         click.echo(text)
         return

@@ -144,6 +144,34 @@ class Result:
     def meta(self) -> dict[str, str]:
         return run_meta(self.run_dir)
 
+    def read_back(self, tmp: Path) -> list[dict[str, Any]]:
+        """The job's output saved as a user's log file (the lines the watch stored), read by
+        ``stalldoc logs``: its findings, which must be those the watch's log rules made live."""
+        log = save_job_log(self.run_dir, tmp / "job.log")
+        out = subprocess.run([sys.executable, "-m", "stalldoc", "logs", str(log), "--format",
+                              "json"], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        read = json.loads(out.stdout)["findings"]
+        live = {f["code"] for f in self.report()["findings"] if f["code"] in log_rule_codes()}
+        assert {f["code"] for f in read} == live, (read, live)
+        return read
+
+
+def log_rule_codes() -> frozenset[str]:
+    """The codes of the rules that read the job's output."""
+    from stalldoc.rules import RULES
+    from stalldoc.rules.log_signature import LogSignature
+    return frozenset(rule.code for rule in RULES if issubclass(rule, LogSignature))
+
+
+def save_job_log(run_dir: Path, path: Path) -> Path:
+    """The job's output as the watch stored it, written to ``path`` as a log file."""
+    import sqlite3
+    with contextlib.closing(sqlite3.connect(run_dir / "run.db")) as conn:
+        lines = [row[0] for row in conn.execute("SELECT line FROM logs ORDER BY rowid")]
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return path
+
 
 def is_alarm(finding: dict[str, Any]) -> bool:
     """Whether a healthy run's finding would be a false alarm: every finding but a slow rank

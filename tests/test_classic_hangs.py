@@ -132,7 +132,7 @@ def test_a_forward_not_every_rank_runs_under_sharding_is_named_with_its_frames(
 
 @pytest.mark.parametrize("nproc,images", [(2, 9), (3, 10)])
 def test_predictions_of_different_lengths_all_gathered_are_a_reported_mismatch(
-        run_watch, nproc, images):
+        run_watch, nproc, images, tmp_path):
     # GIVEN evaluation that all-gathers each rank's predictions, one more on the first rank(s)
     # (pytorch/ignite#1569): gloo checks the sizes and aborts the rank that received more
     result = run_watch(torchrun(nproc, "gather_predictions.py"), env={"IMAGES": str(images)},
@@ -142,6 +142,8 @@ def test_predictions_of_different_lengths_all_gathered_are_a_reported_mismatch(
     [mismatch] = result.findings("SD529")
     assert int(mismatch["evidence"]["received"]) > int(mismatch["evidence"]["expected"])
     assert "collective mismatch" in mismatch["evidence"]["lines"][0]
+    # AND the job's log, saved and read back by `stalldoc logs`, gives what was said live
+    result.read_back(tmp_path)
     assert "pad" in mismatch["fix"]
     [dead] = result.findings("SD103")
     assert "SIGABRT" in dead["summary"], dead["summary"]

@@ -186,6 +186,8 @@ def test_a_ray_job_whose_gpus_never_come_is_named_with_what_it_asks(tmp_path: Pa
     assert "[SD534 error] Ray cannot schedule {" in result.stderr
     assert report["stalls"] == [] and report["ranks"] == [], result.stderr[-3000:]
     assert [f["code"] for f in report["findings"]] == ["SD534"], report["findings"]
+    # AND the job's log, saved and read back by `stalldoc logs`, gives what was said live
+    result.read_back(tmp_path)
 
 
 @pytest.mark.parametrize("loaded", [True], ids=["cpu-burner"])   # idle: the restart test below
@@ -217,6 +219,8 @@ def test_two_worlds_a_worker_killed_like_the_oom_killer_does_is_named_with_its_a
     assert died["summary"].startswith(f"rank {killed['rank']}: ") and (
         f"pid {killed['pid']}" in died["summary"]), died["summary"]
     assert "SYSTEM_ERROR" in died["summary"]
+    # AND the job's log, saved and read back by `stalldoc logs`, gives what was said live
+    result.read_back(tmp_path)
     assert report["stalls"] == []   # it died: nothing hung
 
 

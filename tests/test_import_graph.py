@@ -13,8 +13,8 @@ import stalldoc
 ROOT = Path(stalldoc.__file__).resolve().parent
 # the processes and the one-shot commands: they use the stages, never the other way round
 # (``run`` is what the relay, the sidecar and attach share: the run directory, the job, options)
-PROCESSES = frozenset({"relay", "sidecar", "run", "check", "attach", "doctor", "demo", "cli",
-                       "__main__"})
+PROCESSES = frozenset({"relay", "sidecar", "run", "check", "attach", "doctor", "demo", "logs",
+                       "cli", "__main__"})
 # the agent's modules the rest may read: the files it publishes (state file, Flight Recorder
 # requests, identity), the versions it was built with, and the public ``stalldoc.phase``
 AGENT_INTERFACE = frozenset({"statefile", "state_reader", "flight", "identity", "versions",

@@ -240,6 +240,8 @@ def test_nvrx_ft_launcher_hang_is_named_before_its_rank_monitors_speak(tmp_path:
     assert culprit["ranks"] == [1] and "fetch_batch" in culprit["summary"], culprit["summary"]
     [verdict] = result.findings("SD537")
     assert culprit["t"] < verdict["evidence"]["first_at"], (culprit["t"], verdict["evidence"])
+    # AND the job's log, saved and read back by `stalldoc logs`, gives what was said live
+    result.read_back(tmp_path)
     # AND the monitors' verdict is quoted as theirs, victim and culprit alike, blaming no rank
     # itself (both ranks stop beating at once; the first monitor to kill its rank ends the
     # group, and the other's line may never come: CI saw rank 1's alone)

@@ -211,6 +211,8 @@ def test_a_worker_killed_like_the_oom_killer_does_is_the_engines_root_cause(tmp_
     [finding] = result.findings("SD520")
     evidence = finding["evidence"]
     [line] = [x for x in evidence["lines"] if "Worker proc" in x]
+    # AND the job's log, saved and read back by `stalldoc logs`, gives what was said live
+    result.read_back(tmp_path)
     if "(exit code: None)" in line:
         assert "worker_signal" not in evidence and "worker_exit" not in evidence, evidence
         assert re.fullmatch(r"vLLM engine core died: its worker \S+ died",

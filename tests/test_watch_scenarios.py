@@ -197,7 +197,7 @@ def test_a_single_process_waiting_on_its_working_helper_is_not_stalled(run_watch
     assert result.report()["stalls"] == [], result.stderr
 
 
-def test_log_signatures_are_reported_once_and_counted(run_watch):
+def test_log_signatures_are_reported_once_and_counted(run_watch, tmp_path):
     result = run_watch([sys.executable, str(SCENARIOS / "log_errors.py")], env={"REPEAT": "4"})
     assert result.code == 0, result.stderr
     findings = result.report()["findings"]
@@ -209,6 +209,8 @@ def test_log_signatures_are_reported_once_and_counted(run_watch):
     assert oom[0]["evidence"]["requested"] == "1.50 GiB" and oom[0]["ranks"] == [0, 1]
     assert server[0]["evidence"]["waited_seconds"] == "240.0"
     assert result.stderr.count("[SD506 error]") == 1  # printed when opened, not on every repeat
+    # AND the job's log, saved and read back by `stalldoc logs`, gives what was said live
+    result.read_back(tmp_path)
 
 
 @pytest.mark.parametrize("nproc,wait_rank,executor", [(2, 0, False), (3, 2, True)],
@@ -260,6 +262,8 @@ def test_a_watchdog_timeout_is_matched_with_the_rings(tmp_path, nproc, stuck_ran
     waiting = sorted(set(range(nproc)) - {stuck_rank})
     assert ring["missing_ranks"] == [stuck_rank], result.stderr
     assert ring["source"] == source and ring["op_agrees"]
+    # AND the job's log, saved and read back by `stalldoc logs`, gives what was said live
+    result.read_back(tmp_path)
     # gloo's recorder names the gather all_gather; the agent, the call the job made
     assert ring["op"] == {"agent": "all_gather_into_tensor", "flight_recorder": "all_gather"}[source]
     if source == "flight_recorder":
@@ -299,6 +303,8 @@ def test_a_line_printed_at_a_clean_shutdown_is_resolved(tmp_path, lines, code, r
     assert finding["evidence"]["count"] == len(lines)
     assert (finding["resolved_at"] is not None) == resolved
     assert ("SD520 printed as the job shut down; it exited 0" in result.stderr) == resolved
+    # AND the job's log, saved and read back by `stalldoc logs`, gives what was said live
+    result.read_back(tmp_path)
 
 
 def test_ranks_a_wrapper_keeps_the_agent_out_of_are_said_and_still_judged(tmp_path):

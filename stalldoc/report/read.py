@@ -64,7 +64,16 @@ def run_info(conn: sqlite3.Connection) -> RunInfo:
                   launch=_json(meta.get("launch_plan"), None),
                   cluster=_json(meta.get("cluster"), None),
                   attached=_json(meta.get("attached"), None),
-                  attempt=_json(meta.get("attempt"), None))
+                  attempt=_json(meta.get("attempt"), None),
+                  logs_read=_logs_read(meta.get("logs_read")))
+
+
+def _logs_read(text: str | None) -> tuple[dict[str, Any], ...] | None:
+    """What ``stalldoc logs`` read (None for any other run, or a damaged value)."""
+    value = _json(text, None)
+    if not isinstance(value, list):
+        return None
+    return tuple(item for item in value if isinstance(item, dict))
 
 
 def _rows(conn: sqlite3.Connection, sql: str) -> list[dict[str, Any]]:

@@ -42,6 +42,9 @@ class RunInfo:
     attached: Mapping[str, Any] | None = None  # stalldoc attach: pids, window, job_ended ...
     attempt: Mapping[str, Any] | None = None   # a requeue into the run directory: its attempt,
     #                                            the earlier runs' subdirectories ("earlier")
+    # stalldoc logs: each file read (path, rank, local_rank, lines, stamped, first_at, last_at,
+    # ranks, local_ranks)
+    logs_read: tuple[Mapping[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,8 @@ class RankOutsideCollective(Rule):
         vLLM's external launcher, TP groups of consecutive ranks); vllm-project/vllm#28224 (a
         DP replica out of requests runs dummy batches, gets out of step with the others and
         hangs in the all-reduce of ``coordinate_batch_across_dp``); verl-project/verl#5607
-        (a vLLM rollout with DP > 1 hangs the main process for dense models).
+        (a vLLM rollout with DP > 1 hangs the main process for dense models: verl gave vLLM its
+        data-parallel settings only with expert parallelism, so its DP engines never started).
     """
 
     code = "SD101"

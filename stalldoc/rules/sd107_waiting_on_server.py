@@ -40,8 +40,11 @@ class WaitingOnServer(Rule):
         hang.
 
     References
-        ms-swift issues #6962 (hang after 5 h with an external reward server), #9143 (remote
-        reward service), #4306 (rank 0 waits on the rollout server while the others time out).
+        modelscope/ms-swift#5176 (the first infer request to a ``swift rollout`` server with
+        DP 2 hangs, and times out half an hour later); modelscope/ms-swift#9143 (a reward
+        function that calls a remote vLLM service; the thread does not place the hang in that
+        call); modelscope/ms-swift#4306 (server mode: rank 1 times out in ``_ALLGATHER_BASE``;
+        rank 0 is not shown, and a wait on the rollout server is a reading of it).
     """
 
     code = "SD107"

@@ -91,8 +91,11 @@ class HungInChannel(Rule):
         NCCL_DEBUG=INFO and NCCL_SOCKET_IFNAME; a reward server: its health and a client timeout.
 
     References
-        ms-swift issues #4306 (rank 0 waits on the rollout server while the others time out),
-        #6962 (hang after 5 h with an external server); TRL's vllm_client.py (VLLMClient) and
+        modelscope/ms-swift#4906 (the weight sync to a ``swift rollout`` server: after ``POST
+        /update_named_param/ 200 OK`` the communicator's store times out after 300000 ms);
+        modelscope/ms-swift#5176 (the first infer request to a rollout server hangs, and times
+        out half an hour later); modelscope/ms-swift#4306 (server mode: rank 1 times out in
+        ``_ALLGATHER_BASE``; rank 0's wait on the rollout server is not shown); TRL's vllm_client.py (VLLMClient) and
         swift's rlhf_trainers/vllm_client.py; vLLM's distributed/utils.py StatelessProcessGroup.
     """
 

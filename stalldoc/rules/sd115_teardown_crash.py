@@ -79,7 +79,8 @@ class TeardownCrash(Rule):
         the process: ``AsyncAllgatherWork`` on a gloo thread, ``GraphTask`` on an autograd
         worker); PR 179291 ("Register atexit handler to destroy process groups before
         interpreter finalization", abandoned); issue 28126 (``terminate called without an
-        active exception`` from c10d threads not joined).
+        active exception`` from a thread not joined: torch.distributed.rpc's ProcessGroupAgent,
+        the same abort at a process's end).
     """
 
     code = "SD115"

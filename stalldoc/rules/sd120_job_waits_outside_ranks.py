@@ -59,7 +59,7 @@ class JobWaitsOutsideRanks(Rule):
     References
         OpenRLHF#958 (vLLM engine actor stuck in weight sync, the trainer waiting),
         open-instruct PR#1454 (a health check queued behind a blocking actor call), verl PR#6673
-        (a reward normalisation that never returns).
+        (a reward normalisation extremely slow on a degenerate sample).
     """
 
     code = "SD120"

@@ -37,7 +37,8 @@ class DriverSpins(Rule):
         `--busy-timeout`.
 
     References
-        verl PR#6673 (a reward normalisation that never returns); SD109 for a rank that spins.
+        verl PR#6673 (a reward normalisation extremely slow on a degenerate sample: the driver
+        computes on); SD109 for a rank that spins.
     """
 
     code = "SD121"

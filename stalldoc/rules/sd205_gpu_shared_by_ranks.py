@@ -32,7 +32,8 @@ class GpuSharedByRanks(Rule):
         ``torch.cuda.set_device(LOCAL_RANK)`` in every rank.
 
     References
-        ms-swift issue #3695 (num_infer_workers 8 + tensor_parallel_size 8); community articles on
+        ms-swift issue #3695 (a hang; a comment's command line runs num_infer_workers 8 with
+        tensor_parallel_size 8, undiagnosed there); community articles on
         swift GRPO (Chinese, 2025) on tensor_parallel_size x num_infer_workers.
     """
 

@@ -48,8 +48,9 @@ class WeightSyncBound(Rule):
 
     References
         TRL #3557 (MoE weight sync about 40 s); OpenRLHF #533 (sync over 40 % of the time) and
-        PR #593 (chunked broadcast, 50 s to 5 s); verl #6974; ms-swift #9719 (MoE under
-        ZeRO-3); ms-swift docs, GRPO server mode (SWIFT_UPDATE_WEIGHTS_BUCKET_SIZE).
+        PR #593 (chunked broadcast, 50 s to 5 s); verl #6974 (a delta weight sync for dense
+        models: 9 to 37 s a sync); ms-swift #9719 (a MoE step under ZeRO-3 takes 8 to 9 min;
+        the maintainers advise Megatron); ms-swift docs, GRPO server mode (SWIFT_UPDATE_WEIGHTS_BUCKET_SIZE).
     """
 
     code = "SD207"

@@ -33,7 +33,8 @@ class VllmTpLayout(Rule):
         them), and keep num_infer_workers x vllm_tensor_parallel_size within the GPUs of a node.
 
     References
-        ms-swift GRPO argument checks; issue #3695 (num_infer_workers 8 + tensor_parallel_size 8).
+        ms-swift GRPO argument checks; issue #3695 (a hang; a comment's command line
+        runs num_infer_workers 8 with tensor_parallel_size 8, undiagnosed there).
     """
 
     code = "SD402"

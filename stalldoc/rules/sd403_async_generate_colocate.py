@@ -36,7 +36,7 @@ class AsyncGenerateColocate(Rule):
 
     References
         ms-swift GRPO docs (async_generate requires server mode); issue #3401; GRPO.md and
-        rlhf_args.py ``_check_grpo`` at v3.2.0 to v3.4.1 (``is_colocate_mode = (device_count ==
+        rlhf_args.py ``_check_grpo`` at v3.2.2 to v3.4.1 (``is_colocate_mode = (device_count ==
         num_infer_workers)``); SD411 C01 for async mode's own hang with vLLM >= 0.8.
     """
 

@@ -36,8 +36,8 @@ class VersionClash(Rule):
         Change the version the row names (its fix says which), or the layout it hangs in.
 
     References
-        docs/findings.md (SD411: the table and its sources); ms-swift PR#4204, PR#4825,
-        issue #3887; TRL issues #3676, #3304, #2977; DeepSpeed#6793; rllm#388.
+        docs/findings.md (SD411: the table and its sources); ms-swift PR#4204 (its removed warning: vLLM
+        0.8.3 may make some GRPO training hang), PR#4825, issue #3887 (a GRPO hang); TRL issues #3676, #3304, #2977; DeepSpeed#6793; rllm#388.
     """
 
     code = "SD411"

@@ -60,8 +60,7 @@ class NcclWatchdogTimeout(LogSignature):
         with ``torchfrtrace``.
 
     References
-        modelscope/ms-swift#4306 (_ALLGATHER_BASE timeout while rank 0 waits on the rollout
-        server), OpenRLHF/OpenRLHF#1126 (the dump signal from the rank that timed out),
+        modelscope/ms-swift#4306 (an ``_ALLGATHER_BASE`` timeout in server mode), OpenRLHF/OpenRLHF#1126 (the dump signal from the rank that timed out),
         pytorch/pytorch#152623, pytorch/pytorch#118369, NVIDIA/nccl#1610 (``[rank13]`` prints
         ``[Rank 1]``: the rank in its group), vllm-project/vllm-omni#2928,
         modelscope/DiffSynth-Studio#458 and sgl-project/sglang#1693 (``Timeout at NCCL work`` of

@@ -33,7 +33,9 @@ class CumemAllocatorError(LogSignature):
         (vllm-ascend: reinstall with COMPILE_CUSTOM_KERNELS=1).
 
     References
-        modelscope/ms-swift#9144 (colocate hang with a cumem_allocator.cpp error),
+        modelscope/ms-swift#9613 (colocate GRPO of a MoE model fails with ``CUDA Error: invalid
+        argument at /workspace/csrc/cumem_allocator.cpp:119``; its reporter had first asked in
+        ms-swift#9144, a colocate hang with no error printed),
         vllm-project/vllm#12981 (the wake-up OOM lines), vllm-project/vllm-ascend#556.
     """
 

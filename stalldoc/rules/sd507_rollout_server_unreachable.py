@@ -24,7 +24,8 @@ class RolloutServerUnreachable(LogSignature):
         the server still loads.
 
     References
-        ms-swift GRPO server mode docs; modelscope/ms-swift#4306, modelscope/ms-swift#5911.
+        ms-swift GRPO server mode docs; modelscope/ms-swift#5911 (``Servers not reachable
+        after 10.0s`` when GRPO training starts beside ``swift rollout``).
     """
 
     code = "SD507"

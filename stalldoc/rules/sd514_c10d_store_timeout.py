@@ -89,7 +89,7 @@ class C10dStoreTimeout(LogSignature):
         connect/validate``), vllm-project/vllm#17527 (TRL's vLLM at ``(0.0.0.0, 37589)``),
         nvidia-cosmos/cosmos-rl#681 and lllyasviel/ControlNet#382 (``DistNetworkError`` /
         ``TimeoutError``), facebookresearch/metaseq#52 (the store-based barrier: 1792 of 2048
-        ranks; its ``Waiting in store based barrier`` lines), deepspeedai/Megatron-DeepSpeed#338
+        ranks; the ``Waiting in store based barrier`` lines are a commenter's smaller run), deepspeedai/Megatron-DeepSpeed#338
         (4 of 8), epfml/powersgd#21 (4 of 2: more joined than the group has),
         ultralytics/yolov5#4574 (the waiting line, repeated).
     """

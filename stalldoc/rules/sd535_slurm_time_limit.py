@@ -58,8 +58,9 @@ class SlurmTimeLimit(LogSignature):
         ufs-community/ufs-weather-model#907 (behind srun's ``--label`` task id),
         DataBiosphere/toil#4706 (``slurmstepd-phoenix-07:``), desihub/desitarget#628 (the
         partition's default limit), marbl/canu#1067 (the older wording, node last);
-        facebookincubator/submitit#1613 and #1708 (cancelled for preemption and requeue: not
-        time limits).
+        facebookincubator/submitit#1613 and facebookincubator/submitit#1708 (``CANCELLED ... DUE
+        TO PREEMPTION`` / ``DUE TO JOB REQUEUE``: not this finding's words, though #1708's job
+        had reached its time limit and submitit requeued it).
     """
 
     code = "SD535"

@@ -271,6 +271,8 @@ def test_an_engine_whose_init_raised_is_named_with_its_class_and_its_error(
     evidence = finding["evidence"]
     assert evidence["actor_class"] == "GenerationServer" and evidence["pid"].isdigit(), evidence
     assert evidence["raised"] == "RuntimeError: No CUDA GPUs are available", evidence
+    # AND the job's log, saved and read back by `stalldoc logs`, gives what was said live
+    result.read_back(tmp_path)
     assert re.search(r"Ray actor GenerationServer \(\w+\) died \(pid \d+ on [\d.]+\): its "
                      r"__init__ raised RuntimeError: No CUDA GPUs are available; every call to "
                      r"it fails", finding["summary"]), finding["summary"]

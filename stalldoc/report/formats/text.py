@@ -81,7 +81,7 @@ def header(run: RunRecord, merged: bool) -> list[str]:
             f"  command : {' '.join(info.command)}",
             f"  started : {when(info.started_at)}  ended: {when(info.ended_at)}",
             f"  end     : {ending(info)}",
-            *attached(info), *requeued(info),
+            *attached(info), *requeued(info), *logs_read(info),
             f"  ranks   : {len({r.rank for r in run.ranks})}", *overhead(info), ""]
 
 
@@ -92,6 +92,19 @@ def requeued(info: RunInfo) -> list[str]:
     earlier = ", ".join(info.attempt.get("earlier", []))
     return [f"  attempt : {info.attempt.get('attempt')} (Slurm ran the job again; the runs "
             f"before it are in {earlier} in this directory)"]
+
+
+def logs_read(info: RunInfo) -> list[str]:
+    """The header lines of a run ``stalldoc logs`` read from saved logs: each file's lines."""
+    if info.logs_read is None:
+        return []
+    return [f"  read    : {item.get('path')}: {item.get('lines', 0):,} lines"
+            + (f", rank {item['rank']}" if item.get("rank") is not None else "")
+            + (f", ranks {','.join(map(str, item['ranks']))} by their prefixes"
+               if item.get("ranks") else "")
+            + (f", {when(item.get('first_at'))} to {when(item.get('last_at'))}"
+               if item.get("stamped") else ", no time stamps")
+            for item in info.logs_read]
 
 
 def attached(info: RunInfo) -> list[str]:
