@@ -6,5 +6,5 @@ read by the tick rules as the watcher reads a live job's output, stored as a run
 any report format.
 
 May import: ``rules``, ``findings``, ``store``, ``report``, ``run`` (the run directory),
-``model``, ``errors``.
+``model``, ``errors``, ``redact``.
 """

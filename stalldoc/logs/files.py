@@ -22,7 +22,8 @@ from typing import BinaryIO, Iterator
 
 from stalldoc.errors import StalldocError
 from stalldoc.logs.times import stamp
-from stalldoc.model.samples import LogLine
+from stalldoc.model.samples import LogLine, words_of
+from stalldoc.redact import LineRedactor
 
 MAX_LINE = 1 << 20          # bytes: a longer line is no log's
 KEEP = 64 * 1024            # characters of a long line the rules read
@@ -133,12 +134,18 @@ class LogFile:
         return LogLine(t, "log", text, self.rank)
 
     def _texts(self) -> Iterator[str]:
-        """The file's lines, decoded, without their line ends, long ones cut to ``KEEP``."""
+        """The file's lines as the watcher reads a live job's: decoded, without their line ends
+        and escape sequences, redacted (before anything else sees them), long ones cut to
+        ``KEEP``."""
+        redactor = LineRedactor()
+        for text in self._decoded():
+            yield redactor.line(words_of(text)[:KEEP])
+
+    def _decoded(self) -> Iterator[str]:
         decoder = codecs.getincrementaldecoder(self.encoding)(errors="replace")
         with self._open() as fh:
             if self.encoding == "utf-16":
-                text = decoder.decode(_read(fh, -1, self.path), final=True)
-                yield from (line[:KEEP] for line in text.splitlines())
+                yield from decoder.decode(_read(fh, -1, self.path), final=True).splitlines()
                 return
             number = 0
             while raw := _readline(fh, self.path):
@@ -146,7 +153,7 @@ class LogFile:
                 if len(raw) > MAX_LINE:
                     raise LogInputError(f"{self.path}: line {number} is over "
                                         f"{MAX_LINE >> 20} MiB: not a log")
-                yield decoder.decode(raw).rstrip("\r\n")[:KEEP]
+                yield decoder.decode(raw).rstrip("\r\n")
 
     @property
     def read(self) -> Read:

@@ -2,6 +2,7 @@
 the tick that holds them."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from stalldoc.model.agent import AgentSnapshot
@@ -113,6 +114,15 @@ class Tick:
     gpus: tuple[GpuSample, ...]
     agents: dict[int, AgentSnapshot]
     probes: tuple[ProbeRun, ...] = field(default=())
+
+
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")   # CSI: colours, cursor moves, erasing
+
+
+def words_of(text: str) -> str:
+    """A line as a terminal shows its words: without its escape sequences (Ray colours its
+    prefixes: ``\x1b[33m(autoscaler +5s)\x1b[0m Error: ...``)."""
+    return _ESCAPES.sub("", text) if "\x1b" in text else text
 
 
 @dataclass(frozen=True)

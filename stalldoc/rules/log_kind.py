@@ -28,8 +28,15 @@ class LogKind(LogSignature):
 
     kind: ClassVar[str]
     # each pattern's label (a pattern -> what that wording is: ``host`` / ``device`` memory, the
-    # launcher that spoke): ``what`` in the evidence
+    # launcher that spoke): ``what`` in the evidence; a kind's patterns are its labels' keys
     labels: ClassVar[Mapping[str, str]] = {}
+    # a label -> the fix for what the lines said (the docstring's Fix for the others)
+    fixes: ClassVar[Mapping[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        if "labels" in cls.__dict__ and "patterns" not in cls.__dict__:
+            cls.patterns = tuple(cls.labels)
+        super().__init_subclass__(**kwargs)
 
     def hits(self, window: Window) -> Hits:
         return [(line, match) for line, match in super().hits(window)
@@ -49,8 +56,9 @@ class LogKind(LogSignature):
         return dataclasses.replace(finding, fix=fix, ranks=tuple(sorted({*finding.ranks, *said})))
 
     def fix_for(self, evidence: Mapping[str, Any]) -> str | None:
-        """A fix for what the parts say (a signal, an errno, a status), None for the kind's own."""
-        return None
+        """A fix for what the lines say (their label's, or what a kind reads in their parts: a
+        signal, a status), None for the kind's own."""
+        return self.fixes.get(str(evidence.get("what")))
 
 
 def claimed(text: str, kind: type[LogKind]) -> bool:

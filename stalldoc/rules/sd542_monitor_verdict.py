@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any
 
 from stalldoc.model.findings import Severity
 from stalldoc.rules.log_kind import LogKind
@@ -93,8 +93,8 @@ class MonitorVerdict(LogKind):
     kind = "monitor_verdict"
     severity = Severity.ERROR
     headline = "a monitor gave its verdict"
-    patterns = tuple(_TOOL)
     labels = _TOOL
+    fixes = _FIXES
 
     def details(self, match: re.Match[str]) -> dict[str, Any]:
         found = super().details(match)
@@ -103,6 +103,3 @@ class MonitorVerdict(LogKind):
         if (faulty := found.pop("faulty", None)) is not None:
             found["faulty_ranks"] = [int(r) for r in _RANKS.findall(faulty)]
         return found
-
-    def fix_for(self, evidence: Mapping[str, Any]) -> str | None:
-        return _FIXES.get(str(evidence.get("what")))

@@ -146,7 +146,6 @@ class ProcessDied(LogKind):
     kind = "process_died"
     severity = Severity.ERROR
     headline = "a process died"
-    patterns = tuple(_LAUNCHER)
     labels = _LAUNCHER
 
     def details(self, match: re.Match[str]) -> dict[str, Any]:

@@ -1,8 +1,6 @@
 """SD544 filesystem-error."""
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 from stalldoc.model.findings import Severity
 from stalldoc.rules.log_kind import LogKind
 
@@ -100,8 +98,5 @@ class FilesystemError(LogKind):
     kind = "filesystem"
     severity = Severity.ERROR
     headline = "a filesystem error"
-    patterns = tuple(_WHAT)
     labels = _WHAT
-
-    def fix_for(self, evidence: Mapping[str, Any]) -> str | None:
-        return _FIXES.get(str(evidence.get("what")))
+    fixes = _FIXES

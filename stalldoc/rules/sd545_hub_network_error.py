@@ -91,7 +91,6 @@ class HubNetworkError(LogKind):
     kind = "network"
     severity = Severity.WARNING
     headline = "a hub or tracker request failed"
-    patterns = tuple(_WHAT)
     labels = _WHAT
 
     def fix_for(self, evidence: Mapping[str, Any]) -> str | None:

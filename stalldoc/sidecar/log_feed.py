@@ -11,19 +11,17 @@ ones it lets go (the last words before a hang are the ones a diagnosis needs).""
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
 
 from stalldoc.detect.progress_lines import ProgressLines
 from stalldoc.detect.raised_lines import RaisedLines
-from stalldoc.model.samples import LogLine
+from stalldoc.model.samples import LogLine, words_of
 from stalldoc.probes.exits import parse_launcher_line
 from stalldoc.redact import LineRedactor
 
 TAIL_LINES = 200
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")   # CSI: colours, cursor moves, erasing
 QUEUE_LINES = 50_000   # lines waiting for the next tick; past this the oldest are counted, not kept
 CLOCK_EVERY = 256      # lines drained between two looks at the clock
 
@@ -89,6 +87,5 @@ class LogFeed:
         redactor = self.redactors.get(line.stream)
         if redactor is None:
             redactor = self.redactors[line.stream] = LineRedactor()
-        plain = _ESCAPES.sub("", line.text) if "\x1b" in line.text else line.text
-        text = redactor.line(plain)
+        text = redactor.line(words_of(line.text))
         return line if text is line.text else dataclasses.replace(line, text=text)

@@ -118,3 +118,17 @@ def test_bad_input_is_one_line_and_exit_1(tmp_path, make, said):
 def test_no_file_is_a_usage_error():
     out = logs()
     assert out.returncode == 2 and "Missing argument" in out.stderr
+
+
+def test_what_is_read_is_redacted_and_loses_its_colours_as_watch_reads_it(tmp_path):
+    log = tmp_path / "job.log"
+    token = "hf_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF"
+    log.write_text(f"export HF_TOKEN={token}\n"
+                   "\x1b[36m(TaskRunner pid=2112)\x1b[0m Killed\n"
+                   "OSError: [Errno 28] No space left on device\n")
+    out = logs(log, "--run-dir", tmp_path / "run", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    assert token not in out.stdout
+    assert token not in (tmp_path / "run" / "run.db").read_bytes().decode("utf-8", "replace")
+    codes = {f["code"] for f in json.loads(out.stdout)["findings"]}
+    assert codes == {"SD543", "SD544"}, codes
