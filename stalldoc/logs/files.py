@@ -111,11 +111,14 @@ class LogFile:
         last: float | None = None
         for text in self._texts():
             t = stamp(text, year)
-            if t is None and last is None and len(waiting) < WAIT_FOR_STAMP:
-                waiting.append(text)
-                continue
-            last = self.mtime if t is None and last is None else (t if t is not None else last)
-            self._stamped += t is not None
+            if t is not None:
+                last = t
+                self._stamped += 1
+            elif last is None:
+                if len(waiting) < WAIT_FOR_STAMP:
+                    waiting.append(text)
+                    continue
+                last = self.mtime          # no stamp in the first lines: the file's time
             for held in waiting:
                 yield self._line(last, held)
             waiting = []

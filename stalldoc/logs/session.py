@@ -25,12 +25,14 @@ from stalldoc.model.samples import LogLine
 from stalldoc.model.window import Window
 from stalldoc.report.formats import reporter
 from stalldoc.report.read import read_report
+from stalldoc.report.text import read_summary
 from stalldoc.rules import SETTLE, STICKY, run_rules
 from stalldoc.run.options import make_run_dir
 from stalldoc.store.db import RunStore
 
 TICK = 1.0          # seconds of log time one pass of the rules reads
 BATCH = 2_000       # lines at most one pass reads (a log without stamps has one time)
+KEEP_LINES = 2_000  # the first and the last lines kept as the run's log
 NODE = "saved logs"
 
 
@@ -57,7 +59,7 @@ def read_logs(options: LogsOptions, err: TextIO = sys.stderr) -> str:
     if not any(r.lines for r in outcome.read):
         raise LogInputError(f"{', '.join(map(str, options.files))}: empty, nothing to read")
     for read in outcome.read:
-        err.write(f"stalldoc: read {said(read)}\n")
+        err.write(f"stalldoc: read {read_summary(read.as_json())}\n")
     run_dir = make_run_dir(options.run_dir) if options.run_dir else _scratch()
     try:
         store_run(run_dir, [str(p) for p in options.files], outcome)
@@ -94,8 +96,6 @@ def batches(lines: Iterable[LogLine]) -> Iterator[tuple[LogLine, ...]]:
         yield tuple(batch)
 
 
-KEEP_LINES = 2_000
-
 
 def _keep(kept: list[LogLine], batch: tuple[LogLine, ...]) -> list[LogLine]:
     """The first ``KEEP_LINES`` lines and the last ``KEEP_LINES``: the run's log."""
@@ -118,35 +118,6 @@ def store_run(run_dir: Path, paths: list[str], outcome: Outcome) -> None:
         store.end_run(max(times, default=time.time()), None)
     finally:
         store.close()
-
-
-def said(read: Read) -> str:
-    """One file's line of what was read: its lines, its ranks, its times."""
-    ranks = ranks_said(read)
-    span = (f", {_clock(read.first_at)} to {_clock(read.last_at)}" if read.stamped
-            else ", no time stamps (lines in the file's order)")
-    return f"{read.path}: {read.lines:,} lines{ranks}{span}"
-
-
-def ranks_said(read: Read) -> str:
-    if read.rank is not None:
-        return f", rank {read.rank} (its name)"
-    if read.local_rank is not None:
-        return f", local rank {read.local_rank} (torchrun's log directory)"
-    if read.ranks:
-        return f", ranks {_span(read.ranks)} (their [rankN]: prefixes)"
-    if read.local_ranks:
-        return f", local ranks {_span(read.local_ranks)} (torchrun's [defaultN]: prefixes)"
-    return ", ranks not said"
-
-
-def _span(ranks: tuple[int, ...]) -> str:
-    contiguous = ranks == tuple(range(ranks[0], ranks[-1] + 1))
-    return f"{ranks[0]}-{ranks[-1]}" if contiguous and len(ranks) > 2 else ",".join(map(str, ranks))
-
-
-def _clock(t: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t is not None else "-"
 
 
 def _scratch() -> Path:

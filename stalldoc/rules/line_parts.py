@@ -51,7 +51,6 @@ _HTTP_STATUS = re.compile(r"\b(4\d\d|5\d\d) (?:Client|Server) Error\b|<Response 
                           r"|\btoo many (\d{3}) error responses")
 _XID = re.compile(r"\bXid (?:\(PCI:[0-9a-fA-F:.]+\))?:? ?(\d+)")
 _PCI = re.compile(r"\bPCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})")
-_SECONDS = re.compile(r"\b(\d+(?:\.\d+)?) ?(?:seconds|secs?|s)\b")
 
 
 def parts(text: str) -> dict[str, Any]:
@@ -153,12 +152,6 @@ def _system(text: str) -> dict[str, Any]:
     if (pci := _first(_PCI, text)) is not None:
         out["device"] = pci
     return out
-
-
-def seconds(text: str) -> float | None:
-    """The first duration in seconds a line states."""
-    found = _first(_SECONDS, text)
-    return float(found) if found is not None else None
 
 
 _READERS: tuple[Callable[[str], dict[str, Any]], ...] = (_ids, _ending, _place, _system)

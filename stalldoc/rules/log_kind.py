@@ -27,14 +27,16 @@ class LogKind(LogSignature):
     """A kind of failure (the base of SD539-SD545)."""
 
     kind: ClassVar[str]
-    # each pattern's label (a pattern -> what that wording is: ``host`` / ``device`` memory, the
-    # launcher that spoke): ``what`` in the evidence; a kind's patterns are its labels' keys
-    labels: ClassVar[Mapping[str, str]] = {}
+    # what each group of wordings is (``host`` / ``device`` memory, the launcher that spoke) ->
+    # its patterns: a kind's patterns, in this order; its label is ``what`` in the evidence
+    wordings: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    labels: ClassVar[Mapping[str, str]] = {}     # derived: each pattern -> its wordings' label
     # a label -> the fix for what the lines said (the docstring's Fix for the others)
     fixes: ClassVar[Mapping[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        if "labels" in cls.__dict__ and "patterns" not in cls.__dict__:
+        if "wordings" in cls.__dict__:
+            cls.labels = {p: label for label, group in cls.wordings.items() for p in group}
             cls.patterns = tuple(cls.labels)
         super().__init_subclass__(**kwargs)
 
@@ -50,10 +52,12 @@ class LogKind(LogSignature):
 
     def event(self, hits: Hits) -> Finding:
         finding = super().event(hits)
-        said = {rank for _, match in hits
-                if isinstance(rank := self.details(match).get("rank"), int)}
-        fix = self.fix_for(finding.evidence) or finding.fix
-        return dataclasses.replace(finding, fix=fix, ranks=tuple(sorted({*finding.ranks, *said})))
+        return dataclasses.replace(finding, fix=self.fix_for(finding.evidence) or finding.fix)
+
+    def blamed(self, hits: Hits, details: list[dict[str, Any]]) -> list[int]:
+        """Also the ranks the lines name in their parts (mpirun's ``process rank N``)."""
+        said = {rank for found in details if isinstance(rank := found.get("rank"), int)}
+        return sorted({*super().blamed(hits, details), *said})
 
     def fix_for(self, evidence: Mapping[str, Any]) -> str | None:
         """A fix for what the lines say (their label's, or what a kind reads in their parts: a

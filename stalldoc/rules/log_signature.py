@@ -188,30 +188,40 @@ class LogSignature(Rule):
         """The finding of the lines matched in one tick."""
         first_line = hits[0][0]
         last_line = hits[-1][0]
+        details = [self.details(match) for _, match in hits]
         evidence: dict[str, Any] = {
             "lines": [line.text.strip()[:400] for line, _ in hits][:MAX_LINES],
             "count": len(hits), "first_at": first_line.t, "last_at": last_line.t,
-            "last_line": last_line.text.strip()[:400], **self._figures(hits)}
+            "last_line": last_line.text.strip()[:400], **_figures(hits, details)}
         if self.shutdown_patterns and all(m.re.pattern in self.shutdown_patterns
                                           for _, m in hits):
             evidence["at_shutdown"] = True
-        ranks = sorted({r for line, _ in hits if (r := rank_of(line)) is not None})
-        return self.finding(ranks, f"{self.headline}: {first_line.text.strip()[:200]}", evidence)
+        return self.finding(self.blamed(hits, details),
+                            f"{self.headline}: {first_line.text.strip()[:200]}", evidence)
+
+    def blamed(self, hits: list[tuple[LogLine, re.Match[str]]],
+               details: list[dict[str, Any]]) -> list[int]:
+        """The global ranks that printed the lines, where known (``details``: each line's)."""
+        return sorted({r for line, _ in hits if (r := rank_of(line)) is not None})
 
     def details(self, match: re.Match[str]) -> dict[str, Any]:
         """Figures read out of a matching line (named groups by default)."""
         return {k: v for k, v in match.groupdict().items() if v is not None}
 
-    def _figures(self, hits: list[tuple[LogLine, re.Match[str]]]) -> dict[str, Any]:
-        """The first line's figures, completed by later lines (a timeout's status line adds the
-        last completed work to the line that named the op); the process group where one is named."""
-        figures: dict[str, Any] = {}
-        for line, match in hits:
-            for key, value in self.details(match).items():
-                figures.setdefault(key, value)
-            if (group := line_group(line.text)) is not None:
-                figures.setdefault("pg", group)
-        return figures
+
+
+def _figures(hits: list[tuple[LogLine, re.Match[str]]],
+             details: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first line's figures (``details``: each line's), completed by later lines (a timeout's
+    status line adds the last completed work to the line that named the op); the process group
+    where one is named."""
+    figures: dict[str, Any] = {}
+    for (line, _), found in zip(hits, details):
+        for key, value in found.items():
+            figures.setdefault(key, value)
+        if (group := line_group(line.text)) is not None:
+            figures.setdefault("pg", group)
+    return figures
 
 
 def matching_lines(program: list[tuple[str, re.Pattern[str]]],

@@ -24,8 +24,7 @@ _KILLER = (r"\bOut of memory: Kill(?:ed)? process \d+",
            r"\bWorkers \(tasks / actors\) killed due to memory pressure \(OOM\)",
            r"\bkilled due to the node running low on memory",
            r"\bray\.exceptions\.OutOfMemoryError")
-_TO_HOST = {**{p: "device" for p in _DEVICE}, **{p: "host" for p in _HOST},
-            **{p: "host, the kernel's or Ray's OOM killer" for p in _KILLER}}
+_WORDINGS = {"device": _DEVICE, "host": _HOST, "host, the kernel's or Ray's OOM killer": _KILLER}
 
 
 class OutOfMemory(LogKind):
@@ -90,8 +89,7 @@ class OutOfMemory(LogKind):
     kind = "out_of_memory"
     severity = Severity.ERROR
     headline = "out of memory"
-    patterns = (*_DEVICE, *_HOST, *_KILLER)
-    labels = _TO_HOST
+    wordings = _WORDINGS
 
     def fix_for(self, evidence: Mapping[str, Any]) -> str | None:
         if evidence.get("what") == "device":

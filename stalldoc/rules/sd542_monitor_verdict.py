@@ -19,7 +19,6 @@ _COMPOSER = r"\bWaiting for local rank (?P<local_rank>\d+), bailing out: "
 _SAID_BY = {"SGLang's scheduler watchdog": (_SGLANG,), "Horovod": (_HOROVOD,),
             "torch.distributed's monitoredBarrier": (_BARRIER, _BARRIER_FAILED),
             "torchelastic's agent": _ELASTIC, "Composer's local rank zero wait": (_COMPOSER,)}
-_TOOL = {pattern: who for who, patterns in _SAID_BY.items() for pattern in patterns}
 _RANKS = re.compile(r"\d+")
 _FIXES = {
     "SGLang's scheduler watchdog": "SGLang's scheduler made no progress for its watchdog's "
@@ -93,7 +92,7 @@ class MonitorVerdict(LogKind):
     kind = "monitor_verdict"
     severity = Severity.ERROR
     headline = "a monitor gave its verdict"
-    labels = _TOOL
+    wordings = _SAID_BY
     fixes = _FIXES
 
     def details(self, match: re.Match[str]) -> dict[str, Any]:

@@ -37,7 +37,6 @@ _SAID_BY = {"torchrun": (_TORCHRUN, _ELASTIC_SUMMARY, _ELASTIC_SIGNAL, *_ELASTIC
             "a DataLoader worker": (_DATALOADER, _BUS_WORKER),
             "torch.multiprocessing": (_SPAWN,), "a launcher's subprocess": _SUBPROCESS,
             "mpirun": _MPIRUN, "srun": _SRUN, "the shell": _SHELL, "Python": _FATAL, "Ray": _RAY}
-_LAUNCHER = {pattern: who for who, patterns in _SAID_BY.items() for pattern in patterns}
 _BY_SIGNAL = {
     "SIGKILL": "Killed from outside (SIGKILL): most often the kernel's or the container's OOM "
                "killer (`dmesg | grep -i oom`, the pod's OOMKilled), else the scheduler or a "
@@ -146,7 +145,7 @@ class ProcessDied(LogKind):
     kind = "process_died"
     severity = Severity.ERROR
     headline = "a process died"
-    labels = _LAUNCHER
+    wordings = _SAID_BY
 
     def details(self, match: re.Match[str]) -> dict[str, Any]:
         found = super().details(match)

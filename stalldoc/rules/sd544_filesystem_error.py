@@ -14,9 +14,8 @@ _LOCK = (r"\bThe file lock '(?P<path>[^']+)' could not be acquired",
          r"\bBlockingIOError: \[Errno 11\] (?P<error>Resource temporarily unavailable)",
          r"\[Errno 37\] (?P<error>No locks available)")
 _RACE = (r"\[Errno 2\] No such file or directory: '(?P<path>[^']+)' -> '[^']+'",)
-_WHAT = {**{p: "full" for p in _FULL}, **{p: "stale or failing storage" for p in _STALE},
-         **{p: "read-only" for p in _READ_ONLY}, **{p: "lock" for p in _LOCK},
-         **{p: "cache race" for p in _RACE}}
+_WORDINGS = {"full": _FULL, "stale or failing storage": _STALE, "read-only": _READ_ONLY,
+             "lock": _LOCK, "cache race": _RACE}
 _FIXES = {
     "full": "The disk is full or over quota: free space where the job writes (checkpoints, "
             "caches, /tmp, /dev/shm), keep fewer checkpoints (`save_total_limit`), or point the "
@@ -98,5 +97,5 @@ class FilesystemError(LogKind):
     kind = "filesystem"
     severity = Severity.ERROR
     headline = "a filesystem error"
-    labels = _WHAT
+    wordings = _WORDINGS
     fixes = _FIXES

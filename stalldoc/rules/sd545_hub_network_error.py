@@ -20,8 +20,8 @@ _UNREACHABLE = (r"\bWe couldn't connect to '[^']+' to load",
                 r"\bFailed to resolve '[^']+'",
                 r"\bLocalEntryNotFoundError: ", r"\bOfflineModeIsEnabled: ",
                 r"\bwandb\.errors\.CommError: ")
-_WHAT = {**{p: "an error status" for p in _STATUS}, **{p: "a timeout or retry" for p in _TIMEOUT},
-         **{p: "unreachable" for p in _UNREACHABLE}}
+_WORDINGS = {"an error status": _STATUS, "a timeout or retry": _TIMEOUT,
+             "unreachable": _UNREACHABLE}
 _BY_STATUS = {
     429: "The hub or tracker rate-limits the job (HTTP 429): every rank of every node asks at "
          "once. Download once before the launch (`huggingface-cli download`, then "
@@ -91,7 +91,7 @@ class HubNetworkError(LogKind):
     kind = "network"
     severity = Severity.WARNING
     headline = "a hub or tracker request failed"
-    labels = _WHAT
+    wordings = _WORDINGS
 
     def fix_for(self, evidence: Mapping[str, Any]) -> str | None:
         status = evidence.get("http_status")

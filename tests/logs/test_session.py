@@ -55,6 +55,14 @@ def test_a_merged_log_gives_one_finding_per_failure_with_its_parts(merged):
     assert f"read {merged}: 6 lines, ranks 0,1 (their [rankN]: prefixes)" in out.stderr
 
 
+def test_the_text_report_says_what_was_read_as_the_command_did(merged):
+    out = logs(merged)
+    assert out.returncode == 0, out.stderr
+    said = f"{merged}: 6 lines, ranks 0,1 (their [rankN]: prefixes)"
+    assert f"stalldoc: read {said}" in out.stderr
+    assert f"  read    : {said}" in out.stdout
+
+
 @pytest.mark.parametrize("fmt,mark", [("text", "[SD543 error]"), ("markdown", "SD543"),
                                       ("html", "SD543"), ("perfetto", "SD543")])
 def test_every_report_format_shows_the_findings(merged, fmt, mark):

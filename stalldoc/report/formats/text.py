@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Sequence
 from stalldoc.analysis.phase_shares import SHARE_NAMES
 from stalldoc.report.records import Report, RunInfo, RunRecord, node_title
 from stalldoc.report.stack_groups import StackGroup, stack_groups
-from stalldoc.report.text import record_lines
+from stalldoc.report.text import read_summary, record_lines
 
 STACK_FRAMES = 8   # frames shown per stack group, innermost first
 
@@ -98,13 +98,7 @@ def logs_read(info: RunInfo) -> list[str]:
     """The header lines of a run ``stalldoc logs`` read from saved logs: each file's lines."""
     if info.logs_read is None:
         return []
-    return [f"  read    : {item.get('path')}: {item.get('lines', 0):,} lines"
-            + (f", rank {item['rank']}" if item.get("rank") is not None else "")
-            + (f", ranks {','.join(map(str, item['ranks']))} by their prefixes"
-               if item.get("ranks") else "")
-            + (f", {when(item.get('first_at'))} to {when(item.get('last_at'))}"
-               if item.get("stamped") else ", no time stamps")
-            for item in info.logs_read]
+    return [f"  read    : {read_summary(item)}" for item in info.logs_read]
 
 
 def attached(info: RunInfo) -> list[str]:
