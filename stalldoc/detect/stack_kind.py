@@ -129,6 +129,9 @@ _WAIT_LINE = (
 )
 
 
+_SPINNING_LINE_WAITS = frozenset({"cuda sync"})
+
+
 def is_library(filename: str) -> bool:
     """Frames from the standard library, installed packages or stalldoc itself."""
     if _OWN in filename or filename.startswith("<frozen"):
@@ -160,11 +163,14 @@ def frame_wait(frame: Frame, collective: bool = True) -> str:
     return ""
 
 
-def line_wait(frame: Frame) -> str:
-    """What a C call on ``frame``'s source line waits on ('' when the line is not a wait)."""
+def line_wait(frame: Frame, running: bool = False) -> str:
+    """What a C call on ``frame``'s source line waits on ('' when the line is not a wait).
+    ``running``: the thread was seen on the CPU, where only a wait that spins (a CUDA sync) can
+    be; a lock, a sleep, a socket or a poll there is taken or returns at once (an uncontended
+    ``_lock.acquire()`` in logging's ``getLogger``), a wait blocks in the kernel."""
     text = linecache.getline(frame.filename, frame.line) if frame.line > 0 else ""
     for pattern, why in _WAIT_LINE:
-        if pattern.search(text):
+        if pattern.search(text) and (why in _SPINNING_LINE_WAITS or not running):
             return why
     return ""
 
@@ -183,13 +189,14 @@ def thread_wait(thread: ThreadStack, use_active: bool = True) -> str:
         return "no python frames"
     walk = _walk(thread.frames)
     importing = any(f.filename.startswith(_IMPORTLIB) for f in walk)
+    running = thread.active and use_active
     for index, frame in enumerate(walk):
         if frame.filename.startswith(_IMPORTLIB):
-            if frame.name == "acquire" and not (thread.active and use_active):
+            if frame.name == "acquire" and not running:
                 return "lock"   # the import lock: another thread imports that module
             break   # an import runs (finds, reads, compiles or executes a module; a thread
             # on the CPU in the lock's acquire takes it, it does not wait for it)
-        why = frame_wait(frame, not importing) or (line_wait(frame) if index == 0 else "")
+        why = frame_wait(frame, not importing) or (line_wait(frame, running) if index == 0 else "")
         if why:
             return why
     return "" if thread.active or not use_active else "blocked"

@@ -1,6 +1,7 @@
 """The stack's kind, read from real py-spy dumps of real processes waiting or working."""
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -302,3 +303,32 @@ def test_a_thread_on_the_cpu_taking_the_import_lock_works_one_blocked_on_it_wait
 
     assert kind(True) == WORKING
     assert kind(False) == "waiting: lock"
+
+
+def test_a_thread_on_the_cpu_in_loggings_lock_works_one_blocked_on_it_waits():
+    # a module body's logging.getLogger sampled on logging's `_lock.acquire()` line (the real
+    # reload loop above, once in a clean-clone CI run): on the CPU the lock is taken at once;
+    # blocked in the kernel on the same line, the thread waits for it
+    logging_py = logging.__file__
+    line = next(n for n, text in enumerate(Path(logging_py).read_text().splitlines(), 1)
+                if text.strip() == "_lock.acquire()")
+    frames = (Frame("_acquireLock", logging_py, line),
+              Frame("Manager.getLogger", logging_py, line + 100),
+              Frame("<module>", "/job/rendezvous_setup.py", 49),
+              Frame("build_optimizer", "/job/load_model.py", 7))
+
+    def kind(active: bool) -> str:
+        thread = ThreadStack(9, "MainThread", active, active, frames)
+        return classify(RankStacks(0, 9, 0.0, "py-spy", (thread,))).kind
+
+    assert kind(True) == WORKING
+    assert kind(False) == "waiting: lock"
+
+
+def test_a_cuda_sync_line_waits_also_on_the_cpu(tmp_path):
+    # cudaStreamSynchronize spins: py-spy sees the thread on the CPU in `.item()`
+    job = tmp_path / "train_grpo.py"
+    job.write_text("def compute_loss(loss):\n    return loss.item()\n")
+    frames = (Frame("compute_loss", str(job), 2),)
+    thread = ThreadStack(9, "MainThread", True, True, frames)
+    assert classify(RankStacks(0, 9, 0.0, "py-spy", (thread,))).kind == "waiting: cuda sync"
