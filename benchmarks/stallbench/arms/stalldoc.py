@@ -1,0 +1,105 @@
+"""stalldoc: ``stalldoc watch`` around the launch command, at its defaults (observe, stall
+timeout 45 s) or at a short stall timeout; read from ``stalldoc report --format json`` (the same
+findings its stderr prints while the job runs, with their times)."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import Diagnosis, Run, output
+from scenario import Scenario
+
+# a finding's code -> the cause kind it names (the scenarios' vocabulary)
+CAUSES = {
+    "SD101": "rank_outside_collective", "SD102": "collective_mismatch",
+    "SD529": "collective_mismatch", "SD541": "collective_mismatch",
+    "SD103": "dead_rank", "SD110": "dead_rank", "SD543": "dead_rank", "SD113": "dead_rank",
+    "SD104": "python_deadlock", "SD105": "stopped_rank",
+    "SD107": "waiting_on_server", "SD111": "waiting_on_server", "SD120": "waiting_on_server",
+    "SD507": "waiting_on_server", "SD525": "waiting_on_server", "SD526": "waiting_on_server",
+    "SD112": "engine_asleep",
+    "SD117": "engine_dead", "SD122": "engine_dead", "SD520": "engine_dead",
+    "SD532": "engine_dead", "SD538": "engine_dead",
+    "SD534": "unschedulable", "SD114": "rendezvous_missing_node",
+    "SD515": "rendezvous_missing_node", "SD514": "rendezvous_missing_node",
+    "SD109": "livelock_spin", "SD121": "cpu_busy",
+}
+
+
+@dataclass(frozen=True)
+class Stalldoc:
+    name: str
+    stall_timeout: float | None = None
+
+    def unavailable(self, scenario: Scenario) -> str:
+        return ""
+
+    def command(self, scenario: Scenario, folder: Path) -> tuple[list[str], dict[str, str]]:
+        timeout = [] if self.stall_timeout is None else ["--stall-timeout",
+                                                         str(self.stall_timeout)]
+        return ([sys.executable, "-m", "stalldoc", "watch", "--run-dir", str(folder / "run"),
+                 *timeout, "--", *scenario.command()], {})
+
+    def during(self, run: Run) -> None:
+        pass
+
+    def settled(self, run: Run) -> bool:
+        """15 s after watch declared a stall: its stall findings and the log rules' are in."""
+        return any(t < time.time() - 15 for t, line in output(run)
+                   if line.startswith("[stalldoc] STALL #"))
+
+    def read(self, run: Run) -> list[Diagnosis]:
+        shown = subprocess.run([sys.executable, "-m", "stalldoc", "report", str(run.folder / "run"),
+                                "--format", "json"], capture_output=True, text=True)
+        if shown.returncode != 0:
+            return []
+        report = json.loads(shown.stdout)
+        return [said for finding in report["findings"] if (said := diagnosis(finding, run))]
+
+
+def diagnosis(finding: dict, run: Run) -> Diagnosis | None:
+    """A finding that says the job is stuck, or why: stall findings and the failure kinds; a
+    warning about resources (CPU oversubscribed, memory) diagnoses nothing. A finding that
+    blames a process outside the ranks (a server by its address, an engine or a driver by its
+    pid) names that part, as its reader would look the address or pid up."""
+    cause = CAUSES.get(finding["code"], "")
+    if finding["stall_id"] is None and not cause:
+        return None
+    evidence = finding.get("evidence") or {}
+    frame = evidence.get("frame", "") if isinstance(evidence.get("frame"), str) else ""
+    ranks = frozenset(str(r) for r in finding["ranks"])
+    outside = frozenset(_parts_named(evidence, run)) - ranks
+    blames_outside = cause in ("waiting_on_server", "engine_dead", "engine_asleep")
+    culprits = outside if blames_outside and outside else ranks
+    return Diagnosis(finding["t"], culprits, frame, cause,
+                     f"{finding['code']} {finding['name']}: {finding['summary']}")
+
+
+def _parts_named(evidence: object, run: Run) -> set[str]:
+    """Parts whose pid or listening port appears anywhere in a finding's evidence."""
+    found: set[str] = set()
+    if isinstance(evidence, dict):
+        for key, value in evidence.items():
+            if key == "pid" and isinstance(value, int) and value in run.parts:
+                found.add(run.parts[value])
+            found |= _parts_named(value, run)
+    elif isinstance(evidence, list):
+        for value in evidence:
+            found |= _parts_named(value, run)
+    elif isinstance(evidence, str):
+        for port in re.findall(r":(\d{2,5})\b", evidence):
+            if int(port) in run.ports:
+                found.add(run.ports[int(port)])
+    return found
+
+
+ARM = Stalldoc("stalldoc")
+
+
+def arm(stall_timeout: str) -> Stalldoc:
+    return Stalldoc(f"stalldoc:{stall_timeout}", float(stall_timeout))

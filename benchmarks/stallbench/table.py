@@ -1,0 +1,133 @@
+"""The scores of one stallbench run as one Markdown table page and one SVG plot."""
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from score import Score
+
+COLOURS = ("#1f77b4", "#2ca02c", "#ff7f0e", "#d62728")
+
+
+def arm_summary(scores: list[Score]) -> dict[str, dict[str, float | int | None]]:
+    """Per arm: hangs run, culprit / frame / cause right, median seconds to the culprit, healthy
+    runs, false stalls, kills."""
+    rows: dict[str, dict[str, float | int | None]] = {}
+    by_arm: dict[str, list[Score]] = defaultdict(list)
+    for s in scores:
+        by_arm[s.arm].append(s)
+    for arm, own in by_arm.items():
+        hangs = [s for s in own if s.truth == "hang" and not s.skipped and s.reached]
+        healthy = [s for s in own if s.truth == "healthy" and not s.skipped]
+        times = [s.seconds for s in hangs if s.seconds is not None]
+        rows[arm] = {"hangs": len(hangs), "culprit": sum(s.culprit for s in hangs),
+                     "frame": sum(s.frame for s in hangs), "cause": sum(s.cause for s in hangs),
+                     "said": sum(bool(s.said) for s in hangs),
+                     "median_s": statistics.median(times) if times else None,
+                     "healthy": len(healthy), "false_stalls": sum(s.false_stall for s in healthy),
+                     "kills": sum(s.killed for s in healthy)}
+    return rows
+
+
+def markdown(scores: list[Score], began: float, ended: float, command: str, where: str,
+             hours: float) -> str:
+    summary = arm_summary(scores)
+    lines = [f"# stallbench: {time.strftime('%Y-%m-%d', time.gmtime(began))}", "",
+             f"One run of `{command}` on {where}, from {_day(began)} to {_day(ended)}, "
+             f"{hours:.1f} h of runs; every figure below comes from it. How each arm is set up "
+             "and read, and how to add one: `benchmarks/stallbench/README.md` in the "
+             "repository.", "",
+             "![stallbench](stallbench.svg)", "",
+             "| arm | hangs | culprit right | frame right | cause right | said anything | "
+             "median s to culprit | healthy twins | false stalls | kills |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for arm, row in summary.items():
+        median = "–" if row["median_s"] is None else f"{row['median_s']:.0f}"
+        lines.append(f"| {arm} | {row['hangs']} | {row['culprit']} | {row['frame']} | "
+                     f"{row['cause']} | {row['said']} | {median} | {row['healthy']} | "
+                     f"{row['false_stalls']} | {row['kills']} |")
+    lines += ["", "## Every run", "",
+              "C culprit right, F frame right, K cause kind right, then the seconds from the hang "
+              "to the first diagnosis naming the culprit; for healthy twins, *quiet* or what the "
+              "arm declared. `–`: the arm said nothing about the culprit.", ""]
+    lines += per_scenario(scores)
+    skipped = sorted({(s.arm, s.skipped) for s in scores if s.skipped})
+    if skipped:
+        lines += ["", "## Not run", ""] + [f"- {arm}: {why}" for arm, why in skipped]
+    return "\n".join(lines) + "\n"
+
+
+def _day(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+
+
+def per_scenario(scores: list[Score]) -> list[str]:
+    arms = list(dict.fromkeys(s.arm for s in scores))
+    rows: dict[str, dict[str, Score]] = defaultdict(dict)
+    for s in scores:
+        rows[s.scenario][s.arm] = s
+    lines = ["| scenario | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    for name, cells in rows.items():
+        lines.append(f"| {name} | " + " | ".join(cell(cells.get(a)) for a in arms) + " |")
+    return lines
+
+
+def cell(s: Score | None) -> str:
+    if s is None or s.skipped:
+        return "n/a"
+    if not s.reached:
+        return "did not reach its hang"
+    if s.truth == "healthy":
+        return ("**killed**" if s.killed else "**false stall**") if s.false_stall or s.killed \
+            else "quiet"
+    marks = "".join(m if ok else "·" for m, ok in (("C", s.culprit), ("F", s.frame),
+                                                   ("K", s.cause)))
+    took = "–" if s.seconds is None else f"{s.seconds:.0f} s"
+    return f"{marks} {took}"
+
+
+def svg(scores: list[Score]) -> str:
+    """Per arm, four bars: culprit, frame and cause right (share of the hangs it ran) and false
+    stalls (share of the healthy twins it ran)."""
+    summary = arm_summary(scores)
+    width, height, left, bottom = 760, 320, 50, 250
+    group = (width - left - 20) / max(1, len(summary))
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'font-family="sans-serif" font-size="11">',
+             f'<line x1="{left}" y1="{bottom}" x2="{width - 10}" y2="{bottom}" stroke="#333"/>']
+    for tick in (0, 25, 50, 75, 100):
+        y = bottom - tick * 2
+        parts.append(f'<text x="{left - 6}" y="{y + 4}" text-anchor="end">{tick}%</text>'
+                     f'<line x1="{left}" y1="{y}" x2="{width - 10}" y2="{y}" stroke="#ddd"/>')
+    labels = ("culprit right", "frame right", "cause right", "false stalls")
+    for index, (arm, row) in enumerate(summary.items()):
+        x0 = left + index * group + group * 0.1
+        shares = [_share(row["culprit"], row["hangs"]), _share(row["frame"], row["hangs"]),
+                  _share(row["cause"], row["hangs"]),
+                  _share(row["false_stalls"], row["healthy"])]
+        bar = group * 0.8 / 4
+        for k, share in enumerate(shares):
+            if share is None:
+                continue
+            h = share * 200
+            parts.append(f'<rect x="{x0 + k * bar:.1f}" y="{bottom - h:.1f}" width="{bar - 2:.1f}"'
+                         f' height="{h:.1f}" fill="{COLOURS[k]}"/>')
+        parts.append(f'<text x="{x0 + group * 0.4:.1f}" y="{bottom + 16}" '
+                     f'text-anchor="middle">{arm}</text>')
+    for k, label in enumerate(labels):
+        parts.append(f'<rect x="{left + k * 150}" y="{height - 30}" width="12" height="12" '
+                     f'fill="{COLOURS[k]}"/><text x="{left + k * 150 + 16}" y="{height - 20}">'
+                     f'{label}</text>')
+    return "\n".join(parts + ["</svg>"]) + "\n"
+
+
+def _share(count: float | int | None, total: float | int | None) -> float | None:
+    return None if not total else float(count or 0) / float(total)
+
+
+def write(scores: list[Score], out: Path, began: float, ended: float, command: str,
+          where: str, hours: float) -> None:
+    (out / "stallbench.md").write_text(markdown(scores, began, ended, command, where, hours))
+    (out / "stallbench.svg").write_text(svg(scores))
