@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -69,11 +70,18 @@ class Arm(Protocol):
 def execute(scenario: Scenario, arm: Arm, folder: Path, grace: float = 10.0) -> Run:
     """Run ``scenario`` under ``arm`` in ``folder`` until the arm's command ends or the budget
     after the hang runs out; every process it started is ended."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "pids").mkdir(exist_ok=True)
+    if folder.exists():   # a run before into the same folder: its marks are not this run's
+        shutil.rmtree(folder)
+    (folder / "pids").mkdir(parents=True)
     argv, extra = arm.command(scenario, folder)
+    # jobkit stands where a job's libraries stand (a site-packages folder): every tool reads its
+    # frames as library frames, as it reads torch.distributed's that a real job calls instead
+    library = folder / "lib" / "site-packages"
+    library.mkdir(parents=True)
+    shutil.copy(HERE / "jobkit.py", library / "jobkit.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(library),
+                                                       os.environ.get("PYTHONPATH")])),
            "STALLBENCH_TRUTH": str(folder / "truth.jsonl"),
            "STALLBENCH_PIDS": str(folder / "pids"), **extra}
     started = time.time()

@@ -104,6 +104,13 @@ def step(number: int) -> None:
         client.send_heartbeat()
 
 
+def ray_env() -> dict[str, str]:
+    """The environment a Ray actor needs for jobkit and for every arm's hooks (pass it as
+    ``runtime_env={"env_vars": jobkit.ray_env()}``: Ray's workers do not inherit the driver's)."""
+    return {k: v for k, v in os.environ.items()
+            if k.startswith(("STALLBENCH_", "TORCH_FR_")) or k == "PYTHONPATH"}
+
+
 def spawn(main: Callable[[int, int], None], nprocs: int) -> None:
     """``torch.multiprocessing.spawn`` as a job calls it, on a free port."""
     import socket

@@ -48,7 +48,10 @@ def markdown(scores: list[Score], began: float, ended: float, command: str, wher
         lines.append(f"| {arm} | {row['hangs']} | {row['culprit']} | {row['frame']} | "
                      f"{row['cause']} | {row['said']} | {median} | {row['healthy']} | "
                      f"{row['false_stalls']} | {row['kills']} |")
-    lines += ["", "## Every run", "",
+    lines += ["", "pyspy's seconds are the harness's choice (its dumps are taken 5 s after the "
+              "hang, as by a person who already knows the job hangs and when): they time nothing "
+              "the tool does. The arms' set-ups, and how each is read, are in the README.",
+              "", "## Every run", "",
               "C culprit right, F frame right, K cause kind right, then the seconds from the hang "
               "to the first diagnosis naming the culprit; for healthy twins, *quiet* or what the "
               "arm declared. `–`: the arm said nothing about the culprit.", ""]
@@ -89,38 +92,63 @@ def cell(s: Score | None) -> str:
 
 
 def svg(scores: list[Score]) -> str:
-    """Per arm, four bars: culprit, frame and cause right (share of the hangs it ran) and false
-    stalls (share of the healthy twins it ran)."""
+    """Above, per arm, four bars: culprit, frame and cause right (share of the hangs it ran) and
+    false stalls (share of the healthy twins it ran); below, the median seconds from the hang to
+    the culprit named."""
     summary = arm_summary(scores)
-    width, height, left, bottom = 760, 320, 50, 250
+    width, height, left = 760, 500, 50
     group = (width - left - 20) / max(1, len(summary))
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'font-family="sans-serif" font-size="11">',
-             f'<line x1="{left}" y1="{bottom}" x2="{width - 10}" y2="{bottom}" stroke="#333"/>']
+             f'font-family="sans-serif" font-size="11">']
+    parts += _shares_panel(summary, left, group, width)
+    parts += _seconds_panel(summary, left, group, width)
+    return "\n".join(parts + ["</svg>"]) + "\n"
+
+
+def _shares_panel(summary: dict, left: float, group: float, width: float) -> list[str]:
+    bottom, parts = 240, []
     for tick in (0, 25, 50, 75, 100):
         y = bottom - tick * 2
         parts.append(f'<text x="{left - 6}" y="{y + 4}" text-anchor="end">{tick}%</text>'
                      f'<line x1="{left}" y1="{y}" x2="{width - 10}" y2="{y}" stroke="#ddd"/>')
-    labels = ("culprit right", "frame right", "cause right", "false stalls")
     for index, (arm, row) in enumerate(summary.items()):
         x0 = left + index * group + group * 0.1
         shares = [_share(row["culprit"], row["hangs"]), _share(row["frame"], row["hangs"]),
                   _share(row["cause"], row["hangs"]),
                   _share(row["false_stalls"], row["healthy"])]
         bar = group * 0.8 / 4
-        for k, share in enumerate(shares):
-            if share is None:
-                continue
-            h = share * 200
-            parts.append(f'<rect x="{x0 + k * bar:.1f}" y="{bottom - h:.1f}" width="{bar - 2:.1f}"'
-                         f' height="{h:.1f}" fill="{COLOURS[k]}"/>')
-        parts.append(f'<text x="{x0 + group * 0.4:.1f}" y="{bottom + 16}" '
+        parts.append(f'<text x="{x0 + group * 0.4:.1f}" y="{bottom + 15}" '
                      f'text-anchor="middle">{arm}</text>')
+        for k, share in enumerate(shares):
+            if share is not None:
+                h = share * 200
+                parts.append(f'<rect x="{x0 + k * bar:.1f}" y="{bottom - h:.1f}" '
+                             f'width="{bar - 2:.1f}" height="{h:.1f}" fill="{COLOURS[k]}"/>')
+    labels = ("culprit right", "frame right", "cause right", "false stalls (healthy twins)")
     for k, label in enumerate(labels):
-        parts.append(f'<rect x="{left + k * 150}" y="{height - 30}" width="12" height="12" '
-                     f'fill="{COLOURS[k]}"/><text x="{left + k * 150 + 16}" y="{height - 20}">'
+        parts.append(f'<rect x="{left + k * 150}" y="8" width="12" height="12" '
+                     f'fill="{COLOURS[k]}"/><text x="{left + k * 150 + 16}" y="18">'
                      f'{label}</text>')
-    return "\n".join(parts + ["</svg>"]) + "\n"
+    return parts
+
+
+def _seconds_panel(summary: dict, left: float, group: float, width: float) -> list[str]:
+    top, bottom = 300, 470
+    longest = max([row["median_s"] or 0 for row in summary.values()] + [1.0])
+    parts = [f'<text x="{left}" y="{top - 8}">median seconds from the hang to the culprit '
+             f'named (none: never named)</text>',
+             f'<line x1="{left}" y1="{bottom}" x2="{width - 10}" y2="{bottom}" stroke="#333"/>']
+    for index, (arm, row) in enumerate(summary.items()):
+        x0 = left + index * group + group * 0.3
+        seconds = row["median_s"]
+        label = "none" if seconds is None else f"{seconds:.0f} s"
+        h = 0.0 if seconds is None else (bottom - top - 20) * seconds / longest
+        parts.append(f'<rect x="{x0:.1f}" y="{bottom - h:.1f}" width="{group * 0.4:.1f}" '
+                     f'height="{h:.1f}" fill="#7f7f7f"/><text x="{x0 + group * 0.2:.1f}" '
+                     f'y="{bottom - h - 4:.1f}" text-anchor="middle">{label}</text>'
+                     f'<text x="{x0 + group * 0.2:.1f}" y="{bottom + 16}" '
+                     f'text-anchor="middle">{arm}</text>')
+    return parts
 
 
 def _share(count: float | int | None, total: float | int | None) -> float | None:

@@ -13,8 +13,9 @@ import os
 from pathlib import Path
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-                 "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                 "<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "MODELSCOPE_OFFLINE": "1", "USE_HF": "1", "CUDA_VISIBLE_DEVICES": "",
            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
@@ -33,8 +34,8 @@ def questions(count: int) -> list[dict]:
     rows = []
     for i in range(count):
         a, b = 11 + i, 27 + 2 * i
-        rows.append({"messages": [{"role": "user", "content": f"What is {a} + {b}? Put the answer "
-                                                              "in \\boxed{}."}],
+        question = f"What is {a} + {b}? Put the answer in \\boxed{{}}."
+        rows.append({"messages": [{"role": "user", "content": question}],
                      "solution": f"<answer>\\boxed{{{a + b}}}</answer>"})
     return rows
 

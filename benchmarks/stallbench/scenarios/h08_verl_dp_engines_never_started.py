@@ -108,8 +108,8 @@ class RayPPOTrainer:
 
 def main() -> None:
     jobkit.announce("driver")
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
-        k: v for k, v in os.environ.items() if k.startswith("STALLBENCH_") or k == "PYTHONPATH"}})
+    ray.init(address="local", num_cpus=2, include_dashboard=False,
+             runtime_env={"env_vars": jobkit.ray_env()})
     config = {"total_training_steps": 20,
               "rollout": {"name": "vllm", "mode": "async", "data_parallel_size": 2,
                           "tensor_model_parallel_size": 1, "expert_parallel_size": 1}}

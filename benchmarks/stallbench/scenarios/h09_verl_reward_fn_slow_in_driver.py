@@ -108,7 +108,7 @@ class NaiveRewardManager:
 
 def fit() -> None:
     jobkit.announce("driver")
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
         k: os.environ[k] for k in FORWARD if k in os.environ}})
     rollout, actor = RolloutWorker.remote(), ActorWorker.remote()
     prompts = [f"{a} + {a + 3}" for a in range(8)]

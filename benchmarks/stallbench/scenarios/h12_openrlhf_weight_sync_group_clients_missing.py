@@ -89,7 +89,7 @@ class ActorModelRayActor:
 
 def train_ppo_ray(vllm_num_engines: int = 1, vllm_tensor_parallel_size: int = 2) -> None:
     jobkit.announce("driver")
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
         k: os.environ[k] for k in FORWARD if k in os.environ}})
     actor = ActorModelRayActor.remote()
     engines = [LLMRayActor.remote(vllm_tensor_parallel_size) for _ in range(vllm_num_engines)]

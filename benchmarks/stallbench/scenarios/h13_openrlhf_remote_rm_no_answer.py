@@ -127,7 +127,7 @@ def main() -> None:
         sock.bind(("127.0.0.1", 0))
         rm_port = sock.getsockname()[1]
     rm = subprocess.Popen([sys.executable, __file__, "--serve-rm", str(rm_port)])
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
         k: os.environ[k] for k in FORWARD if k in os.environ}})
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -76,7 +76,7 @@ class RayWorkerWrapper(Worker):
 
 class LLMEngine:
     def __init__(self, tensor_parallel_size: int) -> None:
-        ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
+        ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
             k: os.environ[k] for k in FORWARD if k in os.environ}})
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))

@@ -64,7 +64,7 @@ class TaskRunner:
 
 def run_ppo(config: dict) -> None:
     jobkit.announce("driver")
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
         k: os.environ[k] for k in FORWARD if k in os.environ}})
     runner = TaskRunner.remote()
     ray.get(runner.run.remote(config))

@@ -3,7 +3,8 @@
 source: https://github.com/vllm-project/vllm/issues/13909, https://github.com/gpustack/gpustack/issues/5509, https://github.com/vllm-project/vllm/pull/11138
 shape: `vllm serve --tensor-parallel-size 2 --distributed-executor-backend ray` on a two-node Ray
   cluster whose second node detected its GPU as a TPU (two nodes started in-process with
-  ray.cluster_utils); the engine asks for [{"GPU": 1}] * 2 and logs "Waiting for creating a placement group"
+  ray.cluster_utils); the engine asks for [{"GPU": 1}] * 2 and logs "Waiting for creating a
+  placement group"
 launch: python
 truth: hang
 culprit: engine
@@ -12,6 +13,8 @@ cause: unschedulable
 needs: ray, torch
 """
 import logging
+import os
+import tempfile
 import time
 
 import ray
@@ -27,7 +30,11 @@ PG_WAIT_TIMEOUT = 1800
 
 def start_cluster() -> Cluster:
     """What `ray start --head` on node A and `ray start --address` on node B did."""
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 1})
+    # a Ray temp dir of this job's own: the nodes' address file stays out of /tmp/ray, where
+    # any other job's plain ray.init() on this machine would read it and join this cluster
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-")
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "num_gpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1, resources={"TPU": 1})   # node B's accelerator, misdetected
     return cluster
 

@@ -15,7 +15,6 @@ import os
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-import tempfile
 import time
 
 import deepspeed
@@ -56,7 +55,7 @@ def main() -> None:
     model = Regressor()
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                            config=CONFIG)
-    checkpoint_dir = os.path.join(tempfile.gettempdir(), f"ds-ckpt-{os.environ.get('MASTER_PORT', 'x')}")
+    checkpoint_dir = os.path.join(os.getcwd(), "checkpoints")
     skipped_save = False
     for number in range(40):
         if skipped_save:

@@ -2,15 +2,15 @@
 
 source: https://github.com/Lightning-AI/pytorch-lightning/issues/19783
 shape: a LightningModule trained with Trainer(accelerator="cpu", devices=2, strategy="ddp");
-  validation_step collects predictions, on_validation_epoch_end computes the accuracy and calls
+  validation_step updates a torchmetrics Accuracy; on_validation_epoch_end computes it and calls
   self.log("val_acc", acc, sync_dist=True) inside `if self.trainer.is_global_zero:`; rank 0 waits
-  in that all-reduce while rank 1 has left validation for the next collective
+  in compute()'s all-gather while rank 1 is in the checkpoint callback's all-reduce
 launch: python
 truth: hang
 culprit: 0
 frame: on_validation_epoch_end
 cause: collective_mismatch
-needs: torch, lightning
+needs: torch, lightning, torchmetrics
 budget: 120
 """
 import os
@@ -18,6 +18,7 @@ import time
 
 import lightning as L
 import torch
+import torchmetrics
 from lightning.pytorch.strategies import DDPStrategy
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -39,7 +40,7 @@ class DigitClassifier(L.LightningModule):
     def __init__(self) -> None:
         super().__init__()
         self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-        self.val_outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.val_accuracy = torchmetrics.classification.MulticlassAccuracy(num_classes=10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -54,18 +55,15 @@ class DigitClassifier(L.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
-        self.val_outputs.append((self(x).argmax(-1), y))
+        self.val_accuracy.update(self(x).argmax(-1), y)
 
     def on_validation_epoch_end(self) -> None:
         if self.trainer.is_global_zero:
-            predictions = torch.cat([p for p, _ in self.val_outputs])
-            labels = torch.cat([y for _, y in self.val_outputs])
-            acc = (predictions == labels).float().mean()
-            if not self.trainer.sanity_checking:
-                jobkit.hang_begins("rank 0 alone logs val_acc with sync_dist=True: an all-reduce "
-                                   "rank 1 never joins")
+            jobkit.hang_begins("rank 0 alone computes the synced accuracy and logs it with "
+                               "sync_dist=True: collectives rank 1 never joins")
+            acc = self.val_accuracy.compute()
             self.log("val_acc", acc, sync_dist=True)
-        self.val_outputs.clear()
+        self.val_accuracy.reset()
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.05)
@@ -84,7 +82,7 @@ def main() -> None:
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy=ProcessGroupFromJob(process_group_backend="gloo"),
                         max_epochs=3, limit_train_batches=6, limit_val_batches=2,
                         num_sanity_val_steps=0, enable_progress_bar=False, logger=False,
-                        enable_checkpointing=True, default_root_dir=os.environ.get("TMPDIR", "/tmp"))
+                        enable_checkpointing=True)
     trainer.fit(DigitClassifier(), train, val)
 
 

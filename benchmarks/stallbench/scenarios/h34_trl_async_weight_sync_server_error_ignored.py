@@ -1,9 +1,9 @@
-"""Async GRPO weight sync: the server rejects an overlapping update, the trainer waits in a broadcast
+"""Async GRPO weight sync: the server rejects an overlapping update; the trainer broadcasts alone
 
 source: https://github.com/huggingface/trl/pull/6913, https://github.com/huggingface/trl/issues/6796
 shape: TRL async GRPO: a vLLM server (FastAPI) whose worker shares a gloo group with the trainer;
   each sync POSTs /update_weights/ without reading the reply and broadcasts every tensor; at the
-  epoch's end a second sync (before eval) hits 409 "update already active", the trainer broadcasts alone
+  epoch's end a second sync (before eval) gets 409 "update already active" and broadcasts alone
 launch: python
 truth: hang
 culprit: server
@@ -96,8 +96,8 @@ class AsyncGRPOTrainer:
 
     def train_step(self, step: int) -> float:
         prompts = torch.randint(0, 64, (8, 6))
-        completions = torch.tensor(self.session.post(
-            f"{self.url}/generate/", json={"prompt_ids": prompts.tolist()}).json()["completion_ids"])
+        answer = self.session.post(f"{self.url}/generate/", json={"prompt_ids": prompts.tolist()})
+        completions = torch.tensor(answer.json()["completion_ids"])
         rewards = (completions % 3 == 0).float().mean(-1)
         logp = self.model(prompts).log_softmax(-1).gather(-1, completions[..., None]).squeeze(-1)
         loss = -(logp.mean(-1) * (rewards - rewards.mean())).mean()

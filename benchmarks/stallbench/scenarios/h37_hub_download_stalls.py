@@ -14,6 +14,7 @@ cause: io_wait
 needs: torch, transformers, huggingface_hub
 """
 import http.server
+import json
 import os
 import subprocess
 import sys
@@ -41,6 +42,15 @@ class StalledHub(http.server.BaseHTTPRequestHandler):
         self._headers()
 
     def do_GET(self) -> None:
+        if self.path.startswith("/api/"):
+            body = json.dumps({"id": MODEL, "sha": COMMIT, "siblings": [
+                {"rfilename": name} for name in ("tokenizer_config.json", "tokenizer.json")]})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+            return
         self._headers()
         self.wfile.write(b'{"added_tokens_decoder": {')
         self.wfile.flush()

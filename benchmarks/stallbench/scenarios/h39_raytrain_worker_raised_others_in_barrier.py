@@ -1,4 +1,4 @@
-"""A Ray Train worker's metrics callback raises; that worker never reaches the barrier, the other waits
+"""A Ray Train worker's metrics callback raises; that worker never reaches the barrier
 
 source: https://github.com/ray-project/ray/pull/28314, https://github.com/ray-project/ray/pull/29927
 shape: TorchTrainer(train_func, ScalingConfig(num_workers=2, use_gpu=False)) with gloo DDP; Ray 2.60
@@ -77,8 +77,8 @@ def train_func(config: dict) -> None:
         time.sleep(0.3)
         if step % 8 == 7:   # checkpoint: flush the metrics, then all ranks meet
             if rank == 1:
-                jobkit.hang_begins("worker 1's metrics thread died on the overflow; its flush waits "
-                                   "for it forever, worker 0 waits in the barrier")
+                jobkit.hang_begins("worker 1's metrics thread died on the overflow; its flush "
+                                   "waits for it forever, worker 0 waits in the barrier")
             callback.flush_metrics()
             dist.barrier()
             with tempfile.TemporaryDirectory() as folder:
@@ -90,7 +90,7 @@ def train_func(config: dict) -> None:
 
 def main() -> None:
     jobkit.announce("driver")
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
         k: os.environ[k] for k in FORWARD if k in os.environ}})
     timeout = float(os.environ.get("STALLBENCH_PG_TIMEOUT", 1800))
     trainer = TorchTrainer(

@@ -1,9 +1,9 @@
-"""Healthy: pushing an MoE-like model's thousands of tensors to the rollout server takes over a minute
+"""Healthy: pushing an MoE-like model's thousands of tensors to the rollout server takes a minute
 
 source: https://github.com/huggingface/trl/issues/3557, https://github.com/OpenRLHF/OpenRLHF/issues/533, https://github.com/OpenRLHF/OpenRLHF/pull/593
 shape: GRPO server mode: a rollout server (FastAPI) with a weight-sync worker, and a 2-rank torchrun
-  trainer whose rank 0 pushes each of ~3000 small expert tensors with update_named_param (HTTP call,
-  then broadcast and barrier in a store-based group) while rank 1 waits in a barrier; slow, not stuck
+  trainer whose rank 0 pushes each of ~25,000 small expert tensors with update_named_param (HTTP,
+  then broadcast and barrier in a store-based group), rank 1 waiting in a barrier; slow, not stuck
 launch: torchrun 2
 truth: healthy
 needs: torch, fastapi, uvicorn, requests
@@ -50,20 +50,40 @@ class StatelessProcessGroup:
             self.broadcast_obj(None, src=src)
 
 
-class TinyMoE(torch.nn.Module):
-    """48 layers of 64 tiny experts each: few parameters, thousands of tensors."""
-
-    def __init__(self, layers: int = 48, experts: int = 64) -> None:
+class Expert(torch.nn.Module):
+    def __init__(self) -> None:
         super().__init__()
-        torch.manual_seed(0)
-        self.router = torch.nn.Linear(8, experts)
-        self.layers = torch.nn.ModuleList(torch.nn.ModuleList(
-            torch.nn.Linear(8, 8, bias=False) for _ in range(experts)) for _ in range(layers))
+        self.gate_proj = torch.nn.Linear(8, 8, bias=False)
+        self.up_proj = torch.nn.Linear(8, 8, bias=False)
+        self.down_proj = torch.nn.Linear(8, 8, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        choice = self.router(x).argmax(-1)
+        return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class SparseMoeBlock(torch.nn.Module):
+    def __init__(self, experts: int) -> None:
+        super().__init__()
+        self.gate = torch.nn.Linear(8, experts, bias=False)
+        self.experts = torch.nn.ModuleList(Expert() for _ in range(experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        choice = self.gate(x).argmax(-1)
+        return x + torch.stack([self.experts[int(e)](row) for row, e in zip(x, choice)])
+
+
+class TinyMoE(torch.nn.Module):
+    """Qwen3-MoE's layout in miniature: 64 layers of 128 experts, each with gate, up and down
+    projections: almost no parameters, about 25,000 tensors."""
+
+    def __init__(self, layers: int = 64, experts: int = 128) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = torch.nn.ModuleList(SparseMoeBlock(experts) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:
-            x = x + torch.stack([layer[int(e)](row) for row, e in zip(x, choice)]).tanh()
+            x = layer(x)
         return x
 
 
@@ -140,7 +160,7 @@ def _move_model_to_vllm(model: torch.nn.Module, client: VLLMClient) -> None:
     started = time.time()
     for number, (name, param) in enumerate(model.named_parameters()):
         client.update_named_param(name, param.data)
-        if number % 500 == 0:
+        if number % 2000 == 0:
             print(f"synced {number} tensors in {time.time() - started:.0f}s", flush=True)
 
 
@@ -152,7 +172,7 @@ def main() -> None:
         server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
         client = VLLMClient(f"http://127.0.0.1:{port}")
     dist.barrier()
-    model = DistributedDataParallel(TinyMoE())
+    model = DistributedDataParallel(TinyMoE(), find_unused_parameters=True)   # unrouted experts
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     for step in range(3):
         loss = model(torch.randn(4, 8)).pow(2).mean()
@@ -160,7 +180,7 @@ def main() -> None:
         loss.backward()
         optimizer.step()
         jobkit.step(step)
-    jobkit.hang_begins("the weight sync: rank 0 pushes ~3000 tensors one by one, rank 1 "
+    jobkit.hang_begins("the weight sync: rank 0 pushes ~25,000 tensors one by one, rank 1 "
                        "waits in the barrier")
     if rank == 0:
         _move_model_to_vllm(model.module, client)

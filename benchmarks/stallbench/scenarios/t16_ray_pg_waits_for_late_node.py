@@ -2,13 +2,17 @@
 
 source: https://github.com/vllm-project/vllm/pull/11138, https://github.com/vllm-project/aibrix/issues/228
 shape: a 1-CPU Ray head (ray.cluster_utils, in-process) and a driver that asks for a placement group
-  of two 1-CPU bundles and waits in ray.get(pg.ready()); the operator's second node (1 CPU) joins
-  about 80 s later, the group is placed and the two workers train a few steps
+  of two 1-CPU bundles and waits in ray.get(pg.ready()); the second node (`ray start --address ...
+  --block`, 1 CPU) joins about 80 s later, the group is placed and two workers train a few steps
 launch: python
 truth: healthy
 needs: ray, torch
 budget: 130
 """
+import os
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 
@@ -38,17 +42,24 @@ class TrainWorker:
         return loss.item()
 
 
-def operator_starts_second_node(cluster: Cluster, after: float) -> None:
-    """What `ray start --address=HEAD --num-cpus 1` on the late node does."""
+def operator_starts_second_node(address: str, after: float, nodes: list) -> None:
+    """The operator brings the late node up: `ray start --address=HEAD --num-cpus 1 --block`."""
     time.sleep(after)
-    cluster.add_node(num_cpus=1)
+    nodes.append(subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "ray"),
+                                   "start", f"--address={address}", "--num-cpus=1", "--block"],
+                                  stdout=subprocess.DEVNULL))
 
 
 def main() -> None:
     jobkit.announce("driver")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    # a Ray temp dir of this job's own: the nodes' address file stays out of /tmp/ray, where
+    # any other job's plain ray.init() on this machine would read it and join this cluster
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-")
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={"num_cpus": 1, "include_dashboard": False})
     ray.init(address=cluster.address)
-    threading.Thread(target=operator_starts_second_node, args=(cluster, 80.0),
+    nodes: list = []
+    threading.Thread(target=operator_starts_second_node, args=(cluster.address, 80.0, nodes),
                      daemon=True).start()
     pg = placement_group([{"CPU": 1}] * 2, strategy="SPREAD")
     jobkit.hang_begins("the placement group waits for a second node that joins in ~80 s")
@@ -61,6 +72,9 @@ def main() -> None:
         print(step, ray.get([w.train_step.remote(step) for w in workers]), flush=True)
     remove_placement_group(pg)
     ray.shutdown()
+    for node in nodes:
+        node.terminate()
+        node.wait()
     cluster.shutdown()
 
 

