@@ -104,7 +104,23 @@ def execute(scenario: Scenario, arm: Arm, folder: Path, grace: float = 10.0) -> 
     _end(proc, grace)
     for reader in readers:
         reader.join(10)
-    return _run(folder, started, hang_at, proc, exit_code)
+    run = _run(folder, started, hang_at, proc, exit_code)
+    (folder / "run.json").write_text(json.dumps({"started": run.started, "hang_at": run.hang_at,
+                                                 "ended": run.ended,
+                                                 "exit_code": run.exit_code}))
+    return run
+
+
+def kept(folder: Path) -> Run | None:
+    """A run as ``execute`` left it in ``folder`` (None: no finished run there), to be read and
+    scored again."""
+    path = folder / "run.json"
+    if not path.exists():
+        return None
+    meta = json.loads(path.read_text())
+    parts, known = _parts(folder)
+    return Run(folder, meta["started"], meta["hang_at"], meta["ended"], meta["exit_code"], parts,
+               known)
 
 
 class _Lines(threading.Thread):
@@ -156,10 +172,16 @@ def truth_marks(folder: Path) -> list[dict]:
 
 def _run(folder: Path, started: float, hang_at: float | None, proc: subprocess.Popen[bytes],
          exit_code: int | None = None) -> Run:
+    parts, known = _parts(folder)
+    return Run(folder, started, hang_at, time.time(), exit_code, parts, known)
+
+
+def _parts(folder: Path) -> tuple[dict[int, str], dict[int, str]]:
+    """pid -> part as announced, and listening port -> part, from a run's folder."""
     parts = {int(p.name): p.read_text() for p in (folder / "pids").iterdir()}
     ports = folder / "ports.json"
     known = {int(k): v for k, v in json.loads(ports.read_text()).items()} if ports.exists() else {}
-    return Run(folder, started, hang_at, time.time(), exit_code, parts, known)
+    return parts, known
 
 
 def _note_ports(folder: Path) -> None:

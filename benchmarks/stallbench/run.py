@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import arms  # noqa: E402
 import table  # noqa: E402
+import harness  # noqa: E402
 from harness import execute  # noqa: E402
 from scenario import every  # noqa: E402
 from score import Score, score  # noqa: E402
@@ -34,6 +35,9 @@ def main() -> None:
     parser.add_argument("--arms", default=",".join(arms.NAMES))
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
     parser.add_argument("--work", type=Path, default=Path("/tmp/stallbench"))
+    parser.add_argument("--rescore", action="store_true",
+                        help="run nothing: read and score again the runs kept in WORK (after a "
+                             "change to an arm's reading or to the scoring)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the scores already in WORK/scores.jsonl (a run cut off goes "
                              "on where it stopped, with the same code)")
@@ -41,6 +45,8 @@ def main() -> None:
     chosen = [s for s in every() if not options.scenarios
               or any(s.name.startswith(p) for p in options.scenarios.split(","))]
     options.work.mkdir(parents=True, exist_ok=True)
+    if options.rescore:
+        return publish(rescored(chosen, options), options.out, options.arms.split(","))
     kept = options.work / "scores.jsonl"
     done = [json.loads(row) for row in kept.read_text().splitlines()] \
         if options.resume and kept.exists() else []
@@ -59,6 +65,20 @@ def main() -> None:
                 out.write(json.dumps(done[-1]) + "\n")
             print(line(result), flush=True)
     publish(done, options.out, options.arms.split(","))
+
+
+def rescored(chosen: list, options: argparse.Namespace) -> list[dict]:
+    """Every kept run of the chosen scenarios and arms, read and scored again."""
+    done = []
+    for scenario in chosen:
+        for name in options.arms.split(","):
+            arm = arms.load(name)
+            run = harness.kept(options.work / scenario.name / arm.name)
+            if run is not None:
+                result = score(scenario, arm.name, run, arm.read(run))
+                done.append({"began": run.started, "ended": run.ended, "score": asdict(result)})
+                print(line(result), flush=True)
+    return done
 
 
 def publish(done: list[dict], out: Path, order: list[str]) -> None:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from harness import Diagnosis, Run
 from scenario import Scenario
 
+TOGETHER = 2.0   # seconds: diagnoses this close to the one scored are one statement
+
 
 @dataclass(frozen=True)
 class Score:
@@ -34,11 +36,15 @@ def score(scenario: Scenario, arm: str, run: Run, said: list[Diagnosis]) -> Scor
         return Score(scenario.name, arm, "hang", False, "")
     after = sorted((d for d in said if d.t >= run.hang_at), key=lambda d: d.t)
     right = [d for d in after if culprit_right(scenario, d)]
-    best = right[0] if right else (after[0] if after else None)
-    if best is None:
+    if not after:
         return Score(scenario.name, arm, "hang", True, "")
-    return Score(scenario.name, arm, "hang", True, best.text, culprit=bool(right),
-                 frame=frame_right(scenario, best), cause=best.cause == scenario.cause,
+    # what the arm said at once: the first diagnosis naming the culprit right (else the first)
+    # and whatever it said within TOGETHER seconds of it
+    lead = right[0] if right else after[0]
+    together = [d for d in after if abs(d.t - lead.t) <= TOGETHER]
+    return Score(scenario.name, arm, "hang", True, lead.text, culprit=bool(right),
+                 frame=any(frame_right(scenario, d) for d in together),
+                 cause=any(d.cause == scenario.cause for d in together),
                  seconds=right[0].t - run.hang_at if right else None,
                  first=after[0].t - run.hang_at)
 
