@@ -59,20 +59,24 @@ class Stalldoc:
         if shown.returncode != 0:
             return []
         report = json.loads(shown.stdout)
-        return [said for finding in report["findings"] if (said := diagnosis(finding, run))]
+        pids = {r["rank"]: r["pid"] for r in report["ranks"]}
+        return [said for finding in report["findings"]
+                if (said := diagnosis(finding, run, pids))]
 
 
-def diagnosis(finding: dict, run: Run) -> Diagnosis | None:
+def diagnosis(finding: dict, run: Run, pids: dict[int, int]) -> Diagnosis | None:
     """A finding that says the job is stuck, or why: stall findings and the failure kinds; a
     warning about resources (CPU oversubscribed, memory) diagnoses nothing. A finding that
     blames a process outside the ranks (a server by its address, an engine or a driver by its
-    pid) names that part, as its reader would look the address or pid up."""
+    pid) names that part, as its reader would look the address or pid up; a rank is named as
+    the part its process is."""
     cause = CAUSES.get(finding["code"], "")
     if finding["stall_id"] is None and not cause:
         return None
     evidence = finding.get("evidence") or {}
     frame = evidence.get("frame", "") if isinstance(evidence.get("frame"), str) else ""
-    ranks = frozenset(str(r) for r in finding["ranks"])
+    # a rank is the part its process is (a server or an actor in a gloo world is a rank there)
+    ranks = frozenset(run.parts.get(pids.get(r, -1), str(r)) for r in finding["ranks"])
     outside = frozenset(_parts_named(evidence, run)) - ranks
     blames_outside = cause in ("waiting_on_server", "engine_dead", "engine_asleep")
     culprits = outside if blames_outside and outside else ranks
