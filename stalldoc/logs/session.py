@@ -96,7 +96,6 @@ def batches(lines: Iterable[LogLine]) -> Iterator[tuple[LogLine, ...]]:
         yield tuple(batch)
 
 
-
 def _keep(kept: list[LogLine], batch: tuple[LogLine, ...]) -> list[LogLine]:
     """The first ``KEEP_LINES`` lines and the last ``KEEP_LINES``: the run's log."""
     kept = kept + list(batch)

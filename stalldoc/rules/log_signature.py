@@ -209,7 +209,6 @@ class LogSignature(Rule):
         return {k: v for k, v in match.groupdict().items() if v is not None}
 
 
-
 def _figures(hits: list[tuple[LogLine, re.Match[str]]],
              details: list[dict[str, Any]]) -> dict[str, Any]:
     """The first line's figures (``details``: each line's), completed by later lines (a timeout's
