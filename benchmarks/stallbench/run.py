@@ -114,7 +114,8 @@ def machine() -> str:
 
 
 def one(scenario, arm, folder: Path) -> Score:
-    why = scenario.missing() and f"needs {scenario.missing()}" or arm.unavailable(scenario)
+    lacking = scenario.missing()
+    why = f"needs {lacking}" if lacking else arm.unavailable(scenario)
     if why:
         return Score(scenario.name, arm.name, scenario.truth, False, "", skipped=why)
     run = execute(scenario, arm, folder)

@@ -22,6 +22,7 @@ unschedulable, rendezvous_missing_node, io_wait, livelock_spin, cpu_busy, or ``o
 from __future__ import annotations
 
 import ast
+import functools
 import socket
 import subprocess
 import sys
@@ -62,11 +63,7 @@ class Scenario:
         """The first module this scenario needs that its interpreter lacks ('' if none)."""
         if self.python == "vllm" and not VLLM_PYTHON.exists():
             return ".venv-vllm (python -c 'import vllm_env; vllm_env.python()' in tests/)"
-        check = ("import importlib.util as u, sys\n"
-                 "print(next((m for m in sys.argv[1:] if u.find_spec(m) is None), ''))")
-        found = subprocess.run([self.interpreter(), "-c", check, *self.needs],
-                               capture_output=True, text=True)
-        return found.stdout.strip() if found.returncode == 0 else found.stderr.strip()[-200:]
+        return _lacking(self.interpreter(), self.needs)
 
     def command(self) -> list[str]:
         """The launch command, as a user types it."""
@@ -77,6 +74,16 @@ class Scenario:
                     "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
                     str(self.path)]
         return [python, str(self.path)]
+
+
+@functools.cache
+def _lacking(interpreter: str, needs: tuple[str, ...]) -> str:
+    """The first of ``needs`` that ``interpreter`` cannot import ('' if none): asked once per
+    run of the bench, not once per arm."""
+    check = ("import importlib.util as u, sys\n"
+             "print(next((m for m in sys.argv[1:] if u.find_spec(m) is None), ''))")
+    found = subprocess.run([interpreter, "-c", check, *needs], capture_output=True, text=True)
+    return found.stdout.strip() if found.returncode == 0 else found.stderr.strip()[-200:]
 
 
 def free_port() -> int:
