@@ -38,6 +38,12 @@ def run(tmp_path: Path, env: dict[str, str], loaded: bool, *options: str) -> Res
                      "--stall-timeout", str(STALL), *options, env=env, timeout=360)
 
 
+# the loop in the driver, or in a TaskRunner actor the driver waits on (verl's main_ppo); these
+# hangs on an idle node: the Ray hang under load is the weight sync's, the healthy Ray loops under
+# load are the spinning normaliser's, the scoring driver's and the cluster started apart's
+RUNNER = pytest.mark.parametrize("runner", [False, True], ids=["driver", "task-runner"])
+
+
 def hang_from(result: Result) -> float:
     # the driver's own line, or an actor's as Ray forwards it: "(TaskRunner pid=N) hang ..."
     found = re.search(r"\bhang \w+ from ([\d.]+)$", result.stdout, re.M)
@@ -94,16 +100,14 @@ def test_a_weight_sync_that_never_completes_is_named_where_the_job_waits(
     assert sorted(r["rank"] for r in report["ranks"]) == ([0, 1, 2, 3] if runner else [0, 1])
 
 
-@pytest.mark.parametrize("loaded,runner", [(False, False),
-                                           pytest.param(True, True, marks=pytest.mark.alone)],
-                         ids=["idle", "loaded-task-runner"])
+@RUNNER
 def test_a_pool_no_node_can_hold_is_named_with_what_it_asks(
-        tmp_path: Path, ray_env: dict[str, str], loaded: bool, runner: bool) -> None:
-    # GIVEN the learners up, and the loop (in the driver, or in a TaskRunner actor under load)
+        tmp_path: Path, ray_env: dict[str, str], runner: bool) -> None:
+    # GIVEN the learners up, and the loop (in the driver, or in a TaskRunner actor)
     # reserving its engines' pool: a placement group of two bundles of 64 CPUs on one node, on
     # a node of 2
     env = {**ray_env, "POOL_CPUS": "64", "GIVE_UP": "300", "TASK_RUNNER": "1" if runner else "0"}
-    result = run(tmp_path, env, loaded, "--on-stall", "kill")
+    result = run(tmp_path, env, False, "--on-stall", "kill")
     [stall] = result.report()["stalls"]
     assert stall["detected_at"] - hang_from(result) <= 2 * STALL, (stall, result.stderr[-3000:])
     # THEN the job's stall names the driver's wait (on the pool's readiness, or on the
@@ -141,12 +145,10 @@ def test_a_server_no_node_can_place_is_named_with_what_it_asks(
     assert held["state"] == "PENDING_CREATION" and held["actor_class"] == "GenerationServer"
 
 
-@pytest.mark.parametrize("loaded,runner", [(False, False),
-                                           pytest.param(True, True, marks=pytest.mark.alone)],
-                         ids=["idle", "loaded-task-runner"])
+@RUNNER
 def test_a_loop_waiting_on_a_silent_verifier_is_named_with_the_server(
-        tmp_path: Path, ray_env: dict[str, str], loaded: bool, runner: bool) -> None:
-    # GIVEN the loop (in the driver, or in a TaskRunner actor under load) asking a remote
+        tmp_path: Path, ray_env: dict[str, str], runner: bool) -> None:
+    # GIVEN the loop (in the driver, or in a TaskRunner actor) asking a remote
     # verifier for its rewards with no timeout, the verifier (here: this test) accepting the
     # connection and never answering; kill armed
     with socket.socket() as verifier:
@@ -155,7 +157,7 @@ def test_a_loop_waiting_on_a_silent_verifier_is_named_with_the_server(
         port = verifier.getsockname()[1]
         env = {**ray_env, "HANG": "reward_server", "REWARD_URL": f"http://127.0.0.1:{port}",
                "TASK_RUNNER": "1" if runner else "0"}
-        result = run(tmp_path, env, loaded, "--on-stall", "kill")
+        result = run(tmp_path, env, False, "--on-stall", "kill")
     [stall] = result.report()["stalls"]
     assert stall["detected_at"] - hang_from(result) <= 2 * STALL, (stall, result.stderr[-3000:])
     # THEN the job's stall names the loop's own call and the server it waits on: the driver's,
@@ -254,17 +256,15 @@ def test_a_driver_scoring_longer_than_the_stall_timeout_is_working(
     assert "the driver (pid" in result.stderr   # it was watched, as the driver
 
 
-@pytest.mark.parametrize("loaded,runner", [(False, True),
-                                           pytest.param(True, False, marks=pytest.mark.alone)],
-                         ids=["idle-task-runner", "loaded"])
+@RUNNER
 def test_an_engine_whose_init_raised_is_named_with_its_class_and_its_error(
-        tmp_path: Path, ray_env: dict[str, str], loaded: bool, runner: bool) -> None:
+        tmp_path: Path, ray_env: dict[str, str], runner: bool) -> None:
     # GIVEN the generation server's __init__ raising, as a vLLM engine actor that cannot start
-    # does (the loop in a TaskRunner actor, or in the driver under load: its first call to the
-    # server fails)
+    # does (the loop in a TaskRunner actor, or in the driver: its first call to the server
+    # fails)
     env = {**ray_env, "SERVER_RAISES": "No CUDA GPUs are available",
            "TASK_RUNNER": "1" if runner else "0"}
-    result = run(tmp_path, env, loaded)
+    result = run(tmp_path, env, False)
     assert result.code == 1, result.stderr[-3000:]
     # THEN Ray's words are read: the actor's class, its pid, and what its __init__ raised
     [finding] = result.findings("SD532")
