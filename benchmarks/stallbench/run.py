@@ -60,7 +60,8 @@ def main() -> None:
                 continue
             began = time.time()
             result = one(scenario, arm, options.work / scenario.name / arm.name)
-            done.append({"began": began, "ended": time.time(), "score": asdict(result)})
+            done.append({"began": began, "ended": time.time(), "commit": commit(),
+                         "score": asdict(result)})
             with kept.open("a") as out:
                 out.write(json.dumps(done[-1]) + "\n")
             print(line(result), flush=True)
@@ -76,7 +77,8 @@ def rescored(chosen: list, options: argparse.Namespace) -> list[dict]:
             run = harness.kept(options.work / scenario.name / arm.name)
             if run is not None:
                 result = score(scenario, arm.name, run, arm.read(run))
-                done.append({"began": run.started, "ended": run.ended, "score": asdict(result)})
+                done.append({"began": run.started, "ended": run.ended, "commit": commit(),
+                             "score": asdict(result)})
                 print(line(result), flush=True)
     return done
 
@@ -89,11 +91,15 @@ def publish(done: list[dict], out: Path, order: list[str]) -> None:
     ended = max((row["ended"] for row in done), default=time.time())
     out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/stallbench/run.py " + " ".join(sys.argv[1:])
+    # the code each run was made with (a run resumed over several sessions keeps one commit
+    # unless the code changed between them: then the table names each)
+    commits = sorted({row.get("commit") or commit() for row in done}) or [commit()]
     (out / "stallbench.json").write_text(json.dumps(
         {"began": began, "ended": ended, "command": command.strip(), "machine": machine(),
-         "commit": commit(), "runs": done}, indent=1))
+         "commit": ", ".join(commits), "runs": done}, indent=1))
     hours = sum(row["ended"] - row["began"] for row in done) / 3600
-    table.write(scores, out, began, ended, command.strip(), machine(), hours)
+    where = f"{machine()}, at commit {', '.join(commits)}"
+    table.write(scores, out, began, ended, command.strip(), where, hours)
 
 
 def commit() -> str:
