@@ -151,14 +151,22 @@ HANGS = [  # load, kind, ranks, stuck rank, function: each kind once, both loads
     (True, "lock", 2, 0, "refresh_vocab_cache"),
     (True, "sleep_poll", 4, 3, "wait_for_rollout_ready"),
     (False, "socket_read", 2, 1, "request_reward_score"),
+    (False, "checkpoint_open", 3, 0, "save_checkpoint"),
 ]
+# what the stuck rank's main thread is blocked in, as the culprit's words say it (a lock, a queue
+# or a sleep is the Python stack's to say: no system call named)
+BLOCKED_IN = {"socket_read": "recvfrom(TCP to 127.0.0.1:{port})",
+              "checkpoint_open": "openat({path})"}
 
 
 @pytest.mark.parametrize("loaded,kind,nproc,stuck,func", HANGS,
                          ids=[f"{'loaded' if h[0] else 'idle'}-{h[1]}" for h in HANGS])
-def test_true_hang_is_named_with_rank_and_frame_in_time(run_watch, kind, nproc, stuck, func,
-                                                        loaded):
-    env = {"HANG": kind, "HANG_RANK": str(stuck), "HANG_FUNC": func}
+def test_true_hang_is_named_with_rank_and_frame_in_time(run_watch, tmp_path, kind, nproc, stuck,
+                                                        func, loaded):
+    path = tmp_path / "ckpt" / "step_2.pt"   # a mount that no longer answers: a FIFO nobody reads
+    path.parent.mkdir()
+    os.mkfifo(path)
+    env = {"HANG": kind, "HANG_RANK": str(stuck), "HANG_FUNC": func, "CHECKPOINT_PATH": str(path)}
     with silent_server() as port, load(loaded):
         result = run_watch(torchrun(nproc, "hang_kinds.py"), "--on-stall", "kill",
                            env={**env, "SERVER_PORT": str(port)}, timeout=200)
@@ -166,6 +174,13 @@ def test_true_hang_is_named_with_rank_and_frame_in_time(run_watch, kind, nproc, 
     [finding] = result.findings("SD101")
     assert finding["ranks"] == [stuck]
     assert finding["evidence"]["frame"].startswith(f"{func} ("), finding["evidence"]
+    # AND where the rank waits on a socket or a file, the system call it is blocked in, on what
+    kernel = finding["evidence"].get("kernel_wait")
+    if kind in BLOCKED_IN:
+        said = "blocked in " + BLOCKED_IN[kind].format(port=port, path=path)
+        assert kernel is not None and said in finding["summary"], finding
+    else:
+        assert kernel is None and "blocked in " not in finding["summary"], finding
     assert sorted(finding["evidence"]["waiting_ranks"]) == sorted(set(range(nproc)) - {stuck})
     # named within the stall timeout + 5 s of the moment the rank entered the hang
     entered = float(re.search(r"hang starts at ([\d.]+)", result.stdout).group(1))

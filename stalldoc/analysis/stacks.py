@@ -10,8 +10,9 @@ from typing import Mapping
 
 from stalldoc import engines
 from stalldoc.detect.stack_kind import (COLLECTIVE_FILES, IN_PROCESS_WAITS, NETWORK_FILES,
-                                        file_pattern, frame_in, frame_wait, is_library, is_own,
-                                        thread_wait)
+                                        classify, file_pattern, frame_in, frame_wait,
+                                        is_library, is_own, thread_wait)
+from stalldoc.model.kernel import KernelWait
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
 __all__ = ["is_library", "user_frame", "frame_strings", "in_collective", "waits_on_network",
@@ -219,3 +220,10 @@ def child_wait(thread: ThreadStack | None) -> str:
     found = {frame_wait(f) for f in thread.frames} if thread is not None else set()
     return next((name for why, name in CHILD_WAITS.items() if why in found), "")
 
+
+def blocked_in_io(stacks: RankStacks | None, wait: KernelWait) -> bool:
+    """Whether the process waits in I/O: its main thread is blocked in a system call on a file,
+    a pipe, a device or a socket (or uninterruptible), and its stack does no work (a thread
+    that reads a fast file in a loop is caught in ``read`` too, and works)."""
+    return wait.io and stacks is not None and bool(stacks.threads) \
+        and not classify(stacks).working

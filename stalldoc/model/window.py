@@ -7,6 +7,7 @@ from typing import Any, Mapping
 from stalldoc.model.agent import AgentSnapshot, CudaState, EngineSleepState, PhaseKinds
 from stalldoc.model.cluster import ClusterView
 from stalldoc.model.collectives import FlightDump
+from stalldoc.model.kernel import KernelWait
 from stalldoc.model.launch import LaunchConfig, Resources
 from stalldoc.model.peer_watch import PeerWatch
 from stalldoc.model.ray_job import JobOutside, OutsideSeen
@@ -42,6 +43,8 @@ class Window:
     floor: float = 45.0                      # the stall timeout: slow counts from there
     vllm_sleep: tuple[EngineSleepState, ...] = ()   # engines' sleep state from their log lines
     flight: Mapping[int, FlightDump] = field(default_factory=dict)   # rank -> its FR dump (stall)
+    # rank -> the system call its main thread is blocked in (stall; probes/kernel_wait.py)
+    kernel: Mapping[int, KernelWait] = field(default_factory=dict)
     cluster: ClusterView | None = None      # the job's other nodes (multi-node jobs only)
     # rank -> stacks of the child processes it waits on (DataLoader workers, a pool; stall only)
     children: Mapping[int, tuple[RankStacks, ...]] = field(default_factory=dict)

@@ -5,12 +5,13 @@ import inspect
 import re
 import signal
 from abc import ABC, abstractmethod
+from dataclasses import asdict
 from typing import Any, ClassVar, Iterable, Iterator
 
 from stalldoc.analysis.causes import (Cause, colocated_tp_size, difference_cause,
                                       engine_collective_cause)
-from stalldoc.analysis.stacks import (child_wait, engine_code, frame_strings, in_process_engine,
-                                      user_frame, waits_on_lock)
+from stalldoc.analysis.stacks import (blocked_in_io, child_wait, engine_code, frame_strings,
+                                      in_process_engine, user_frame, waits_on_lock)
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 
@@ -131,7 +132,19 @@ def rank_evidence(window: Window, rank: int) -> dict[str, Any]:
     child = waited_child(window, rank)
     engine = waited_engine(window, rank, main)
     evidence = {**evidence, "waits_on_engine": engine} if engine else evidence
+    kernel = kernel_wait_of(window, rank)
+    evidence = {**evidence, "kernel_wait": kernel} if kernel else evidence
     return {**evidence, "waits_on_child": child} if child else evidence
+
+
+def kernel_wait_of(window: Window, rank: int) -> dict[str, Any] | None:
+    """The I/O system call the rank's main thread is blocked in, while its stack does not work
+    (a file, a pipe, a device or a socket that does not answer: the kernel's side of a Python
+    frame stopped in a C call); None otherwise."""
+    wait = window.kernel.get(rank)
+    if wait is None or not blocked_in_io(window.stacks.get(rank), wait):
+        return None
+    return {**asdict(wait), "words": wait.words()}
 
 
 def waited_engine(window: Window, rank: int, main: Any) -> list[dict[str, Any]]:
@@ -189,6 +202,8 @@ def describe(window: Window, rank: int) -> str:
     parts = [f"in {ev['frame']}" if ev["frame"] else "at an unknown frame"]
     if ev.get("waits_on_engine"):
         parts[0] += _engine_wait(ev["waits_on_engine"])
+    if ev.get("kernel_wait"):
+        parts[0] += f", {ev['kernel_wait']['words']}"
     if ev.get("waits_on_child"):
         child = ev["waits_on_child"]
         lock = "waits on a lock in" if child["waits_on_lock"] else "is in"

@@ -33,7 +33,11 @@ class RankOutsideCollective(Rule):
 
     Evidence
         group, seq, op of the collective; the waiting ranks; each culprit's frames (innermost
-        first), its user frame, phase, and seconds without progress; ``source`` ("agent",
+        first), its user frame, phase, and seconds without progress; ``kernel_wait``, for a
+        culprit whose stack does no work while its main thread is blocked in the kernel on a
+        file, a pipe, a device or a socket (``call``, ``target``: the path or "TCP to
+        host:port", ``wchan``, ``state``, ``words``: "blocked in openat(/mnt/ckpt/step_2.pt)
+        (kernel: wait_for_partner)", which the summary adds); ``source`` ("agent",
         "flight_recorder" or "stacks"); from the Flight Recorder also the missing ranks, the
         waiting ranks' Python frames of the collective (when the dumps hold frames; else the
         first waiting rank's user frame from its stack) and ranks that sent no dump; from the

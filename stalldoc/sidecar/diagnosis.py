@@ -11,6 +11,7 @@ from typing import Iterable, Mapping
 from stalldoc.analysis.stacks import server_wait, waits_on_build_lock, waits_on_http
 from stalldoc.cluster.peer_card import endpoints_of, matching, read_cards
 from stalldoc.model.collectives import FlightDump
+from stalldoc.model.kernel import KernelWait
 from stalldoc.model.peer_watch import PeerWatch
 from stalldoc.model.ranks import EngineState, RankProcess
 from stalldoc.model.stacks import BuildLock, RankStacks
@@ -18,6 +19,7 @@ from stalldoc.model.window import Window
 from stalldoc.model.work import RankWork, StallEpisode, describe_together
 from stalldoc.probes.build_locks import build_locks
 from stalldoc.probes.connections import external_peers
+from stalldoc.probes.kernel_wait import kernel_wait
 from stalldoc.probes.engine_settings import read_engine_settings
 from stalldoc.probes.flight_dumps import FlightDumps
 from stalldoc.rules import run_rules
@@ -118,7 +120,7 @@ class Diagnosis:
             peers=peers, peer_servers=peer_servers(
                 p for r, ps in peers.items() for p in ps
                 if r in stacks and waits_on_http(server_wait(stacks[r]))),
-            flight=flight, children=child_stacks(
+            flight=flight, kernel=blocked_in(live), children=child_stacks(
                 sources.stack_probe, self.roster.ranks, stacks, parents),
             build_locks=_build_locks(stacks.values()),
             engines=self._engine_states(live),
@@ -230,3 +232,9 @@ def _build_locks(stacks: Iterable[RankStacks]) -> tuple[BuildLock, ...]:
     """The extension build locks of the ranks asleep on one (SD116), read only for them."""
     waiting = [s.pid for s in stacks if waits_on_build_lock(s.main) is not None]
     return build_locks(waiting) if waiting else ()
+
+
+def blocked_in(live: list[RankProcess]) -> dict[int, KernelWait]:
+    """Rank -> the system call its main thread is blocked in (ranks that run, or that cannot be
+    read, are left out)."""
+    return {rank.rank: wait for rank in live if (wait := kernel_wait(rank.pid)) is not None}

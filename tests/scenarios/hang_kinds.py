@@ -12,6 +12,10 @@ the other ranks go on into the step's ``dist.all_reduce`` and wait there. Kinds 
                 ``while not os.path.exists(flag): time.sleep(0.2)`` (CPU idle, stack moving).
   socket_read   the rank asks a reward/inference server on 127.0.0.1:SERVER_PORT for a score;
                 the server accepted the connection and never answers: blocks in ``sock.recv``.
+  checkpoint_open
+                the rank saves its checkpoint with ``torch.save`` to CHECKPOINT_PATH on a file
+                system that no longer answers (here a FIFO nobody reads: the open never
+                returns, as on a hung NFS mount); the others wait in the next all_reduce.
   rank_exits    the rank ran out of data ("uneven inputs") and returns from main (exit 0) while
                 the others call all_reduce.
   rank_exits_with_child
@@ -20,6 +24,7 @@ the other ranks go on into the step's ``dist.all_reduce`` and wait there. Kinds 
 
 Environment: HANG (default queue_get), HANG_RANK (default 1), HANG_STEP (default 2),
 HANG_FUNC (name of the stuck function; default depends on HANG), SERVER_PORT (socket_read),
+CHECKPOINT_PATH (checkpoint_open),
 BUSY_THREAD=1 (from the hang step on, every rank runs a metrics thread always on the CPU),
 LINGER_SECONDS (rank_exits_with_child: how long the orphaned child lives; default 120).
 
@@ -48,7 +53,8 @@ HANG_RANK = int(os.environ.get("HANG_RANK", "1"))
 HANG_STEP = int(os.environ.get("HANG_STEP", "2"))
 LINGER_SECONDS = float(os.environ.get("LINGER_SECONDS", "120"))
 DEFAULT_FUNC = {"queue_get": "next_batch", "lock": "refresh_tokenizer_cache",
-                "sleep_poll": "wait_for_dataset_ready", "socket_read": "score_with_reward_model"}
+                "sleep_poll": "wait_for_dataset_ready", "socket_read": "score_with_reward_model",
+                "checkpoint_open": "save_checkpoint"}
 
 
 def renamed(func, name: str):
@@ -115,6 +121,15 @@ def hang_in_socket_read(name: str) -> None:
     renamed(_request_score, name)(int(os.environ["SERVER_PORT"]))
 
 
+# ---------------------------------------------------------------- checkpoint_open
+def _save(model_state: dict) -> None:
+    torch.save(model_state, os.environ["CHECKPOINT_PATH"])
+
+
+def hang_in_checkpoint_open(name: str) -> None:
+    renamed(_save, name)({"weight": torch.zeros(64, 1)})
+
+
 # ---------------------------------------------------------------- rank_exits_with_child
 def fork_lingering_worker() -> None:
     """A forked child (like a data-loader worker) that outlives the rank, holding its sockets."""
@@ -140,7 +155,8 @@ def _format_line(t: float) -> str:
 
 
 HANGS = {"queue_get": hang_in_queue_get, "lock": hang_in_lock,
-         "sleep_poll": hang_in_sleep_poll, "socket_read": hang_in_socket_read}
+         "sleep_poll": hang_in_sleep_poll, "socket_read": hang_in_socket_read,
+         "checkpoint_open": hang_in_checkpoint_open}
 
 
 def main() -> None:
