@@ -70,10 +70,10 @@ def diagnosis(finding: dict, run: Run, pids: dict[int, int]) -> Diagnosis | None
     blames a process outside the ranks (a server by its address, an engine or a driver by its
     pid) names that part, as its reader would look the address or pid up; a rank is named as
     the part its process is."""
-    cause = CAUSES.get(finding["code"], "")
-    if finding["stall_id"] is None and not cause:
-        return None
     evidence = finding.get("evidence") or {}
+    cause = said_cause(evidence) or CAUSES.get(finding["code"], "")
+    if finding["stall_id"] is None and not CAUSES.get(finding["code"]):
+        return None
     frame = evidence.get("frame", "") if isinstance(evidence.get("frame"), str) else ""
     # a rank is the part its process is (a server or an actor in a gloo world is a rank there)
     ranks = frozenset(run.parts.get(pids.get(r, -1), str(r)) for r in finding["ranks"])
@@ -82,6 +82,30 @@ def diagnosis(finding: dict, run: Run, pids: dict[int, int]) -> Diagnosis | None
     culprits = outside if blames_outside and outside else ranks
     return Diagnosis(finding["t"], culprits, frame, cause,
                      f"{finding['code']} {finding['name']}: {finding['summary']}")
+
+
+# the kinds of SD101's and SD102's ``cause`` whose sentence says the ranks issued different
+# collectives ("the ranks ran different numbers of steps", "a branch only some ranks take", ...)
+MISMATCH_KINDS = frozenset({"uneven_steps", "skipped_step", "forward_on_some_ranks",
+                            "forward_count_differs", "size_mismatch", "some_ranks_only",
+                            "collective_order", "different_collectives"})
+
+
+def said_cause(evidence: dict) -> str:
+    """The cause kind a finding's words name beyond its code's: the cause sentence of a
+    mismatch, or of engines out of step; a culprit said to be blocked in the kernel on a file,
+    a pipe or a socket ("blocked in openat(/mnt/ckpt/...)") waits on I/O. '' when none."""
+    cause = evidence.get("cause")
+    kind = cause.get("kind", "") if isinstance(cause, dict) else ""
+    if kind in MISMATCH_KINDS:
+        return "collective_mismatch"
+    if kind == "engine_collective":
+        return "engine_out_of_step"
+    culprits = evidence.get("culprits")
+    blocked = [evidence] + (list(culprits.values()) if isinstance(culprits, dict) else [])
+    if any(isinstance(e, dict) and e.get("kernel_wait") for e in blocked):
+        return "io_wait"
+    return ""
 
 
 def _parts_named(evidence: object, run: Run) -> set[str]:
