@@ -2,6 +2,7 @@
 support.py."""
 from __future__ import annotations
 
+import compileall
 import os
 import re
 import shutil
@@ -26,6 +27,19 @@ def run_watch(tmp_path: Path):
     def _run(command: list[str], *options: str, **kwargs: Any) -> Result:
         return watch(tmp_path, command, *options, **kwargs)
     return _run
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Bytecode for stalldoc and the scenarios' modules, written once before the workers start:
+    with PYTHONDONTWRITEBYTECODE set (as on this project's machines) no process writes it, and
+    every watcher, agent and CLI call the tests start would compile stalldoc's modules again
+    (0.16 s of CPU a watcher, thousands of processes). compileall writes it whatever that
+    variable says; a checkout that has it already is left as it is."""
+    if hasattr(config, "workerinput"):
+        return
+    root = Path(__file__).resolve().parents[1]
+    for folder in (root / "stalldoc", root / "tests" / "scenarios"):
+        compileall.compile_dir(str(folder), quiet=2)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

@@ -73,9 +73,8 @@ def _build(interpreter: Path) -> None:
     pip = [str(interpreter), "-m", "pip", "--quiet", "--disable-pip-version-check"]
     env = {**os.environ, "PIP_NO_INPUT": "1"}
     constraints = ["-c", str(ROOT / "constraints.txt")]
-    for step in (["install", "--no-compile", *constraints, *SPEC],
+    for step in (["install", *constraints, *SPEC],
                  ["uninstall", "-y", *BROKEN_BESIDE_CPU_TORCH],
-                 ["install", "--no-compile", "--no-deps", *SGLANG],
-                 ["install", "--no-compile", *constraints, *SGLANG_IMPORTS]):
+                 ["install", "--no-deps", *SGLANG], ["install", *constraints, *SGLANG_IMPORTS]):
         done = subprocess.run([*pip, *step], env=env, capture_output=True, text=True)
         assert done.returncode == 0, f"pip {step[0]} in {VENV}: {done.stderr[-3000:]}"
