@@ -8,7 +8,7 @@ from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.samples import HostMemory, HostSample
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule
-from stalldoc.rules.telemetry import MIN_SAMPLES, recent
+from stalldoc.rules.telemetry import MIN_SAMPLES, RECENT_SECONDS, recent
 
 OVERLOAD = 2.0      # load per core
 JOB_SHARE = 0.9     # of all cores, used by the job's ranks themselves
@@ -31,7 +31,9 @@ class CpuOversubscription(Rule):
         itself uses at least 90 % of all cores on average (so a busy neighbour alone does not
         count): its ranks, their child processes and their vLLM engines' processes (an engine
         core and its workers, whose CPU is kept apart from their rank's work), with the ranks'
-        thread counts and what their engines use.
+        thread counts and what their engines use. Once open it holds until the node has not
+        been oversubscribed for 30 s (its window): a run queue that dips for a few samples
+        while the contention goes on is one finding, not one resolved and opened again.
 
     Why is this bad?
         Each rank starts its own OpenMP / MKL pool (one thread per core by default), dataloader
@@ -62,6 +64,7 @@ class CpuOversubscription(Rule):
     name = "cpu-oversubscription"
     severity = Severity.WARNING
     trigger = "tick"
+    settle_seconds = RECENT_SECONDS
 
     def check(self, window: Window) -> Iterator[Finding]:
         nodes = recent(window.node, window.now)

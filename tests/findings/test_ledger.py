@@ -6,7 +6,7 @@ from stalldoc.findings.ledger import OPEN, RESOLVED, Ledger
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.samples import LogLine
 from stalldoc.model.window import Window
-from stalldoc.rules import STICKY, run_rules
+from stalldoc.rules import SETTLE, STICKY, run_rules
 
 
 def finding(code: str, ranks: tuple[int, ...], summary: str = "s",
@@ -62,6 +62,20 @@ def test_a_trend_finding_is_kept_open_for_its_settling_time_after_it_last_held()
     # THEN it is resolved once it has not held for 120 s
     [gone] = ledger.tick(180.0, []).resolved
     assert (gone.id, gone.resolved_at, gone.updated_at) == (trend.id, 180.0, 60.0)
+
+
+def test_cpu_oversubscription_that_dips_for_less_than_its_window_is_one_finding():
+    # GIVEN the ledger with the rules' settling times, SD302 open (seen resolved and opened
+    # again within one run of two vLLM engines beside training: its run queue dipped)
+    ledger = Ledger(settle=SETTLE)
+    [open_] = ledger.tick(1.0, [finding("SD302", ())]).opened
+    # WHEN it does not hold for 20 s, then holds again
+    assert ledger.tick(11.0, []).resolved == () and ledger.tick(21.0, []).resolved == ()
+    # THEN it is the same finding; it is resolved once it has not held for its 30 s window
+    assert ledger.tick(22.0, [finding("SD302", ())]).updated[0].id == open_.id
+    assert ledger.tick(51.0, []).resolved == ()
+    [gone] = ledger.tick(52.0, []).resolved
+    assert gone.id == open_.id and ledger.opened_counts() == {("SD302", "warning"): 1}
 
 
 def test_the_last_look_resolves_nothing():
