@@ -119,13 +119,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _order(unit: list[pytest.Item], cost: dict[str, float]) -> tuple[bool, bool, float]:
-    """Where a unit goes: the units with a test that runs alone first (two workers that both
-    wait to run alone lose nothing; a worker that waits for the machine while the other runs a
-    test beside loses that test's time), those of a real vLLM after the others (its virtualenv
-    builds meanwhile on a fresh machine), then the longest first."""
+    """Where a unit goes: those of a real vLLM after all the others (on a fresh machine its
+    virtualenv builds meanwhile, at the lowest priority, on the CPU the tests beside each other
+    leave idle), and in each part the units with a test that runs alone first (two workers that
+    both wait to run alone lose nothing; a worker that waits for the machine while the other
+    runs a test beside loses that test's time), then the longest first."""
     alone = any(runs_alone(item) for item in unit)
     engine = any(hasattr(getattr(item, "module", None), "vllm_env") for item in unit)
-    return (not alone, engine, -sum(cost.get(item.nodeid, 0.0) for item in unit))
+    return (engine, not alone, -sum(cost.get(item.nodeid, 0.0) for item in unit))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -337,7 +337,7 @@ def starved_samples(run_dir: Path) -> dict[int, int]:
 
 @pytest.mark.skipif(bool(why_no_schedstat()), reason=why_no_schedstat())
 @pytest.mark.alone
-@pytest.mark.parametrize("kind,nproc", [("matmul_loop", 2), ("long_forward", 3)])
+@pytest.mark.parametrize("kind,nproc", [("long_forward", 3)])   # a matmul loop starves alike
 def test_ranks_starved_of_cpu_mid_phase_are_slow_never_stalled(tmp_path, kind, nproc):
     # GIVEN a healthy job whose node is oversubscribed from the start of its long phase on: its
     # ranks share one core with 16 other processes, so each gets a few % of a core, in working

@@ -58,14 +58,21 @@ def python() -> Path:
 def build_in_background() -> None:
     """Start building the virtualenv in a process of its own, unless it is built: the suite's
     first vLLM test then waits for what is left of the build, not for all of it, and the tests
-    before it run meanwhile. A build that fails there is made again, and its error told, by
+    before it run meanwhile. The build runs at the lowest priority (nice 19): it takes the CPU
+    the tests leave idle (about a third while tests run beside each other), never the CPU of a
+    test that loads the machine on purpose (in a clean clone's CI it had stretched the first
+    loaded tests by a third). A build that fails there is made again, and its error told, by
     the first test that asks for ``python()``."""
     if built():
         return
     subprocess.Popen([sys.executable, "-c", "import vllm_env; vllm_env.python()"],
                      cwd=Path(__file__).resolve().parent, start_new_session=True,
                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL)
+                     stderr=subprocess.DEVNULL, preexec_fn=_lowest_priority)
+
+
+def _lowest_priority() -> None:
+    os.nice(19)
 
 
 def _build(interpreter: Path) -> None:
