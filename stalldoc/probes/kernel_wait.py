@@ -16,9 +16,10 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+from typing import Mapping
 
 from stalldoc.model.kernel import KernelWait
-from stalldoc.probes.connections import socket_table
+from stalldoc.probes.connections import TcpSocket, socket_table
 
 # the system calls a blocked thread sits in, by number, on the two architectures GPU nodes run
 _X86_64 = {0: "read", 1: "write", 2: "open", 3: "close", 4: "stat", 5: "fstat", 6: "lstat",
@@ -51,9 +52,10 @@ _PATH_ARG = {"open": 0, "stat": 0, "lstat": 0, "mkdir": 0, "unlink": 0, "rename"
 PATH_MAX = 4096
 
 
-def kernel_wait(pid: int) -> KernelWait | None:
+def kernel_wait(pid: int, sockets: Mapping[int, TcpSocket] | None = None) -> KernelWait | None:
     """Where the main thread of ``pid`` is blocked; None when it runs, is not in a system call,
-    or cannot be read (gone, no permission, not Linux)."""
+    or cannot be read (gone, no permission, not Linux). ``sockets``: the TCP socket table
+    (``socket_table()``), read once for many processes; else read here when needed."""
     try:
         with open(f"/proc/{pid}/syscall") as handle:
             fields = handle.read().split()
@@ -63,18 +65,19 @@ def kernel_wait(pid: int) -> KernelWait | None:
         return None   # "running", or blocked outside a system call
     number, args = int(fields[0]), [int(a, 16) for a in fields[1:7]]
     call = SYSCALLS.get(number, f"syscall {number}")
-    return KernelWait(call, _target(pid, call, args), _wchan(pid), _state(pid))
+    return KernelWait(call, _target(pid, call, args, sockets), _wchan(pid), _state(pid))
 
 
-def _target(pid: int, call: str, args: list[int]) -> str:
+def _target(pid: int, call: str, args: list[int],
+            sockets: Mapping[int, TcpSocket] | None) -> str:
     if call in _FD_FIRST and args:
-        return fd_target(pid, args[0])
+        return fd_target(pid, args[0], sockets)
     if call in _PATH_ARG and len(args) > _PATH_ARG[call]:
         return _c_string(pid, args[_PATH_ARG[call]])
     return ""
 
 
-def fd_target(pid: int, fd: int) -> str:
+def fd_target(pid: int, fd: int, sockets: Mapping[int, TcpSocket] | None = None) -> str:
     """What descriptor ``fd`` of ``pid`` is: its path, "pipe", "TCP to host:port", "a TCP
     socket", ... ('' when it cannot be read)."""
     try:
@@ -82,7 +85,7 @@ def fd_target(pid: int, fd: int) -> str:
     except OSError:
         return ""
     if link.startswith("socket:["):
-        return _socket(int(link[8:-1]))
+        return _socket(int(link[8:-1]), sockets)
     if link.startswith("pipe:["):
         return "a pipe"
     if link.startswith("anon_inode:"):
@@ -90,8 +93,9 @@ def fd_target(pid: int, fd: int) -> str:
     return link
 
 
-def _socket(inode: int) -> str:
-    found = (socket_table({inode}) or {}).get(inode)
+def _socket(inode: int, sockets: Mapping[int, TcpSocket] | None) -> str:
+    table = sockets if sockets is not None else socket_table({inode}) or {}
+    found = table.get(inode)
     if found is None:
         return "a socket"   # a Unix socket, UDP, or a table not readable
     if found.remote is None:

@@ -18,7 +18,7 @@ from stalldoc.model.stacks import BuildLock, RankStacks
 from stalldoc.model.window import Window
 from stalldoc.model.work import RankWork, StallEpisode, describe_together
 from stalldoc.probes.build_locks import build_locks
-from stalldoc.probes.connections import external_peers
+from stalldoc.probes.connections import external_peers, socket_table
 from stalldoc.probes.kernel_wait import kernel_wait
 from stalldoc.probes.engine_settings import read_engine_settings
 from stalldoc.probes.flight_dumps import FlightDumps
@@ -236,5 +236,7 @@ def _build_locks(stacks: Iterable[RankStacks]) -> tuple[BuildLock, ...]:
 
 def blocked_in(live: list[RankProcess]) -> dict[int, KernelWait]:
     """Rank -> the system call its main thread is blocked in (ranks that run, or that cannot be
-    read, are left out)."""
-    return {rank.rank: wait for rank in live if (wait := kernel_wait(rank.pid)) is not None}
+    read, are left out); the TCP socket table read once for all of them."""
+    sockets = socket_table()
+    return {rank.rank: wait for rank in live
+            if (wait := kernel_wait(rank.pid, sockets)) is not None}
