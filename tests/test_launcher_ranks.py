@@ -63,7 +63,7 @@ def assert_culprit(result: Result, world: int, stuck: int, func: str) -> dict[st
     return report
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2])   # its hang below runs with 3
 def test_mp_spawn_ranks_are_the_spawned_processes(tmp_path: Path, world: int) -> None:
     # GIVEN PyTorch's DDP tutorial: mp.spawn children that call init_process_group(rank=...)
     command, env = spawn_job(world)

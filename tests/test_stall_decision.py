@@ -191,7 +191,7 @@ def test_true_hang_is_named_with_rank_and_frame_in_time(run_watch, tmp_path, kin
     assert all(w["verdict"] == "idle" for w in stall["work"].values()), stall["work"]
 
 
-@pytest.mark.parametrize("nproc", [2, 3])
+@pytest.mark.parametrize("nproc", [3])   # two ranks exit early beside rank 0 (with 2: one)
 def test_ranks_that_exit_zero_early_are_not_failures(run_watch, nproc):
     # GIVEN ranks 1.. finish and exit 0 while rank 0 evaluates alone for longer than the timeout
     result = run_watch(torchrun(nproc, "uneven_finish.py"), "--on-stall", "kill",

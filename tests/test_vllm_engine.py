@@ -168,34 +168,6 @@ def _worker_signalled(tmp_path: Path, engine, sig: int, *options: str, tp: int =
     return result, job, worker.pid
 
 
-def test_a_stopped_worker_is_named_at_the_ranks_generate(tmp_path: Path, engine) -> None:
-    # GIVEN the rollout loop on the real engine, watched with the kill action armed
-    # WHEN the engine's worker stops (SIGSTOP) in the middle of the rollouts
-    result, job, worker = _worker_signalled(tmp_path, engine, signal.SIGSTOP, "--on-stall",
-                                            "kill")
-    # THEN a stall, ended by the kill action, named as an error of its own: the user's process
-    # at LLM.generate, waiting for its engine, whose worker is stopped, and where it stands
-    assert result.code == 124, result.stderr[-4000:]
-    [finding] = result.findings("SD122")
-    assert finding["ranks"] == [0] and finding["severity"] == "error", finding
-    waits = finding["evidence"]["waits_on_engine"]
-    assert waits[0]["pid"] == worker and waits[0]["state"] == "stopped", waits
-    assert waits[0]["role"] == "worker" and waits[0]["tp_rank"] == 0, waits
-    assert re.fullmatch(rf"rank 0 waits for its vLLM engine in main \(\S+/vllm_rollout\.py:\d+\), "
-                        rf"phase generate, for \d+ s: vLLM worker \(TP rank 0\) of rank 0's engine "
-                        rf"\(pid {worker}\) is stopped at \w[\w.<>]* \(\S+/vllm/\S+:\d+\), and "
-                        r"the engine runs no step until it is continued", finding["summary"]), \
-        finding["summary"]
-    [broken] = finding["evidence"]["broken"]
-    assert broken["pid"] == worker and any("/vllm/" in f for f in broken["frames"]), broken
-    assert "kill -CONT" in finding["fix"] and result.findings("SD106") == []
-    assert any("LLM.generate" in frame for frame in finding["evidence"]["frames"]), finding
-    # AND no frame of stalldoc's own hooks stands between the user's call and vLLM's
-    assert not any("/stalldoc/" in frame for frame in finding["evidence"]["frames"]), finding
-    [rank] = result.report()["ranks"]
-    assert rank["pid"] == job != worker
-
-
 def test_a_worker_killed_like_the_oom_killer_does_is_the_engines_root_cause(tmp_path: Path,
                                                                              engine) -> None:
     # GIVEN the rollout loop on the real engine, watched
@@ -226,25 +198,48 @@ def test_a_worker_killed_like_the_oom_killer_does_is_the_engines_root_cause(tmp_
     assert [r["pid"] for r in result.report()["ranks"]] == [job] != [worker]
 
 
-def test_one_hung_worker_of_a_tp2_engine_is_named_and_its_engine_says_so(tmp_path: Path,
-                                                                          engine) -> None:
+def test_one_stopped_worker_of_a_tp2_engine_is_named_at_the_ranks_generate(tmp_path: Path,
+                                                                           engine) -> None:
+    """An engine of two TP workers stands for one of one as well: a stopped worker is found,
+    read and named the same way whatever its TP rank, and TP 2 adds the worker that spins."""
     # GIVEN the rollout loop on an engine of two TP workers, watched with the kill action armed
     # (vLLM's ring-buffer warning after 1 s instead of 60)
-    # WHEN worker TP1 stops: TP0 spins in its TP all-reduce at full CPU, the engine core waits
+    # WHEN worker TP1 stops (SIGSTOP, as a debugger or an OOM-stalled container does) in the
+    # middle of the rollouts: TP0 spins in its TP all-reduce at full CPU, the engine core waits
     result, job, worker = _worker_signalled(tmp_path, engine, signal.SIGSTOP, "--on-stall",
                                             "kill", tp=2,
                                             env={"VLLM_RINGBUFFER_WARNING_INTERVAL": "1"})
     # THEN a stall all the same (the spinning worker is no work: its engine runs no forward
-    # pass), named at the rank's generate, waiting for its engine, whose TP1 worker is stopped
+    # pass), ended by the kill action, named as an error of its own: the user's process at
+    # LLM.generate, waiting for its engine, whose TP1 worker is stopped, and where it stands
     assert result.code == 124, result.stderr[-4000:]
     [finding] = result.findings("SD122")
+    assert finding["ranks"] == [0] and finding["severity"] == "error", finding
     waits = finding["evidence"]["waits_on_engine"]
-    assert (waits[0]["pid"], waits[0]["tp_rank"], waits[0]["state"]) == (worker, 1, "stopped")
-    assert (f": vLLM worker (TP rank 1) of rank 0's engine (pid {worker}) is stopped at "
-            in finding["summary"]), finding["summary"]
+    assert (waits[0]["pid"], waits[0]["role"], waits[0]["tp_rank"], waits[0]["state"]) == (
+        worker, "worker", 1, "stopped"), waits
+    assert re.fullmatch(rf"rank 0 waits for its vLLM engine in main \(\S+/vllm_rollout\.py:\d+\), "
+                        rf"phase generate, for \d+ s: vLLM worker \(TP rank 1\) of rank 0's engine "
+                        rf"\(pid {worker}\) is stopped at \w[\w.<>]* \(\S+/vllm/\S+:\d+\), and "
+                        r"the engine runs no step until it is continued", finding["summary"]), \
+        finding["summary"]
+    [broken] = finding["evidence"]["broken"]
+    assert broken["pid"] == worker and any("/vllm/" in f for f in broken["frames"]), broken
+    assert "kill -CONT" in finding["fix"] and result.findings("SD106") == []
+    assert any("LLM.generate" in frame for frame in finding["evidence"]["frames"]), finding
+    # AND no frame of stalldoc's own hooks stands between the user's call and vLLM's
+    assert not any("/stalldoc/" in frame for frame in finding["evidence"]["frames"]), finding
+    # AND its other processes are read where they stand, in vLLM's distributed code: the
+    # engine core waits for its workers' output, TP0 spins in its all-reduce
+    others = [w for w in waits if w["pid"] != worker]
+    assert {w["role"] for w in others} == {"engine core", "worker"}, waits
+    assert all("/vllm/distributed/" in w["frame"] for w in others), waits
     # AND the engine's own words: it found no shared-memory broadcast block (SD521)
     [shm] = result.findings("SD521")
     assert "No available shared memory broadcast block found in" in shm["evidence"]["last_line"]
+    # AND the one rank is the user's process, never a worker
+    [rank] = result.report()["ranks"]
+    assert rank["pid"] == job != worker
 
 
 # ----- vLLM's OpenAI server (``vllm serve``), watched alone, as a rollout server runs -----------

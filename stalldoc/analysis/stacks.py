@@ -123,6 +123,15 @@ def engine_frame(thread: ThreadStack | None) -> Frame | None:
                 None)
 
 
+def engine_standing(stacks: RankStacks | None) -> Frame | None:
+    """Where an engine process stands: the innermost frame of the engine's own code in its main
+    thread (else its innermost frame); None where its stack was not read."""
+    main = stacks.main if stacks is not None else None
+    if main is None or not main.frames:
+        return None
+    return engine_frame(main) or main.frames[0]
+
+
 def in_process_engine(name: str) -> bool:
     """The engine runs in the process that holds it, its workers that process's children
     (SGLang's schedulers), rather than under a core process of its own (vLLM's)."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from stalldoc.analysis.stacks import engine_frame, frame_strings
+from stalldoc.analysis.stacks import engine_standing, frame_strings
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.ranks import EngineState
 from stalldoc.model.stacks import Frame
@@ -103,12 +103,8 @@ def _doing(state: EngineState) -> str:
 
 
 def _frame(state: EngineState) -> Frame | None:
-    """The innermost frame of the engine's own code in the process's main thread (else its
-    innermost frame): where a stopped engine process stands."""
-    main = state.stacks.main if state.stacks else None
-    if main is None or not main.frames:
-        return None
-    return engine_frame(main) or main.frames[0]
+    """Where a stopped engine process stands."""
+    return engine_standing(state.stacks)
 
 
 def _evidence(state: EngineState) -> dict[str, Any]:

@@ -8,7 +8,8 @@ import socket
 import time
 from typing import Iterable, Mapping
 
-from stalldoc.analysis.stacks import server_wait, waits_on_build_lock, waits_on_http
+from stalldoc.analysis.stacks import (engine_code, server_wait, waits_on_build_lock,
+                                      waits_on_http)
 from stalldoc.cluster.peer_card import endpoints_of, matching, read_cards
 from stalldoc.model.collectives import FlightDump
 from stalldoc.model.kernel import KernelWait
@@ -31,6 +32,11 @@ from stalldoc.sidecar.publishing import Publisher
 from stalldoc.sidecar.roster import Roster
 from stalldoc.sidecar.served import peer_servers
 from stalldoc.sidecar.windows import Windows
+
+
+# the engine processes a stall reads where they stand beside its ranks (a colocated job's 8 ranks
+# each with an engine core and a worker: 16 reads of about 0.1 s)
+ENGINE_READS = 16
 
 
 class Diagnosis:
@@ -123,7 +129,7 @@ class Diagnosis:
             flight=flight, kernel=blocked_in(live), children=child_stacks(
                 sources.stack_probe, self.roster.ranks, stacks, parents),
             build_locks=_build_locks(stacks.values()),
-            engines=self._engine_states(live),
+            engines=self._engine_states(live, stacks),
             served=sources.served.view(self.ctx.engine_tick.idle, episode.ranks),
             engine_settings=self._engine_settings(live),
             finished=sources.sampler.agents.finished(live),
@@ -149,22 +155,30 @@ class Diagnosis:
         found = {r.rank: read_engine_settings(self.ctx.agent_dir, r.pid) for r in live}
         return {rank: settings for rank, settings in found.items() if settings}
 
-    def _engine_states(self, live: list[RankProcess]) -> tuple[EngineState, ...]:
-        """The live ranks' vLLM engine processes, each with its state in this tick's table; a
-        stopped one is read where it stands (py-spy, without pausing it)."""
+    def _engine_states(self, live: list[RankProcess],
+                       stacks: Mapping[int, RankStacks]) -> tuple[EngineState, ...]:
+        """The live ranks' vLLM engine processes, each with its state in this tick's table. A
+        stopped one is read where it stands (py-spy, without pausing it), and so is each
+        running or sleeping process of an engine its rank waits for (the rank's main thread in
+        the engine's code): where they stand is where the rank's wait goes on (at most
+        ``ENGINE_READS`` of those a stall)."""
         found = self.roster.found
         table = found.table if found is not None else None
         numbers = {r.rank for r in live}
-        out = []
+        waiting = {r for r, s in stacks.items() if engine_code(s.main)}
+        out, reads = [], 0
         for engine in self.roster.engines.values():
             if engine.owner not in numbers:
                 continue
             info = table.procs.get(engine.pid) if table is not None else None
             state = EngineState(engine, info.status if info is not None else "gone")
-            out.append(self._read_stopped(state) if state.stopped else state)
+            read = state.stopped or (engine.owner in waiting and not state.broken
+                                     and reads < ENGINE_READS)
+            reads += read and not state.stopped
+            out.append(self._read_where(state) if read else state)
         return tuple(out)
 
-    def _read_stopped(self, state: EngineState) -> EngineState:
+    def _read_where(self, state: EngineState) -> EngineState:
         process = state.process
         stacks = self.sources.stack_probe.capture(
             RankProcess(-process.pid, process.pid, None, ()), True, nonblocking=True,

