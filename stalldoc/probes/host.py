@@ -98,17 +98,20 @@ class HostProbe:
         """One sample per live rank; a rank that is gone is skipped. ``table`` is this tick's
         snapshot of the process table (taken now when not given). ``apart``: processes below a
         rank whose CPU and I/O are not its work (a serving engine's, judged by its forward
-        passes), nor are those below them: their CPU is the sample's ``engine_cpu_percent``."""
+        passes: its workers spin in their waits): their CPU is the sample's
+        ``engine_cpu_percent``. A process one of them started and that is none of them (the C++
+        compiler torch.compile runs for vLLM's sampler at an engine's first step) works as any
+        child of the rank does: it is the rank's work."""
         table = scan(now=now) if table is None else table
         available = psutil.virtual_memory().available
         rank_pids, apart = {r.pid for r in ranks}, set(apart)
-        stop = rank_pids | apart
         children = children_of(parents or {})
         out, seen = [], set()
         for rank in ranks:
-            tree = descendants(rank.pid, children, stop)
-            engines = _apart_below(rank.pid, children, rank_pids, tree) if apart else []
-            seen.update(tree, engines, (rank.pid,))
+            below = descendants(rank.pid, children, rank_pids)
+            tree = [pid for pid in below if pid not in apart]
+            engines = [pid for pid in below if pid in apart]
+            seen.update(below, (rank.pid,))
             sample = self._rank_sample(now, rank, tree, available, table, engines)
             if sample is not None:
                 out.append(sample)
@@ -198,13 +201,6 @@ class HostProbe:
         self._swap = (now, swap.sin, swap.sout)
         return HostMemory(now, memory.available, memory.total, *rates, os.getloadavg()[0],
                           psutil.cpu_count() or 1, _procs_running())
-
-
-def _apart_below(rank: int, children: Mapping[int, list[int]], ranks: set[int],
-                 tree: list[int]) -> list[int]:
-    """The processes below ``rank`` that are not in its work ``tree``: its engines, apart."""
-    work = set(tree)
-    return [pid for pid in descendants(rank, children, ranks) if pid not in work]
 
 
 def _procs_running() -> int | None:

@@ -78,7 +78,7 @@ def test_a_ranks_work_counts_its_children_and_its_bytes_but_not_other_ranks(tmp_
 
 def test_an_engine_set_apart_is_its_ranks_engine_cpu_not_its_work(tmp_path):
     # GIVEN a rank whose child burns a core, and that child set apart as its serving engine
-    # (with a child of its own, as an engine core has its workers)
+    # (with a worker of its own set apart too, as an engine core has its workers)
     rank = subprocess.Popen([sys.executable, "-c", CHILD_WORK, str(tmp_path / "ckpt")],
                             stdout=subprocess.PIPE, text=True)
     worker = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -88,9 +88,9 @@ def test_an_engine_set_apart_is_its_ranks_engine_cpu_not_its_work(tmp_path):
         ranks = [RankProcess(0, rank.pid, 0, ())]
         parents = {rank.pid: os.getpid(), child: rank.pid, worker.pid: child}
         probe = HostProbe()
-        probe.sample(time.time(), ranks, parents, apart=[child])
+        probe.sample(time.time(), ranks, parents, apart=[child, worker.pid])
         time.sleep(1.0)
-        [sample] = probe.sample(time.time(), ranks, parents, apart=[child])
+        [sample] = probe.sample(time.time(), ranks, parents, apart=[child, worker.pid])
         # THEN both busy processes are the rank's engine's CPU, and none of its work
         assert sample.children == 0 and sample.children_cpu_percent is None
         assert sample.engine_cpu_percent > 60, sample   # two cores' worth, shared with the load
@@ -99,6 +99,42 @@ def test_an_engine_set_apart_is_its_ranks_engine_cpu_not_its_work(tmp_path):
             proc.kill()
             proc.wait()
         os.kill(child, 9)
+
+
+# what vLLM's CPU worker does at its first sampling step: torch.compile of the sampler, whose
+# inductor runs the C++ compiler in a child process while the worker waits for it (seen in a
+# healthy TP 2 engine: every engine process asleep, the compiler the one at work)
+COMPILES = """
+import subprocess, sys
+compiler = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+print(compiler.pid, flush=True)
+compiler.wait()
+"""
+
+
+def test_a_process_an_engine_worker_started_is_its_ranks_work(tmp_path):
+    # GIVEN a rank, its engine worker set apart, and the worker waiting on a compiler it
+    # started, which burns a core
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    worker = subprocess.Popen([sys.executable, "-c", COMPILES], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        compiler = int(worker.stdout.readline())
+        ranks = [RankProcess(0, rank.pid, 0, ())]
+        parents = {rank.pid: os.getpid(), worker.pid: rank.pid, compiler: worker.pid}
+        probe = HostProbe()
+        probe.sample(time.time(), ranks, parents, apart=[worker.pid])
+        time.sleep(1.0)
+        [sample] = probe.sample(time.time(), ranks, parents, apart=[worker.pid])
+        # THEN the compiler is the rank's work (its child at a core), the waiting worker its
+        # engine's
+        assert sample.children == 1 and sample.children_cpu_percent > 30, sample
+        assert (sample.engine_cpu_percent or 0.0) < 10, sample
+    finally:
+        for proc in (rank, worker):
+            proc.kill()
+            proc.wait()
+        os.kill(compiler, 9)
 
 SPAWNS_LATER = """
 import subprocess, sys
