@@ -130,7 +130,7 @@ def test_a_forward_not_every_rank_runs_under_sharding_is_named_with_its_frames(
         assert cause["forward_rank"] != named[0] and "synced_gpus=True" in finding["fix"]
 
 
-@pytest.mark.parametrize("nproc,images", [(2, 9), (3, 10)])
+@pytest.mark.parametrize("nproc,images", [(3, 10)])   # 4, 3, 3: one rank a prediction ahead
 def test_predictions_of_different_lengths_all_gathered_are_a_reported_mismatch(
         run_watch, nproc, images, tmp_path):
     # GIVEN evaluation that all-gathers each rank's predictions, one more on the first rank(s)
@@ -174,7 +174,7 @@ def test_a_collective_on_a_branch_some_ranks_take_is_named_with_the_branch(
     assert "load (" in finding["fix"] and "every rank" in finding["fix"]
 
 
-@pytest.mark.parametrize("nproc", [2, 3])
+@pytest.mark.parametrize("nproc", [3])   # rank 0 in its branch, two ranks in all_reduce
 def test_a_barrier_on_rank_zero_only_is_named_with_the_branch_it_sits_in(run_watch, nproc):
     # GIVEN rank 0 waiting on a barrier inside its save branch while the others all-reduce
     result = run_watch(torchrun(nproc, "rank_zero_save.py"), "--on-stall", "kill", timeout=200)
@@ -196,7 +196,7 @@ def test_a_barrier_on_rank_zero_only_is_named_with_the_branch_it_sits_in(run_wat
     assert "save_checkpoint (" in finding["fix"]
 
 
-@pytest.mark.parametrize("nproc,stuck", [(2, 1), (3, 2)])
+@pytest.mark.parametrize("nproc,stuck", [(3, 2)])   # the last rank of three
 def test_a_rank_waiting_on_its_deadlocked_dataloader_worker_names_the_workers_frame(
         run_watch, nproc, stuck):
     # GIVEN a rank whose DataLoader workers were forked while another thread held the tokenizer

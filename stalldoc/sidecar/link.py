@@ -30,6 +30,7 @@ class RelayLink:
         self.job_pid = 0
         self.job_started_at = 0.0
         self.job_code: int | None = None
+        self.job_ended = threading.Event()    # set when the relay says the job ended
         self.watch_code: int | None = None    # what `stalldoc watch` exits with, the relay says
         self.ended_by = "job"                 # job / stalldoc / interrupt, the relay says
         self.dropped = 0
@@ -110,6 +111,7 @@ class RelayLink:
             if len(fields) >= 4:
                 self.watch_code, self.ended_by = int(fields[2]), fields[3]
             self.job_code = int(fields[0])
+            self.job_ended.set()
 
     def send(self, **message: object) -> None:
         """A message for the relay; when the relay is gone, it goes to our log instead."""

@@ -179,9 +179,11 @@ class Watcher:
         return findings
 
     def _loop(self) -> None:
+        """A tick every ``interval`` until the job ends; its end cuts the wait short (the run
+        ends as soon as the job does, not up to an interval later)."""
         while self.link.job_code is None and not self._job_gone():
             self._safe_tick(time.time())
-            time.sleep(self.opts.interval)
+            self.link.job_ended.wait(self.opts.interval)
 
     def _safe_tick(self, now: float) -> None:
         """One tick; whatever it raises is written down, said once per kind, and the next tick
