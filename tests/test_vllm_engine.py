@@ -55,10 +55,10 @@ def _engine_lines(stderr: str) -> list[str]:
 
 
 # one worker on an idle machine runs to its end in the KV-cache test below (no stall, one finding).
-# Two workers on an idle machine: alone, with a cold inductor cache, as on a fresh node: at its
-# first sampling step vLLM's CPU worker compiles its sampler (torch.compile), the C++ compiler
-# at work in its child while every engine process sleeps (10 s here; in a clean-clone CI run
-# over 15 s, and the stall was declared while the compiler counted for nothing: it does now)
+# Two workers on an idle machine: alone, with a cold inductor cache, as on a fresh node: in its
+# first steps a TP worker compiles its embedding's input mask (vLLM's torch.compile for TP > 1),
+# the C++ compiler at work in its child while every engine process sleeps (10 s here; in a
+# clean-clone CI run over 15 s, declared a stall while the compiler counted for nothing)
 @pytest.mark.parametrize("tp,loaded", [
     pytest.param(1, True, id="cpu-burner"), pytest.param(2, False, id="tp2", marks=pytest.mark.alone)])
 def test_healthy_rollout_loop_is_one_rank_and_its_engine(tmp_path: Path, engine, tp: int,

@@ -132,6 +132,18 @@ def engine_standing(stacks: RankStacks | None) -> Frame | None:
     return engine_frame(main) or main.frames[0]
 
 
+# torch.compile's own code: a thread with a frame in it compiles (the C++ compiler, when it runs,
+# is its child process)
+_COMPILER_DIRS = tuple(f"{os.sep}torch{os.sep}{d}{os.sep}" for d in ("_inductor", "_dynamo"))
+
+
+def compiling(stacks: RankStacks | None) -> bool:
+    """The process's main thread is inside torch.compile (dynamo tracing, inductor's codegen,
+    or waiting on the C++ compiler it started)."""
+    main = stacks.main if stacks is not None else None
+    return main is not None and any(d in f.filename for f in main.frames for d in _COMPILER_DIRS)
+
+
 def in_process_engine(name: str) -> bool:
     """The engine runs in the process that holds it, its workers that process's children
     (SGLang's schedulers), rather than under a core process of its own (vLLM's)."""

@@ -100,7 +100,7 @@ class HostProbe:
         rank whose CPU and I/O are not its work (a serving engine's, judged by its forward
         passes: its workers spin in their waits): their CPU is the sample's
         ``engine_cpu_percent``. A process one of them started and that is none of them (the C++
-        compiler torch.compile runs for vLLM's sampler at an engine's first step) works as any
+        compiler torch.compile runs at a vLLM TP worker's first steps) works as any
         child of the rank does: it is the rank's work."""
         table = scan(now=now) if table is None else table
         available = psutil.virtual_memory().available

@@ -10,9 +10,9 @@ from typing import Any, ClassVar, Iterable, Iterator
 
 from stalldoc.analysis.causes import (Cause, colocated_tp_size, difference_cause,
                                       engine_collective_cause)
-from stalldoc.analysis.stacks import (blocked_in_io, child_wait, engine_code, engine_standing,
-                                      frame_strings, in_process_engine, user_frame,
-                                      waits_on_lock)
+from stalldoc.analysis.stacks import (blocked_in_io, child_wait, compiling, engine_code,
+                                      engine_standing, frame_strings, in_process_engine,
+                                      user_frame, waits_on_lock)
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 
@@ -153,13 +153,15 @@ def waited_engine(window: Window, rank: int, main: Any) -> list[dict[str, Any]]:
     its engine: it is in the engine's code (``LLM.generate`` waiting for vLLM's engine core),
     or it waits on its children's pipes while they are the schedulers of an engine it holds
     in-process (SGLang's); the stopped, dead or gone ones first. Each says where it stands
-    (``frame``, '' where its stack was not read). [] otherwise."""
+    (``frame``, '' where its stack was not read) and whether it is inside torch.compile
+    (``compiling``). [] otherwise."""
     name = engine_code(main) or _in_process_engine(window, rank, main)
     states = [e for e in window.engines if e.process.owner == rank and e.process.engine == name]
     states.sort(key=lambda e: (not e.broken, e.process.role != "worker", e.process.pid))
     return [{"pid": e.process.pid, "what": e.process.title, "role": e.process.role,
              "tp_rank": e.process.tp_rank, "state": e.state, "broken": e.broken,
-             "engine": e.process.engine, "frame": str(engine_standing(e.stacks) or "")}
+             "engine": e.process.engine, "frame": str(engine_standing(e.stacks) or ""),
+             "compiling": compiling(e.stacks)}
             for e in states] if name else []
 
 
@@ -228,7 +230,9 @@ def _engine_wait(engines: list[dict[str, Any]]) -> str:
         return f" waiting for its {first['engine']} engine, whose {first['what']} (pid " \
                f"{first['pid']}) is {first['state']}"
     states = "; ".join(f"{e['what']} pid {e['pid']} {e['state']}"
-                       + (f" in {e['frame']}" if e.get("frame") else "") for e in engines)
+                       + (f" in {e['frame']}" if e.get("frame") else "")
+                       + (", compiling (torch.compile)" if e.get("compiling") else "")
+                       for e in engines)
     return f" waiting for its {first['engine']} engine ({states})"
 
 

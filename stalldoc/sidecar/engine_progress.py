@@ -4,8 +4,8 @@ nothing alone (a worker spins in its TP all-reduce while another worker hangs, t
 polls its workers' queue): their CPU and I/O are no longer counted as their rank's work, and a
 rank whose engine ran a forward pass since the last tick made progress. Before its first one,
 the engine is starting (loading weights, profiling, compiling) and its CPU is its rank's work.
-A process an engine process started that is none of the engine's (the C++ compiler of the
-sampler's ``torch.compile`` at the first step) stays its rank's work (``probes/host.py``).
+A process an engine process started that is none of the engine's (the C++ compiler of
+``torch.compile`` at a TP worker's first steps) stays its rank's work (``probes/host.py``).
 
 An engine whose every engine core has waited for requests for ``IDLE_AFTER`` seconds (blocked
 in its input queue: its agent's ``engine_idle`` phase) has no request in hand: a core stuck in a

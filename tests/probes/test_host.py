@@ -101,9 +101,9 @@ def test_an_engine_set_apart_is_its_ranks_engine_cpu_not_its_work(tmp_path):
         os.kill(child, 9)
 
 
-# what vLLM's CPU worker does at its first sampling step: torch.compile of the sampler, whose
-# inductor runs the C++ compiler in a child process while the worker waits for it (seen in a
-# healthy TP 2 engine: every engine process asleep, the compiler the one at work)
+# what a vLLM TP worker does in its first steps: torch.compile of its embedding's input mask,
+# whose inductor runs the C++ compiler in a child process while the worker waits for it (seen in
+# a healthy TP 2 engine: every engine process asleep, the compiler the one at work)
 COMPILES = """
 import subprocess, sys
 compiler = subprocess.Popen([sys.executable, "-c", "while True: pass"])

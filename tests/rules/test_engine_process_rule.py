@@ -131,3 +131,31 @@ def test_an_engine_whose_processes_sleep_is_said_with_where_each_stands():
         f"SpinCondition.wait {queue}"] * 2
     # AND an engine process whose stack was not read says its state alone
     assert "pid 201 sleeping)" in run_rules(window("sleeping"), "stall")[0].summary
+
+
+# a TP worker in torch.compile of its embedding's input mask, waiting on inductor's C++ compiler
+# (py-spy read it in a real TP 2 engine's first steps; the vLLM frame as the stall said it)
+TORCH = f"{LIB}/site-packages/torch"
+COMPILES = (Frame("Popen._wait", f"{LIB}/subprocess.py", 2040),
+            Frame("run", f"{LIB}/subprocess.py", 550),
+            Frame("VecISA._probe_load", f"{TORCH}/_inductor/cpu_vec_isa.py", 147),
+            Frame("CppCodeCache.load_async", f"{TORCH}/_inductor/codecache.py", 3711),
+            Frame("compile_fx", f"{TORCH}/_inductor/compile_fx.py", 2782),
+            Frame("OutputGraph.call_user_compiler", f"{TORCH}/_dynamo/output_graph.py", 3057),
+            Frame("VocabParallelEmbedding.forward",
+                  f"{VLLM}/model_executor/layers/vocab_parallel_embedding.py", 542),
+            Frame("WorkerProc.worker_busy_loop", f"{VLLM}/v1/executor/multiproc_executor.py",
+                  1041))
+
+
+def test_an_engine_worker_inside_torch_compile_is_said_compiling():
+    # GIVEN the rank in LLM.generate and its worker waiting on the compiler it started
+    base = window("sleeping")
+    compiling = Window(**{**vars(base), "engines": (
+        EngineState(CORE, "sleeping", _stacks(201, CORE_WAITS)),
+        EngineState(WORKER, "sleeping", _stacks(202, COMPILES)))})
+    # THEN the worker is said compiling, at its vLLM frame; the core is not
+    [finding] = run_rules(compiling, "stall")
+    assert (f"pid 202 sleeping in VocabParallelEmbedding.forward ({VLLM}/model_executor/layers/"
+            "vocab_parallel_embedding.py:542), compiling (torch.compile)") in finding.summary
+    assert [e["compiling"] for e in finding.evidence["waits_on_engine"]] == [True, False]
