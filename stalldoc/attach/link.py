@@ -25,6 +25,7 @@ class AttachLink:
         self.job_pid = job_pid
         self.job_started_at = started_at
         self.job_code: int | None = None      # never known: the job is not our child
+        self.job_ended = threading.Event()    # never set: nobody says the job ended
         self.watch_code: int | None = None
         self.ended_by = "job"
         self.dropped = 0
