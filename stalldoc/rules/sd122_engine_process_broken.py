@@ -6,7 +6,6 @@ from typing import Any, Iterator
 from stalldoc.analysis.stacks import engine_standing, frame_strings
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.ranks import EngineState
-from stalldoc.model.stacks import Frame
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, rank_evidence
 
@@ -93,7 +92,7 @@ def _where(ev: dict[str, Any]) -> str:
 def _doing(state: EngineState) -> str:
     """'its vLLM worker (TP rank 0) of rank 0's engine (pid 202), stopped at
     execute_model (...): the engine runs no step until it is continued'."""
-    where = _frame(state)
+    where = engine_standing(state.stacks)
     at = f" at {where}" if where else ""
     if state.stopped:
         return (f"{state.process.title} (pid {state.process.pid}) is {state.state}{at}, and "
@@ -102,14 +101,9 @@ def _doing(state: EngineState) -> str:
             "engine cannot run a step again")
 
 
-def _frame(state: EngineState) -> Frame | None:
-    """Where a stopped engine process stands."""
-    return engine_standing(state.stacks)
-
-
 def _evidence(state: EngineState) -> dict[str, Any]:
     main = state.stacks.main if state.stacks else None
-    frame = _frame(state)
+    frame = engine_standing(state.stacks)
     return {"pid": state.process.pid, "role": state.process.role,
             "tp_rank": state.process.tp_rank, "state": state.state,
             "frame": str(frame) if frame else "", "frames": frame_strings(main)}
