@@ -4,10 +4,15 @@ process of its own runs it. A server is judged by the requests it holds, as uvic
 (its agent reads them each heartbeat): nobody asking is no stall, however long, and the kill
 action armed leaves it alone (it was a STALL at the stall timeout, and --on-stall kill ended a
 healthy server). A server holding a request it never answers (a batcher waiting for a batch
-that never fills) is a stall, named with the requests it holds."""
+that never fills) is a stall, named with the requests it holds.
+
+A reward server a trainer rank started as its child (``tests/scenarios/trainer_reward_child.py``)
+is the job's, not the rank's: the rank is a trainer, judged by its own work, and a rank waiting
+on that server names it by its pid, with the requests it holds."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 import time
@@ -17,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from load import cpu_burner
-from support import SCENARIOS, Result, alarms, end_watched, start_watch, wait_in_file
+from support import (SCENARIOS, Result, alarms, end_watched, start_watch, torchrun,
+                     wait_in_file, watch)
 from test_launcher_ranks import job_pid
 
 pytestmark = pytest.mark.timeout(180)
@@ -96,3 +102,47 @@ def _quietly(url: str) -> None:
         _score(url, ["1 + 1 = 2"], timeout=80)
     except OSError:
         pass   # the server was ended under it
+
+
+CHILD = "trainer_reward_child.py"
+
+
+def _child_server(result: Result) -> tuple[int, str]:
+    """The reward server's pid and URL, as the trainer printed them."""
+    found = re.search(r"reward server pid (\d+) at (http://\S+)", result.stdout)
+    assert found, result.stdout[-2000:] + result.stderr[-3000:]
+    return int(found.group(1)), found.group(2)
+
+
+def test_a_rank_waiting_on_the_reward_server_it_started_names_that_server(tmp_path: Path) -> None:
+    # GIVEN two trainer ranks (torchrun); rank 0 started a reward server that scores batches
+    # of 2 as its child; WHEN the epoch's last batch sends it one request (never scored)
+    result = watch(tmp_path, [*torchrun(2, CHILD), "partial-batch", "3"], "--on-stall", "kill")
+    pid, url = _child_server(result)
+    # THEN a stall, ended by the kill action: rank 0 is no server, its child is the job's
+    assert result.code == 124, result.stderr[-3000:]
+    assert f"pid {pid} below rank 0 serves {url}: a server of the job's" in result.stderr
+    assert "] rank 0 serves" not in result.stderr and result.findings("SD117") == []
+    # AND rank 0's wait names the server by its pid, with the request it holds
+    [waits] = [f for f in result.findings("SD107") if f["ranks"] == [0]]
+    assert f"from pid {pid} (python reward_server.py 2), a server below rank 0 at {url}, " \
+           "holding 1 request it has not answered; " in waits["summary"], waits["summary"]
+    [server] = waits["evidence"]["job_servers"]
+    assert (server["pid"], server["rank"], server["in_flight"]) == (pid, 0, 1), server
+    assert waits["evidence"]["frame"].startswith("score "), waits["evidence"]["frame"]
+    assert f"py-spy dump --pid {pid}" in waits["fix"], waits["fix"]
+
+
+def test_a_lone_trainer_whose_child_serves_is_judged_by_its_own_work(tmp_path: Path) -> None:
+    # GIVEN one trainer process (a world of one) with its reward server as its child; WHEN it
+    # waits in its weight-sync store for a key the server never sets (the server idles)
+    result = watch(tmp_path, [sys.executable, str(SCENARIOS / CHILD), "store-wait", "2"],
+                   "--on-stall", "kill")
+    pid, _ = _child_server(result)
+    # THEN it is stalled (a trainer whose child serves nobody is no idle server), where it waits
+    assert result.code == 124, result.stderr[-3000:]
+    [stall] = result.report()["stalls"]
+    assert stall["ranks"] == [0], stall
+    assert re.search(r"store_wait \(\S+/trainer_reward_child\.py:\d+\)", result.stderr), \
+        result.stderr[-3000:]
+    assert result.findings("SD117") == [] and f"pid {pid} below rank 0 serves" in result.stderr

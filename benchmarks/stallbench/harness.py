@@ -101,7 +101,7 @@ def execute(scenario: Scenario, arm: Arm, folder: Path, grace: float = 10.0) -> 
             break
         time.sleep(0.5)
     exit_code = proc.poll()
-    _end(proc, grace)
+    _end(proc, grace, folder)
     for reader in readers:
         reader.join(10)
     run = _run(folder, started, hang_at, proc, exit_code)
@@ -198,10 +198,11 @@ def _note_ports(folder: Path) -> None:
     (folder / "ports.json").write_text(json.dumps(ports))
 
 
-def _end(proc: subprocess.Popen[bytes], grace: float) -> None:
+def _end(proc: subprocess.Popen[bytes], grace: float, folder: Path) -> None:
     """End the session the command started, and whatever of it left the session (Ray's raylet,
-    a detached server): every process whose environment carries this run's truth path."""
-    stray = _strays(proc)
+    a detached server, a server whose trainer died first): every process whose environment
+    carries this run's truth path."""
+    stray = _strays(proc, str(folder / "truth.jsonl"))
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
@@ -222,8 +223,16 @@ def _end(proc: subprocess.Popen[bytes], grace: float) -> None:
     proc.wait()
 
 
-def _strays(proc: subprocess.Popen[bytes]) -> list[psutil.Process]:
+def _strays(proc: subprocess.Popen[bytes], truth: str) -> list[psutil.Process]:
+    """The command's processes, and every other that carries ``truth`` in its environment."""
     try:
-        return psutil.Process(proc.pid).children(recursive=True)
+        found = {p.pid: p for p in psutil.Process(proc.pid).children(recursive=True)}
     except psutil.Error:
-        return []
+        found = {}
+    for p in psutil.process_iter():
+        try:
+            if p.pid not in found and p.environ().get("STALLBENCH_TRUTH") == truth:
+                found[p.pid] = p
+        except psutil.Error:
+            continue
+    return list(found.values())

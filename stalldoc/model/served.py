@@ -45,3 +45,30 @@ class ServedRank:
     metrics: ServerMetrics | None = None
     metrics_error: str = ""
     in_flight: int | None = None   # HTTP requests its server holds (None: not known)
+
+
+@dataclass(frozen=True)
+class JobServer:
+    """A process of the job that serves HTTP below a rank of a distributed job, and is no rank
+    (a reward model or rollout server a trainer rank started as its child): a part of the job
+    its ranks may wait on, not the rank's own serving."""
+
+    pid: int
+    owner: int                     # the rank it is below
+    url: str
+    command: str = ""
+    in_flight: int | None = None   # HTTP requests it holds (None: not known)
+
+    def describe(self) -> str:
+        """'pid 6605 (python serve.py --port 8000), a server below rank 0 at
+        http://127.0.0.1:8000, holding 1 request'."""
+        what = f" ({self.command})" if self.command else ""
+        held = ""
+        if self.in_flight is not None:
+            held = (f", holding {self.in_flight} request{'s' if self.in_flight != 1 else ''}"
+                    " it has not answered" if self.in_flight else ", holding no request")
+        return f"pid {self.pid}{what}, a server below rank {self.owner} at {self.url}{held}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {"pid": self.pid, "rank": self.owner, "url": self.url, "command": self.command,
+                "in_flight": self.in_flight}

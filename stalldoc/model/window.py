@@ -13,7 +13,7 @@ from stalldoc.model.peer_watch import PeerWatch
 from stalldoc.model.ray_job import JobOutside, OutsideSeen
 from stalldoc.model.ranks import EnginePreemptions, EngineState, RankExit, RankProcess
 from stalldoc.model.samples import GenerationSample, GpuSample, HostMemory, HostSample, LogLine
-from stalldoc.model.served import ServedRank, ServerMetrics
+from stalldoc.model.served import JobServer, ServedRank, ServerMetrics
 from stalldoc.model.stacks import BuildLock, RankStacks
 from stalldoc.model.work import RankWork, StallEpisode
 
@@ -54,6 +54,8 @@ class Window:
     engines: tuple[EngineState, ...] = ()
     # ranks that serve HTTP: their URL, whether their engine waits for requests, vLLM's metrics
     served: Mapping[int, ServedRank] = field(default_factory=dict)
+    # rank -> the job's own servers (below a rank, no rank) it waits on over HTTP (stall only)
+    job_servers: Mapping[int, tuple[JobServer, ...]] = field(default_factory=dict)
     # host:port -> vLLM's metrics of a server a rank waits on over HTTP (stall only)
     peer_servers: Mapping[str, ServerMetrics] = field(default_factory=dict)
     # rank -> the settings of the vLLM engine its own process created (colocated; stall only)

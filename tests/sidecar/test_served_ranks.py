@@ -38,10 +38,35 @@ def test_a_rank_whose_child_serves_serves(tmp_path):
     for pid, port in ((110, 8000), (111, 8000), (999, 9000)):
         Path(served_path(str(tmp_path), pid)).write_text(f"http://127.0.0.1:{port}\n")
     served = ServedRanks(str(tmp_path))
-    rank = RankProcess(0, 100, 0, ("python",))
+    # (watched alone, the job's one process: rank 0 as guessed, no claim of its own)
+    rank = RankProcess(0, 100, None, ("vllm", "serve"), from_env=False, source="")
     # THEN the rank serves, once, at its first API server's URL
     assert served.refresh([rank], {100: 1, 110: 100, 111: 100}) == [(0, "http://127.0.0.1:8000")]
-    assert served.urls == {0: (110, "http://127.0.0.1:8000")}
+    assert served.urls == {0: (110, "http://127.0.0.1:8000")} and served.parts == {}
+
+
+def test_a_server_a_trainer_rank_started_is_the_jobs_not_the_ranks(tmp_path):
+    # GIVEN two trainer ranks of a process group; rank 0 started a reward server as its child
+    # (pid 110), which wrote where it listens
+    Path(served_path(str(tmp_path), 110)).write_text("http://127.0.0.1:8000\n")
+    served = ServedRanks(str(tmp_path))
+    ranks = [RankProcess(0, 100, 0, ("python", "train.py"), source="process group"),
+             RankProcess(1, 101, 1, ("python", "train.py"), source="process group")]
+    parents = {100: 1, 101: 1, 110: 100}
+    # THEN no rank serves: rank 0 is judged by its own work, as every trainer rank
+    assert served.refresh(ranks, parents) == [] and served.urls == {}
+    assert served.awaiting({0, 1}) == set()
+    # AND the server is a part of the job below rank 0, said once
+    assert served.parts == {110: (0, "http://127.0.0.1:8000")}
+    assert served.fresh_parts == [(110, 0, "http://127.0.0.1:8000")]
+    served.refresh(ranks, parents)
+    assert served.fresh_parts == [] and served.parts == {110: (0, "http://127.0.0.1:8000")}
+    # AND it holds the requests its agent counted
+    Path(requests_path(str(tmp_path), 110)).write_text(REQUESTS_RECORD.format(1, 3))
+    [server] = served.job_servers({110: "python reward.py"}).values()
+    assert (server.pid, server.owner, server.in_flight) == (110, 0, 1), server
+    assert server.describe() == ("pid 110 (python reward.py), a server below rank 0 at "
+                                 "http://127.0.0.1:8000, holding 1 request it has not answered")
 
 
 def test_a_serving_ranks_io_is_set_apart_only_once_its_engine_ran(tmp_path):
