@@ -40,6 +40,10 @@ finding then says what is known and no more.
 - ``different_collectives``: different collectives at the same point, and the dumps hold too
   few frames to tell which of the two above: the culprit is not stuck in its own code, and the
   finding says where each side waits and no more.
+- ``crossed_groups``: decided from the agents' rings, not the dumps: the ranks missing from one
+  group's collective all wait in another group's, which the first's waiting ranks never
+  entered. Each side waits for the other, in collectives of two groups (a colocated engine's
+  TP group and the world): the ranks issue the two groups' collectives in different orders.
 - ``engine_collective``: decided from the stacks, not the dumps (vLLM's shared-memory
   collectives bypass torch.distributed): the missing rank waits in its colocated vLLM engine's
   tensor-parallel collective, inside ``generate``, for the other ranks of its TP group, while
@@ -96,6 +100,13 @@ COLLECTIVE_ORDER_FIX = (
     "Make every rank call the same collectives in the same order: compare the two frames named, "
     "and find the code path (a branch on the rank or on the data) that runs them in another "
     "order on some ranks.")
+CROSSED_FIX = (
+    "Make every rank issue the collectives of every group in the same order: a rank that enters "
+    "one group's collective (a colocated engine's tensor-parallel all-reduce inside generate, a "
+    "subgroup's all_gather) while another rank of both groups is still in the other group's (a "
+    "barrier or a weight sync on the world) waits for it for good. Compare the two frames named "
+    "and find the branch or the order that differs; where the order cannot be the same, put a "
+    "barrier of the same group before both on every rank.")
 _BACKWARD_FUNCTIONS = {"_engine_run_backward", "run_backward"}
 # where FSDP (1 and 2) and DeepSpeed ZeRO-3 gather sharded parameters: (path part, function names)
 _SHARDED = (("FSDP", "/torch/distributed/fsdp/", ("unshard",)),
@@ -513,3 +524,13 @@ def issued_at(entry: FlightEntry) -> str:
 def _at(entry: FlightEntry) -> str:
     where = issued_at(entry)
     return f" at {where}" if where else ""
+
+
+def crossed_cause(groups: Sequence[tuple[str, str, int]]) -> Cause:
+    """The cause of ranks that wait for each other in two groups' collectives (``groups``:
+    each side's group, op and sequence number)."""
+    names = " and ".join(f"{g}" for g, _, _ in groups)
+    return Cause("crossed_groups", f"the ranks issue the collectives of groups {names} in "
+                 "different orders: each side waits for the other", CROSSED_FIX,
+                 {"source": "agent", "groups": [{"group": g, "op": op, "seq": seq}
+                                                for g, op, seq in groups]})

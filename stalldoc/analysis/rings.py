@@ -143,3 +143,18 @@ def mismatches(agents: Mapping[int, AgentSnapshot]) -> list[Mismatch]:
                                     wrapped_of(groups)))
                 break
     return out
+
+
+def crossed(gaps: Sequence[MissingFromCollective]
+            ) -> list[tuple[MissingFromCollective, MissingFromCollective]]:
+    """Pairs of gaps of two groups whose ranks wait for each other: the ranks missing from
+    one group's collective all wait in the other's, which the first's waiting ranks never
+    entered. Neither side is stuck in its own code: the ranks issue the two groups'
+    collectives in different orders (a colocated engine's TP group and the world, say)."""
+    out = []
+    for i, one in enumerate(gaps):
+        for other in gaps[i + 1:]:
+            if one.group != other.group and set(one.missing) <= set(other.waiting) \
+                    and set(other.missing) <= set(one.waiting):
+                out.append((one, other))
+    return out

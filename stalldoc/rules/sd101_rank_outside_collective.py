@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.analysis.causes import issued_at
+from stalldoc.analysis.causes import crossed_cause, issued_at
 from stalldoc.analysis.flight_recorder import FlightGap, flight_gaps
-from stalldoc.analysis.rings import (MissingFromCollective, groups_by_rank, missing_ranks,
-                                     wrapped_evidence)
+from stalldoc.analysis.rings import (MissingFromCollective, crossed, groups_by_rank,
+                                     missing_ranks, wrapped_evidence)
 from stalldoc.analysis.stacks import in_collective
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
@@ -71,7 +71,11 @@ class RankOutsideCollective(Rule):
         data-parallel sync (vLLM's ``has_unfinished_dp``, ``coordinate_batch_across_dp``; SGLang's
         DP-attention batch exchange), a collective on the engine's DP group, while the waiting
         ranks of that group are outside their engine: the replicas are out of step. The waiting
-        ranks' own collective is then no second finding. ``waits_on_child``, for a culprit whose
+        ranks' own collective is then no second finding. Ranks that wait for each other in two groups'
+        collectives (those missing from one group's all wait in the other's, which its waiting
+        ranks never entered) are one finding naming every rank of both sides, with
+        ``crossed`` (the other group's collective: group, seq, op, waiting and missing ranks)
+        and ``cause`` "crossed_groups". ``waits_on_child``, for a culprit whose
         main thread waits on its own processes (DataLoader workers, a pool, a child, a subprocess):
         the first such child whose stack, taken on the stall, is in code outside libraries
         (``pid``, ``what``, ``frame``, ``frames``, ``waits_on_lock``); the summary says where
@@ -89,6 +93,10 @@ class RankOutsideCollective(Rule):
         the others wait in the collective after their loop): give every rank the same number of
         batches (``DistributedSampler(drop_last=True)``, ``--dataloader_drop_last true``), or use
         ``model.join()`` / ``torch.distributed.algorithms.Join``.
+
+        Ranks that wait for each other in two groups' collectives (crossed_groups): every rank
+        must issue the collectives of every group in the same order; compare the two frames
+        named and find the branch or the order that differs.
 
         A colocated vLLM engine with tensor_parallel_size > 1 (engine_collective): every rank of
         a TP group must call generate the same number of times, with the same prompts; gather
@@ -119,7 +127,11 @@ class RankOutsideCollective(Rule):
                               **{r: rr.groups for r, rr in remote.items()}}, live | set(remote))
         flight = [g for g in ([] if gaps else flight_gaps(window.flight, live))
                   if g.missing or self._outside(window, g.silent)]
-        yield from _one_per_engine_wait([self._from_rings(window, gap) for gap in gaps]
+        pairs = crossed(gaps)
+        paired = [id(g) for pair in pairs for g in pair]
+        yield from _one_per_engine_wait([self._crossing(window, *pair) for pair in pairs]
+                                        + [self._from_rings(window, gap) for gap in gaps
+                                           if id(gap) not in paired]
                                         + [self._from_flight(window, g) for g in flight])
         if not gaps and not flight and not window.agents:
             yield from self._from_stacks(window, live)
@@ -144,6 +156,27 @@ class RankOutsideCollective(Rule):
                                  for r in sorted({*gap.missing, *waiting})}
         return self.caused(gap.missing, summary, evidence,
                            cause_of(window, gap.missing, waiting))
+
+    def _crossing(self, window: Window, one: MissingFromCollective,
+                  other: MissingFromCollective) -> Finding:
+        """Ranks that wait for each other in collectives of two groups: one finding that names
+        every rank of both sides (neither side alone is the culprit)."""
+        one, other = sorted((one, other), key=lambda g: (g.group != "world", g.group))
+        ranks = sorted(set(one.missing) | set(other.missing))
+        sides = "; ".join(f"{join_ranks(sorted(g.waiting))} {_wait(sorted(g.waiting))} in "
+                          f"{g.op} #{g.seq} (group {g.group}) that {join_ranks(g.missing)} "
+                          "never entered" for g in (one, other))
+        where = ", ".join(f"rank {r} is {describe_rank(window, r)}" for r in ranks)
+        summary = f"{join_ranks(ranks)} wait for each other in two groups' collectives: " \
+                  f"{sides}; {where}"
+        evidence = {**evidence_of(window, ranks[0]), "source": "agent", "group": one.group,
+                    "seq": one.seq, "op": one.op, "waiting_ranks": sorted(one.waiting),
+                    "crossed": {"group": other.group, "seq": other.seq, "op": other.op,
+                                "waiting_ranks": sorted(other.waiting),
+                                "missing_ranks": list(other.missing)},
+                    "culprits": {str(r): evidence_of(window, r) for r in ranks}}
+        return self.caused(ranks, summary, evidence, crossed_cause(
+            [(g.group, g.op, g.seq) for g in (one, other)]))
 
     @staticmethod
     def _outside(window: Window, ranks: tuple[int, ...]) -> tuple[int, ...]:

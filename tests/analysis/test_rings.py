@@ -4,7 +4,8 @@ import dataclasses
 
 from stalldoc.model.agent import AgentSnapshot
 from stalldoc.model.collectives import CollectiveRecord, GroupState
-from stalldoc.analysis.rings import groups_by_rank, mismatches, missing_ranks, wrapped_evidence
+from stalldoc.analysis.rings import (crossed, groups_by_rank, mismatches, missing_ranks,
+                                     wrapped_evidence)
 
 
 def snapshot(rank: int, calls: list[tuple[str, int, str, bool]], group: str = "world"
@@ -69,3 +70,31 @@ def test_collectives_a_ring_overwrote_unread_are_carried_to_the_evidence():
     agents[1] = snapshot(1, [ok, ("broadcast", 4, "float32", False)])
     [mismatch] = mismatches(agents)
     assert mismatch.wrapped == {0: 120}
+
+
+def _in(group: str, calls: list[tuple[str, bool]]) -> GroupState:
+    ring = tuple(CollectiveRecord(group, n + 1, op, 4, "float32", 1.0, 2.0 if done else None,
+                                  False) for n, (op, done) in enumerate(calls))
+    return GroupState(group, len(calls), sum(done for _, done in calls), ring)
+
+
+def test_ranks_waiting_for_each_other_in_two_groups_are_a_crossed_pair():
+    # rank 0 in its TP group's all_reduce (#2) that rank 1 never entered; ranks 1, 2 in the
+    # world's all_reduce (#2) that rank 0 never entered; rank 2's TP group has nothing pending
+    done = [("all_reduce", True)]
+    ranks = {0: (_in("world", done), _in("1", done + [("all_reduce", False)])),
+             1: (_in("world", done + [("all_reduce", False)]), _in("1", done)),
+             2: (_in("world", done + [("all_reduce", False)]),)}
+    gaps = missing_ranks(ranks, {0, 1, 2})
+    [(one, other)] = crossed(gaps)
+    assert {(g.group, g.missing) for g in (one, other)} == {("world", (0,)), ("1", (1,))}
+
+
+def test_a_rank_missing_in_its_own_code_is_no_crossed_pair():
+    # rank 1 missing from both groups' collectives, waiting in neither: it is the culprit
+    done = [("all_reduce", True)]
+    ranks = {0: (_in("world", done + [("all_reduce", False)]),
+                 _in("1", done + [("all_reduce", False)])),
+             1: (_in("world", done), _in("1", done))}
+    gaps = missing_ranks(ranks, {0, 1})
+    assert len(gaps) == 2 and crossed(gaps) == []

@@ -88,7 +88,7 @@ def diagnosis(finding: dict, run: Run, pids: dict[int, int]) -> Diagnosis | None
 # collectives ("the ranks ran different numbers of steps", "a branch only some ranks take", ...)
 MISMATCH_KINDS = frozenset({"uneven_steps", "skipped_step", "forward_on_some_ranks",
                             "forward_count_differs", "size_mismatch", "some_ranks_only",
-                            "collective_order", "different_collectives"})
+                            "collective_order", "different_collectives", "crossed_groups"})
 
 
 def said_cause(evidence: dict) -> str:
