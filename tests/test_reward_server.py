@@ -125,10 +125,16 @@ def test_a_rank_waiting_on_the_reward_server_it_started_names_that_server(tmp_pa
     assert "] rank 0 serves" not in result.stderr and result.findings("SD117") == []
     # AND rank 0's wait names the server by its pid, with the request it holds
     [waits] = [f for f in result.findings("SD107") if f["ranks"] == [0]]
-    assert f"from pid {pid} (python reward_server.py 2), a server below rank 0 at {url}, " \
-           "holding 1 request it has not answered; " in waits["summary"], waits["summary"]
+    assert f"from pid {pid} (python trainer_reward_child.py --serve), a server below rank 0 at " \
+           f"{url}, holding 1 request it has not answered, its thread " in waits["summary"], \
+        waits["summary"]
     [server] = waits["evidence"]["job_servers"]
     assert (server["pid"], server["rank"], server["in_flight"]) == (pid, 0, 1), server
+    # AND where the server holds it: the thread of uvicorn's pool that handles the request,
+    # in the batcher's wait (FastAPI runs a plain def endpoint in a thread)
+    assert "wait_for_batch (" in server["frame"] and server["waits_on"] == "lock", server
+    assert f'its thread "{server["thread"]}" in {server["frame"]} waiting on a lock; ' in \
+        waits["summary"], waits["summary"]
     assert waits["evidence"]["frame"].startswith("score "), waits["evidence"]["frame"]
     assert f"py-spy dump --pid {pid}" in waits["fix"], waits["fix"]
 

@@ -18,7 +18,7 @@ from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 __all__ = ["is_library", "user_frame", "frame_strings", "in_collective", "waits_on_network",
            "waits_on_http", "server_wait",
            "waits_on_lock", "waits_on_build_lock", "signature", "group_by_main_stack",
-           "child_wait", "CHILD_WAITS"]
+           "child_wait", "CHILD_WAITS", "handling"]
 
 # What a thread waits for when it waits on the rank's own processes, and what they are called
 # (the most specific first).
@@ -248,3 +248,22 @@ def blocked_in_io(stacks: RankStacks | None, wait: KernelWait) -> bool:
     that reads a fast file in a loop is caught in ``read`` too, and works)."""
     return wait.io and stacks is not None and bool(stacks.threads) \
         and not classify(stacks).working
+
+
+# where a server's thread waits between requests: its event loop, a select, its pool's queue
+_SERVER_IDLE = frozenset({"select", "event loop", "queue", "socket"})
+
+
+def handling(stacks: RankStacks) -> tuple[ThreadStack, Frame, str] | None:
+    """Where a server handles a request: the first of its threads (stalldoc's own excepted)
+    that reaches the user's own code and is not idle between requests (in its event loop, a
+    select, its pool's queue, an accept); with its innermost user frame and what it waits on
+    ('' when it works). None when no thread is (an async handler awaits off every stack)."""
+    for thread in stacks.threads:
+        if is_own(thread) or not thread.frames:
+            continue
+        frame = next((f for f in thread.frames if not is_library(f.filename)), None)
+        wait = thread_wait(thread)
+        if frame is not None and wait not in _SERVER_IDLE:
+            return thread, frame, wait
+    return None

@@ -58,17 +58,26 @@ class JobServer:
     url: str
     command: str = ""
     in_flight: int | None = None   # HTTP requests it holds (None: not known)
+    thread: str = ""               # the thread that handles a request, where one was seen
+    frame: str = ""                # that thread's innermost frame of the server's own code
+    waits_on: str = ""             # what that thread waits on ('' when it works)
 
     def describe(self) -> str:
         """'pid 6605 (python serve.py --port 8000), a server below rank 0 at
-        http://127.0.0.1:8000, holding 1 request'."""
+        http://127.0.0.1:8000, holding 1 request it has not answered, its thread "worker" in
+        score (serve.py:40) waiting on a lock'."""
         what = f" ({self.command})" if self.command else ""
         held = ""
         if self.in_flight is not None:
             held = (f", holding {self.in_flight} request{'s' if self.in_flight != 1 else ''}"
                     " it has not answered" if self.in_flight else ", holding no request")
-        return f"pid {self.pid}{what}, a server below rank {self.owner} at {self.url}{held}"
+        at = ""
+        if self.frame:
+            doing = f" waiting on a {self.waits_on}" if self.waits_on else " working"
+            at = f", its thread \"{self.thread}\" in {self.frame}{doing}"
+        return f"pid {self.pid}{what}, a server below rank {self.owner} at {self.url}{held}{at}"
 
     def as_dict(self) -> dict[str, object]:
         return {"pid": self.pid, "rank": self.owner, "url": self.url, "command": self.command,
-                "in_flight": self.in_flight}
+                "in_flight": self.in_flight, "thread": self.thread, "frame": self.frame,
+                "waits_on": self.waits_on}

@@ -132,7 +132,7 @@ class Diagnosis:
             build_locks=_build_locks(stacks.values()),
             engines=self._engine_states(live, stacks),
             served=sources.served.view(self.ctx.engine_tick.idle, episode.ranks),
-            job_servers=waited_servers(sources.served, live, stacks),
+            job_servers=waited_servers(sources.served, live, stacks, sources.stack_probe),
             engine_settings=self._engine_settings(live),
             finished=sources.sampler.agents.finished(live),
             outside=sources.ray_job.view(now, parents.keys()) if episode.outside else None,

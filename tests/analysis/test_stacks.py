@@ -1,8 +1,9 @@
 """Reading stacks: which source lines take a lock."""
 from __future__ import annotations
 
-from stalldoc.analysis.stacks import is_lock_line, waits_in_engine_dp_sync, waits_on_http
-from stalldoc.model.stacks import Frame, ThreadStack
+from stalldoc.analysis.stacks import (handling, is_lock_line, waits_in_engine_dp_sync,
+                                      waits_on_http)
+from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
 
 def test_a_lock_line_is_code_that_takes_a_lock_not_a_word_in_a_comment():
@@ -64,3 +65,34 @@ def test_an_engines_data_parallel_sync_is_known_by_its_frame_inside_a_collective
                  Frame("Scheduler.recv_requests", f"{SGL}/managers/scheduler.py", 1700))
     assert waits_in_engine_dp_sync(ThreadStack(1, "MainThread", False, False, elsewhere)) is None
     assert waits_in_engine_dp_sync(None) is None
+
+
+# a FastAPI server under uvicorn as py-spy reads it: the main thread in its event loop, an idle
+# thread of anyio's pool, and one handling a request in a plain def endpoint
+LIB = "/usr/lib/python3.11"
+EVENT_LOOP = ThreadStack(10, "MainThread", False, False, (
+    Frame("EpollSelector.select", f"{LIB}/selectors.py", 468),
+    Frame("BaseEventLoop._run_once", f"{LIB}/asyncio/base_events.py", 1898),
+    Frame("run", f"{SITE}/uvicorn/main.py", 579),
+    Frame("serve", "/job/reward.py", 70)))
+IDLE_WORKER = ThreadStack(11, "AnyIO worker thread", False, False, (
+    Frame("Condition.wait", f"{LIB}/threading.py", 327),
+    Frame("Queue.get", f"{LIB}/queue.py", 171),
+    Frame("WorkerThread.run", f"{SITE}/anyio/_backends/_asyncio.py", 967)))
+HANDLING = ThreadStack(12, "AnyIO worker thread", False, False, (
+    Frame("Condition.wait", f"{LIB}/threading.py", 327),
+    Frame("serve.<locals>.wait_for_batch", "/job/reward.py", 52),
+    Frame("serve.<locals>.score_texts", "/job/reward.py", 66),
+    Frame("run_sync_in_worker_thread", f"{SITE}/anyio/to_thread.py", 56),
+    Frame("WorkerThread.run", f"{SITE}/anyio/_backends/_asyncio.py", 986)))
+
+
+def test_a_server_handling_a_request_is_read_at_the_thread_that_handles_it():
+    stacks = RankStacks(-7, 7, 0.0, "py-spy", (EVENT_LOOP, IDLE_WORKER, HANDLING))
+    thread, frame, wait = handling(stacks)
+    assert (thread.thread_id, str(frame), wait) == (
+        12, "serve.<locals>.wait_for_batch (/job/reward.py:52)", "lock")
+
+
+def test_a_server_between_requests_handles_none():
+    assert handling(RankStacks(-7, 7, 0.0, "py-spy", (EVENT_LOOP, IDLE_WORKER))) is None

@@ -1,9 +1,11 @@
 """A GRPO-style trainer that starts its reward model's HTTP server itself, as a child of rank 0
-(scripts that keep a verifier beside the trainer: ``subprocess.Popen([python, "reward_server.py",
-...])`` before the first step), and scores each step's rollouts there. The server
-(``reward_server.py``) batches requests: it scores once 2 are in, with no timeout.
+(scripts that keep a verifier beside the trainer: ``subprocess.Popen([python, "reward.py",
+...])`` before the first step), and scores each step's rollouts there. The server (this file
+with ``--serve``: FastAPI, a plain ``def`` endpoint, so each request is handled in a thread of
+uvicorn's pool) batches requests: it scores once 2 are in, and a request waits for its batch
+with no timeout.
 
-argv: MODE STEPS
+argv: MODE STEPS | --serve
   partial-batch  rank 0 sends two requests a step, each from a thread of its own; after STEPS
                  steps the epoch's last, smaller batch sends one, which the server holds for a
                  second that never comes. Rank 0 waits in its HTTP call, rank 1 in the step's
@@ -11,6 +13,7 @@ argv: MODE STEPS
   store-wait     one process, a world of one; after STEPS steps it waits in its weight-sync
                  store for the key the server sets once it loaded the new weights, which it
                  never does (its update failed). The server idles. Started as a plain script."""
+import itertools
 import json
 import os
 import subprocess
@@ -19,18 +22,54 @@ import threading
 import time
 import urllib.request
 from datetime import timedelta
-from pathlib import Path
 
 import psutil
 import torch
 import torch.distributed as dist
 
-SERVER = str(Path(__file__).with_name("reward_server.py"))
+BATCH = 2
+
+
+def serve() -> None:
+    """The reward server: POST /score {"texts": [...]} -> {"scores": [...]}, once BATCH
+    requests are in."""
+    import uvicorn
+    from fastapi import FastAPI
+    from pydantic import BaseModel
+
+    ready = threading.Condition()
+    pending: list[tuple[int, list[str]]] = []
+    scored: dict[int, list[float]] = {}
+    tickets = itertools.count()
+    app = FastAPI()
+
+    class Texts(BaseModel):
+        texts: list[str]
+
+    def wait_for_batch(ticket: int) -> list[float]:
+        with ready:
+            while ticket not in scored:
+                ready.wait()      # the batch is not full yet: no timeout
+            return scored.pop(ticket)
+
+    @app.post("/score")
+    def score_texts(body: Texts) -> dict:
+        with ready:
+            ticket = next(tickets)
+            pending.append((ticket, body.texts))
+            if len(pending) >= BATCH:
+                for number, texts in pending:
+                    scored[number] = [sum(c.isdigit() for c in t) / len(t) for t in texts]
+                pending.clear()
+                ready.notify_all()
+        return {"scores": wait_for_batch(ticket)}
+
+    uvicorn.run(app, host="127.0.0.1", port=0, log_level="warning")
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
-    """The reward server (batch of 2) and its URL, once it listens."""
-    server = subprocess.Popen([sys.executable, SERVER, "2"])
+    """The reward server and its URL, once it listens."""
+    server = subprocess.Popen([sys.executable, __file__, "--serve"])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         ports = [c.laddr.port for c in psutil.Process(server.pid).net_connections("tcp")
@@ -99,4 +138,7 @@ def store_wait(steps: int) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if sys.argv[1] == "--serve":
+        serve()
+        sys.exit(0)
     {"partial-batch": partial_batch, "store-wait": store_wait}[sys.argv[1]](int(sys.argv[2]))
