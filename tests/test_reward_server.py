@@ -130,6 +130,7 @@ def test_a_rank_waiting_on_the_reward_server_it_started_names_that_server(tmp_pa
         waits["summary"]
     [server] = waits["evidence"]["job_servers"]
     assert (server["pid"], server["rank"], server["in_flight"]) == (pid, 0, 1), server
+    assert waits["evidence"]["blamed"] == [{"pid": pid, "what": f"a server below rank 0 at {url}"}]
     # AND where the server holds it: the thread of uvicorn's pool that handles the request,
     # in the batcher's wait (FastAPI runs a plain def endpoint in a thread)
     assert "wait_for_batch (" in server["frame"] and server["waits_on"] == "lock", server

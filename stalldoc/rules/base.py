@@ -93,6 +93,14 @@ class Rule(ABC):
         return inspect.getdoc(cls) or ""
 
 
+def blamed(processes: Iterable[tuple[int, str]]) -> dict[str, Any]:
+    """``evidence.blamed``: the processes a finding blames that are no rank (an engine process
+    that died, a server of the job's that holds requests it does not answer), each by pid and
+    what it is; empty when the finding blames its ranks alone."""
+    found = [{"pid": pid, "what": what} for pid, what in processes]
+    return {"blamed": found} if found else {}
+
+
 def cause_of(window: Window, culprits: Iterable[int], waiting: Iterable[int]) -> Cause | None:
     """Why ``culprits`` are missing from the collective ``waiting`` sit in, from the window's
     Flight Recorder dumps, stacks and the job's latest output (None where they do not say)."""

@@ -7,7 +7,7 @@ from stalldoc.analysis.stacks import frame_strings, server_wait, waits_on_networ
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.served import JobServer
 from stalldoc.model.window import Window
-from stalldoc.rules.base import Rule, describe, rank_evidence
+from stalldoc.rules.base import Rule, blamed, describe, rank_evidence
 from stalldoc.rules.sd111_hung_in_channel import channel_of
 
 
@@ -36,8 +36,10 @@ class WaitingOnServer(Rule):
     Evidence
         the rank, the user frame that made the call, the network frames, the server's
         ``host:port`` peers, the job's own servers it waits on (``job_servers``: pid, rank,
-        URL, command, requests held), a vLLM server's metrics by peer (``vllm_servers``), phase,
-        seconds without progress; ``thread``, when the call waits on a thread of its own.
+        URL, command, requests held, the thread that handles one), a vLLM server's metrics by
+        peer (``vllm_servers``), phase, seconds without progress; ``thread``, when the call
+        waits on a thread of its own; ``blamed`` (pid, what): the job's servers that hold
+        requests they have not answered.
 
     Fix
         Check that the server is up and answering on that address (is the port right?); give the
@@ -82,6 +84,8 @@ class WaitingOnServer(Rule):
             evidence = {**rank_evidence(window, rank), "peers": peers}
             if servers:
                 evidence["job_servers"] = [s.as_dict() for s in servers]
+                evidence.update(blamed((s.pid, f"a server below rank {s.owner} at {s.url}")
+                                       for s in servers if s.in_flight))
             if helper:
                 evidence.update(frame=str(frame), frames=frame_strings(thread),
                                 thread=thread.name or str(thread.thread_id))

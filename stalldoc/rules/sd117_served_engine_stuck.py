@@ -6,7 +6,7 @@ from typing import Any, Iterator
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.served import ServedRank
 from stalldoc.model.window import Window
-from stalldoc.rules.base import Rule, rank_evidence, stuck_for
+from stalldoc.rules.base import Rule, blamed, rank_evidence, stuck_for
 
 _FIX = ("Find why the engine stopped stepping: the engine process named here (a stopped one: "
         "`kill -CONT` it and find who stopped it; a dead one: its log's last error, SIGKILL "
@@ -40,7 +40,8 @@ class ServedEngineStuck(Rule):
         the rank, the URL it serves, the engine processes with their states (stopped, dead or
         gone first), ``in_flight`` (the requests its server holds, where its agent counted
         them), the server's last vLLM metrics and when they were read (or why they could
-        not be), the rank's frames, seconds without progress.
+        not be), the rank's frames, seconds without progress; ``blamed`` (pid, what), the
+        engine processes that cannot answer (stopped, dead or gone), when there are.
 
     Fix
         Follow the engine process named: resume a stopped one (``kill -CONT``) and find who
@@ -70,7 +71,8 @@ class ServedEngineStuck(Rule):
                 continue
             evidence = {**rank_evidence(window, rank), "url": served.url,
                         "waits_on_engine": engines, "in_flight": served.in_flight,
-                        **_metrics(served)}
+                        **_metrics(served), **blamed((e["pid"], e["what"]) for e in engines
+                                                     if e["broken"])}
             summary = (f"rank {rank} serves {served.url} and {_answers(engines, served)}"
                        f"{_which(engines)}{_since(window, rank)}{_said(served)}")
             fix = _FIX if not engines or not engines[0]["broken"] else None

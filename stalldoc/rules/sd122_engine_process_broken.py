@@ -7,7 +7,7 @@ from stalldoc.analysis.stacks import engine_standing, frame_strings
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.ranks import EngineState
 from stalldoc.model.window import Window
-from stalldoc.rules.base import Rule, rank_evidence
+from stalldoc.rules.base import Rule, blamed, rank_evidence
 
 _DEAD_FIX = (
     "The engine cannot run a step again without that process: read the log for how it ended "
@@ -40,7 +40,7 @@ class EngineProcessBroken(Rule):
     Evidence
         the rank's frames and phase; the engine's processes with their state (the broken ones
         first); each broken process's role, TP rank, state, and for a stopped one its frame
-        and frames.
+        and frames; ``blamed`` (pid, what): the broken processes.
 
     Fix
         A stopped engine process: continue it (`kill -CONT PID`) and find what stopped it: a
@@ -76,7 +76,8 @@ class EngineProcessBroken(Rule):
                 _doing(e) for e in broken)
             fix = None if all(e.stopped for e in broken) else _DEAD_FIX
             yield self.finding([rank], summary, {
-                **ev, "broken": [_evidence(e) for e in broken]}, fix=fix)
+                **ev, "broken": [_evidence(e) for e in broken],
+                **blamed((e.process.pid, e.process.title) for e in broken)}, fix=fix)
 
 
 def _where(ev: dict[str, Any]) -> str:

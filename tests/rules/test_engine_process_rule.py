@@ -67,6 +67,8 @@ def test_a_stopped_worker_is_an_error_of_its_own_with_where_it_stands():
     assert (broken["pid"], broken["role"], broken["tp_rank"], broken["state"]) == (
         202, "worker", 0, "stopped")
     assert broken["frames"][2].startswith("MessageQueue.acquire_read"), broken
+    assert finding.evidence["blamed"] == [
+        {"pid": 202, "what": "vLLM worker (TP rank 0) of rank 0's engine"}]
     assert "kill -CONT" in finding.fix
     # the engine's processes in the rank's evidence, the stopped one first; no SD106 beside it
     assert [e["pid"] for e in finding.evidence["waits_on_engine"]] == [202, 201]

@@ -47,6 +47,8 @@ def test_a_server_whose_worker_is_stopped_names_it_and_what_vllm_last_said():
     assert finding.evidence["url"] == URL and finding.evidence["metrics"]["generation_tokens"] \
         == 1262
     assert [e["pid"] for e in finding.evidence["waits_on_engine"]] == [202, 201]
+    assert finding.evidence["blamed"] == [
+        {"pid": 202, "what": "vLLM worker (TP rank 0) of rank 0's engine"}]
     # AND no SD107: the server's event loop is not a client waiting for a reply
 
 
@@ -54,6 +56,7 @@ def test_a_server_whose_engine_processes_all_run_gets_the_general_fix_and_the_re
     [finding] = list(by_code("SD117")().check(window(
         "sleeping", metrics=None, error=f"{URL}/metrics did not answer in 2 s (timed out)")))
     assert ": vLLM worker (TP rank 0) of rank 0's engine pid 202 sleeping" in finding.summary
+    assert "blamed" not in finding.evidence   # none of them is known not to answer
     assert finding.summary.endswith(f"; {URL}/metrics did not answer in 2 s (timed out)")
     assert "py-spy dump --pid" in finding.fix
 
@@ -99,7 +102,7 @@ def test_ranks_waiting_on_a_vllm_server_name_it_with_its_metrics():
 def test_a_server_without_vllm_metrics_is_named_by_its_address_only():
     [finding, _] = [f for f in run_rules(trainer_window(False), "stall") if f.code == "SD107"]
     assert finding.summary.startswith("rank 0 waits for a server's reply from 127.0.0.1:8000; ")
-    assert "vllm_servers" not in finding.evidence
+    assert "vllm_servers" not in finding.evidence and "blamed" not in finding.evidence
 
 
 def test_a_server_without_an_engine_is_named_with_the_requests_it_holds():
@@ -132,6 +135,7 @@ def test_a_rank_waiting_on_a_server_it_started_names_that_process_and_what_it_ho
         "below rank 0 at http://127.0.0.1:8000, holding 1 request it has not answered; in "
         "rollout (/job/http_rollout_trainer.py:26)"), mine.summary
     assert mine.evidence["job_servers"] == [server.as_dict()] and mine.evidence["peers"] == []
+    assert mine.evidence["blamed"] == [{"pid": 110, "what": f"a server below rank 0 at {URL}"}]
     # AND an outside server stays named by its address
     assert outside.summary.startswith("rank 1 waits for a server's reply from 127.0.0.1:8000; ")
     assert "job_servers" not in outside.evidence

@@ -67,18 +67,25 @@ class Stalldoc:
 def diagnosis(finding: dict, run: Run, pids: dict[int, int]) -> Diagnosis | None:
     """A finding that says the job is stuck, or why: stall findings and the failure kinds; a
     warning about resources (CPU oversubscribed, memory) diagnoses nothing. A finding that
-    blames a process outside the ranks (a server by its address, an engine or a driver by its
-    pid) names that part, as its reader would look the address or pid up; a rank is named as
-    the part its process is."""
+    blames processes that are no rank names them (``evidence.blamed``, where the finding says
+    it); else one that blames a process outside the ranks (a server by its address, an engine
+    or a driver by its pid) names that part, as its reader would look the address or pid up; a
+    rank is named as the part its process is."""
     evidence = finding.get("evidence") or {}
-    cause = said_cause(evidence) or CAUSES.get(finding["code"], "")
-    if finding["stall_id"] is None and not CAUSES.get(finding["code"]):
+    coded = CAUSES.get(finding["code"], "")
+    # a kernel wait words the rank's own wait: a cause of its own only where the code names
+    # none more precise than the rank being out of step (SD117's rank waits on its engine)
+    cause = said_cause(evidence, coded in ("", "rank_outside_collective")) or coded
+    if finding["stall_id"] is None and not coded:
         return None
     frame = evidence.get("frame", "") if isinstance(evidence.get("frame"), str) else ""
     # a rank is the part its process is (a server or an actor in a gloo world is a rank there)
     ranks = frozenset(run.parts.get(pids.get(r, -1), str(r)) for r in finding["ranks"])
-    outside = frozenset(_parts_named(evidence, run)) - ranks
-    blames_outside = cause in ("waiting_on_server", "engine_dead", "engine_asleep")
+    blamed = [b["pid"] for b in evidence.get("blamed") or () if isinstance(b, dict)]
+    outside = frozenset(run.parts.get(pid, f"pid {pid}") for pid in blamed) if blamed else \
+        frozenset(_parts_named(evidence, run)) - ranks
+    blames_outside = bool(blamed) or cause in ("waiting_on_server", "engine_dead",
+                                               "engine_asleep")
     culprits = outside if blames_outside and outside else ranks
     return Diagnosis(finding["t"], culprits, frame, cause,
                      f"{finding['code']} {finding['name']}: {finding['summary']}")
@@ -91,10 +98,11 @@ MISMATCH_KINDS = frozenset({"uneven_steps", "skipped_step", "forward_on_some_ran
                             "collective_order", "different_collectives", "crossed_groups"})
 
 
-def said_cause(evidence: dict) -> str:
+def said_cause(evidence: dict, io: bool = True) -> str:
     """The cause kind a finding's words name beyond its code's: the cause sentence of a
     mismatch, or of engines out of step; a culprit said to be blocked in the kernel on a file,
-    a pipe or a socket ("blocked in openat(/mnt/ckpt/...)") waits on I/O. '' when none."""
+    a pipe or a socket ("blocked in openat(/mnt/ckpt/...)") waits on I/O (where ``io``).
+    '' when none."""
     cause = evidence.get("cause")
     kind = cause.get("kind", "") if isinstance(cause, dict) else ""
     if kind in MISMATCH_KINDS:
@@ -103,7 +111,7 @@ def said_cause(evidence: dict) -> str:
         return "engine_out_of_step"
     culprits = evidence.get("culprits")
     blocked = [evidence] + (list(culprits.values()) if isinstance(culprits, dict) else [])
-    if any(isinstance(e, dict) and e.get("kernel_wait") for e in blocked):
+    if io and any(isinstance(e, dict) and e.get("kernel_wait") for e in blocked):
         return "io_wait"
     return ""
 
