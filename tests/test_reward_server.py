@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from load import cpu_burner
-from support import (SCENARIOS, Result, alarms, end_watched, start_watch, torchrun,
-                     wait_in_file, watch)
+from support import (SCENARIOS, Result, alarms, end_watched, free_port, start_watch,
+                     torchrun, wait_in_file, watch)
 from test_launcher_ranks import job_pid
 
 pytestmark = pytest.mark.timeout(180)
@@ -153,3 +153,26 @@ def test_a_lone_trainer_whose_child_serves_is_judged_by_its_own_work(tmp_path: P
     assert re.search(r"store_wait \(\S+/trainer_reward_child\.py:\d+\)", result.stderr), \
         result.stderr[-3000:]
     assert result.findings("SD117") == [] and f"pid {pid} below rank 0 serves" in result.stderr
+
+
+def test_a_rank_waiting_on_a_server_its_launch_script_started_names_that_server(
+        tmp_path: Path) -> None:
+    # GIVEN a launch script that starts the reward server in the background, then torchrun's
+    # two trainer ranks (the server is below no rank); WHEN the epoch's last batch sends it one
+    # request, which it holds for a batch of 2
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    script = (f"{sys.executable} {SCENARIOS / CHILD} --serve {port} & "
+              f"echo reward server pid $! at {url}; "
+              f"exec {' '.join(torchrun(2, CHILD))} partial-batch 3 {url}")
+    result = watch(tmp_path, ["bash", "-c", script], "--on-stall", "kill")
+    pid, _ = _child_server(result)
+    # THEN a stall: rank 0's wait names the job's server by its pid, and where it holds it
+    assert result.code == 124, result.stderr[-3000:]
+    assert f"pid {pid} serves {url}: a server of the job's, below no rank" in result.stderr
+    [waits] = [f for f in result.findings("SD107") if f["ranks"] == [0]]
+    assert f"from pid {pid} (python trainer_reward_child.py --serve {port}), a server of the " \
+           f"job at {url}, holding 1 request it has not answered, its thread " in \
+        waits["summary"], waits["summary"]
+    assert waits["evidence"]["blamed"] == [{"pid": pid, "what": f"a server of the job at {url}"}]
+    assert result.findings("SD117") == []

@@ -49,12 +49,13 @@ class ServedRank:
 
 @dataclass(frozen=True)
 class JobServer:
-    """A process of the job that serves HTTP below a rank of a distributed job, and is no rank
-    (a reward model or rollout server a trainer rank started as its child): a part of the job
-    its ranks may wait on, not the rank's own serving."""
+    """A process of the job that serves HTTP and is no rank, below a rank of a distributed job
+    (a reward model or rollout server a trainer rank started as its child) or below none (a
+    Ray driver's reward server): a part of the job its ranks may wait on, not a rank's own
+    serving."""
 
     pid: int
-    owner: int                     # the rank it is below
+    owner: int | None              # the rank it is below (None: below no rank)
     url: str
     command: str = ""
     in_flight: int | None = None   # HTTP requests it holds (None: not known)
@@ -75,7 +76,9 @@ class JobServer:
         if self.frame:
             doing = f" waiting on a {self.waits_on}" if self.waits_on else " working"
             at = f", its thread \"{self.thread}\" in {self.frame}{doing}"
-        return f"pid {self.pid}{what}, a server below rank {self.owner} at {self.url}{held}{at}"
+        whose = f"a server below rank {self.owner}" if self.owner is not None else \
+            "a server of the job"
+        return f"pid {self.pid}{what}, {whose} at {self.url}{held}{at}"
 
     def as_dict(self) -> dict[str, object]:
         return {"pid": self.pid, "rank": self.owner, "url": self.url, "command": self.command,

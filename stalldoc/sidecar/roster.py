@@ -51,7 +51,8 @@ class Roster:
         for pid, rank, url in self.sources.served.fresh_parts:
             lines.append(f"pid {pid} below rank {rank} serves {url}: a server of the job's, "
                          f"not rank {rank}'s serving (a rank of the job is judged by its own "
-                         "work)")
+                         "work)" if rank is not None else
+                         f"pid {pid} serves {url}: a server of the job's, below no rank")
         launched: list[int] = []
         for rank in self.found.ranks:
             known = self.ranks.get(rank.rank)

@@ -32,15 +32,17 @@ class ServedRanks:
     def __init__(self, directory: str | None) -> None:
         self.directory = directory
         self.urls: dict[int, tuple[int, str]] = {}   # rank -> (its pid, the URL it serves)
-        self.parts: dict[int, tuple[int, str]] = {}  # a job's server's pid -> (its rank, URL)
-        self.fresh_parts: list[tuple[int, int, str]] = []   # (pid, rank, URL) new this refresh
+        # a job's server's pid -> (the rank it is below, None: none; the URL it serves)
+        self.parts: dict[int, tuple[int | None, str]] = {}
+        self.fresh_parts: list[tuple[int, int | None, str]] = []   # new this refresh
 
     def refresh(self, ranks: Iterable[RankProcess], parents: Mapping[int, int]
                 ) -> list[tuple[int, str]]:
         """The ranks that serve, by the URLs the job's processes wrote: a rank serves when it
         does, or when a process below it does and the rank is the job's one process, watched
         alone (``vllm serve --api-server-count N`` serves from children of its own); below a
-        rank of a distributed job, a serving process is a server of the job's (``parts``).
+        rank of a distributed job, or below no rank (a Ray driver's reward server), a serving
+        process is a server of the job's (``parts``).
         (rank, URL) of the serving ranks new since the last call."""
         by_pid = {r.pid: r for r in ranks}
         rank_pids = {pid: r.rank for pid, r in by_pid.items()}
@@ -51,11 +53,11 @@ class ServedRanks:
             if pid not in parents and pid not in rank_pids:
                 continue   # not a process of the job now
             rank = rank_of(pid, rank_pids, parents)
-            url = None if rank is None else known.get(pid) or served_url(self.directory, pid)
-            if url is None or rank is None:
+            url = known.get(pid) or served_url(self.directory, pid)
+            if url is None:
                 continue
-            if pid not in rank_pids and _distributed(by_pid, rank):
-                self.parts[pid] = (rank, url)
+            if rank is None or (pid not in rank_pids and _distributed(by_pid, rank)):
+                self.parts[pid] = (rank, url)   # below no rank: a driver's server, say
             elif rank not in found or pid in rank_pids:
                 found[rank] = (pid, url)
         new = [(rank, url) for rank, (pid, url) in sorted(found.items())

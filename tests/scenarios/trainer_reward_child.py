@@ -5,8 +5,9 @@ with ``--serve``: FastAPI, a plain ``def`` endpoint, so each request is handled 
 uvicorn's pool) batches requests: it scores once 2 are in, and a request waits for its batch
 with no timeout.
 
-argv: MODE STEPS | --serve
-  partial-batch  rank 0 sends two requests a step, each from a thread of its own; after STEPS
+argv: MODE STEPS [URL] | --serve [PORT]
+  partial-batch  rank 0 sends two requests a step (to URL where given: a server the job's launch
+                 script started beside torchrun; else to the one it starts), each from a thread of its own; after STEPS
                  steps the epoch's last, smaller batch sends one, which the server holds for a
                  second that never comes. Rank 0 waits in its HTTP call, rank 1 in the step's
                  all_reduce. Started by torchrun.
@@ -30,7 +31,7 @@ import torch.distributed as dist
 BATCH = 2
 
 
-def serve() -> None:
+def serve(port: int = 0) -> None:
     """The reward server: POST /score {"texts": [...]} -> {"scores": [...]}, once BATCH
     requests are in."""
     import uvicorn
@@ -64,7 +65,7 @@ def serve() -> None:
                 ready.notify_all()
         return {"scores": wait_for_batch(ticket)}
 
-    uvicorn.run(app, host="127.0.0.1", port=0, log_level="warning")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
@@ -108,10 +109,26 @@ def train_step(model: torch.nn.Linear, reward: float) -> None:
         p.grad = None
 
 
-def partial_batch(steps: int) -> None:
+def wait_until_up(url: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/docs", timeout=5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def partial_batch(steps: int, url: str = "") -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    server, url = start_server() if rank == 0 else (None, "")
+    server = None
+    if rank == 0 and url:
+        wait_until_up(url)
+    elif rank == 0:
+        server, url = start_server()
     model = torch.nn.Linear(64, 64)
     for step in range(steps + 1):
         groups = [[f"{step} + {i} = {step + i}"] for i in range(2 if step < steps else 1)]
@@ -139,6 +156,7 @@ def store_wait(steps: int) -> None:
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if sys.argv[1] == "--serve":
-        serve()
+        serve(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
         sys.exit(0)
-    {"partial-batch": partial_batch, "store-wait": store_wait}[sys.argv[1]](int(sys.argv[2]))
+    {"partial-batch": partial_batch, "store-wait": store_wait}[sys.argv[1]](int(sys.argv[2]),
+                                                                          *sys.argv[3:])

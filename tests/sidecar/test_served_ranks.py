@@ -114,3 +114,17 @@ def test_a_server_without_an_engine_is_judged_by_the_requests_it_holds(tmp_path)
     Path(requests_path(str(tmp_path), 100)).unlink()
     assert served.awaiting(set(), with_engines={1}) == set()
     assert served.view(set())[0].in_flight is None
+
+
+def test_a_server_below_no_rank_is_the_jobs(tmp_path):
+    # GIVEN a launch script (pid 50) that started a reward server (pid 60) beside torchrun's
+    # ranks (pids 100, 101 below its launcher, pid 70)
+    Path(served_path(str(tmp_path), 60)).write_text("http://127.0.0.1:8000\n")
+    served = ServedRanks(str(tmp_path))
+    ranks = [RankProcess(r, 100 + r, r, ("python", "train.py")) for r in (0, 1)]
+    parents = {50: 1, 60: 50, 70: 50, 100: 70, 101: 70}
+    # THEN no rank serves, and the server is the job's, below no rank
+    assert served.refresh(ranks, parents) == [] and served.urls == {}
+    assert served.parts == {60: (None, "http://127.0.0.1:8000")}
+    [server] = served.job_servers({}).values()
+    assert server.describe() == "pid 60, a server of the job at http://127.0.0.1:8000"
