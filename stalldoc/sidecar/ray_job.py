@@ -8,8 +8,10 @@ Which process is the driver and which an actor is what Ray says inside it (its a
 is sampled off the tick (py-spy ``--nonblocking``, never a pause) every ``resample_every``
 seconds and read for its kind: a process whose stack works has work in hand (a reward model
 scoring, an engine generating); one that waits (``ray.get``, a socket, a lock, a rendezvous)
-or idles in its task loop has none. A process busy in one unchanging stack for the busy
-timeout is said to spin (SD121, a warning): it works, so it is never a stall.
+or idles in its task loop has none, unless it reads or writes bytes at a rank's rate of work
+(``IO_WORK_BPS``, its I/O read each tick: an actor downloading a checkpoint waits in a socket
+and works all the same). A process busy in one unchanging stack for the busy timeout is said to
+spin (SD121, a warning): it works, so it is never a stall.
 
 A driver that joined a cluster started apart (``ray start``, then ``ray.init(address=...)``, as
 verl's multi-node docs do) is the only process of the watched command: its actors are the
@@ -33,10 +35,12 @@ import psutil
 from stalldoc.agent.ray_facts import FILE_PREFIX
 from stalldoc.detect.progress import resample_every
 from stalldoc.detect.stack_kind import StackKind, classify, is_library
+from stalldoc.detect.work import IO_WORK_BPS
 from stalldoc.model.ray_job import ACTOR, JobOutside, OutsideSeen, RayProcess, RayState
 from stalldoc.model.ranks import RankProcess
 from stalldoc.model.stacks import Frame, RankStacks
 from stalldoc.probes.connections import external_peers
+from stalldoc.probes.proc_table import ProcessGone, read_io
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
 from stalldoc.probes.ray_state import job_state, ray_processes, read_state
 
@@ -54,6 +58,7 @@ class _Process:
                                      # stack is no move; two differing samples in a row are)
     spun: tuple[StackKind, RankStacks] | None = None   # the latest sample of that one stack
     created: float = 0.0             # an adopted actor's process start (a reused pid is not it)
+    io: tuple[float, int] | None = None   # (when, rchar + wchar) at its latest I/O reading
 
 
 class RayJob:
@@ -193,10 +198,26 @@ class RayJob:
         for stacks in self.background.done():
             if stacks.pid in self.known:
                 self._seen(self.known[stacks.pid], stacks)
+        for seen in self.known.values():
+            self._read_io(seen, now)
         if self.turn_since is not None:
             for seen in self.known.values():
                 if now - seen.at >= self.every:
                     self.background.request(_as_rank(seen.process))
+
+    def _read_io(self, seen: _Process, now: float) -> None:
+        """The process's bytes read and written since its last reading: at a rank's rate of
+        work, it worked now, whatever its stack waits on."""
+        try:
+            total = read_io(seen.process.pid)
+        except ProcessGone:
+            total = None
+        before, seen.io = seen.io, (now, total) if total is not None else None
+        if before is None or total is None or now <= before[0]:
+            return
+        if (total - before[1]) / (now - before[0]) >= IO_WORK_BPS:
+            seen.worked_at = now
+            self.moved_at = max(self.moved_at, now)
 
     def _seen(self, seen: _Process, stacks: RankStacks) -> None:
         kind = classify(stacks)

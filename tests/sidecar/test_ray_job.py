@@ -14,6 +14,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -22,7 +23,7 @@ import pytest
 
 from load import cpu_burner
 from stalldoc.detect.stack_kind import classify
-from stalldoc.model.ray_job import DRIVER, RayProcess
+from stalldoc.model.ray_job import ACTOR, DRIVER, RayProcess
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 from stalldoc.probes.pyspy import StackProbe
 from stalldoc.sidecar.ray_job import RayJob, _place, _Process
@@ -347,6 +348,51 @@ def test_the_drivers_turn_holds_while_no_rank_is_seen_with_work() -> None:
     assert [s.process.pid for s in job.spinning(130.0, 20.0)] == [7]
     job.observe(131.0, False, in_task=True)
     assert job.turn_since is None and job.spinning(131.0, 20.0) == ()
+
+
+# an actor downloading a checkpoint: its main thread waits in a socket read, its bytes come in
+DOWNLOADING = r'''
+import sys, time
+with open("/dev/zero", "rb") as source:
+    print("ready", flush=True)
+    while True:
+        source.read(256 * 1024)   # about 2.5 MB/s, read as rchar like a socket's bytes
+        time.sleep(0.1)
+'''
+IN_SOCKET = (Frame("SocketIO.readinto", "/usr/lib/python3.11/socket.py", 706),
+             Frame("download_shard", JOB, 40), Frame("<module>", JOB, 200))
+
+
+def _waiting_in_socket(pid: int, t: float) -> RankStacks:
+    return RankStacks(-pid, pid, t, "py-spy-nonblocking",
+                      (ThreadStack(pid, "MainThread", False, False, IN_SOCKET),))
+
+
+@pytest.mark.parametrize("reads", [True, False], ids=["downloading", "silent"])
+def test_an_actor_reading_bytes_in_a_socket_wait_works(reads: bool) -> None:
+    # GIVEN the job's turn (every rank between tasks) and an actor whose stack waits in a
+    # socket read: a real process that reads bytes all along, or one that only sleeps
+    code = DOWNLOADING if reads else "import time; print('ready', flush=True); time.sleep(60)"
+    actor = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert actor.stdout is not None and actor.stdout.readline().strip() == "ready"
+        job = RayJob(None, StackProbe(None), 10.0)
+        job.known[actor.pid] = seen = _Process(RayProcess(actor.pid, ACTOR, "Downloader"))
+        start = time.time()
+        job.observe(start, True)
+        job._seen(seen, _waiting_in_socket(actor.pid, start))
+        # WHEN two seconds of ticks go by
+        for tick in range(1, 5):
+            time.sleep(0.5)
+            job.observe(start + tick * 0.5, True)
+        job._seen(seen, _waiting_in_socket(actor.pid, start + 2.0))
+        quiet = job.quiet_since(start + 2.0)
+    finally:
+        actor.kill()
+        actor.wait()
+    # THEN the one reading bytes worked to the last tick (no quiet spell); the silent one has
+    # been quiet since the turn began
+    assert quiet == (start + 2.0 if reads else start), (quiet, start)
 
 
 # ----- a Ray cluster started apart: `ray start`, then the driver under watch --------------------
