@@ -21,6 +21,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -28,8 +29,8 @@ from typing import Iterator
 import pytest
 
 from load import cpu_burner, silent_server, slow_reader, slow_writer, starved
-from support import (STALL_TIMEOUT, Result, start_watch, torchrun, wait_for_line, watch,
-                     why_no_schedstat)
+from support import (STALL_TIMEOUT, Result, end_watched, start_watch, torchrun, wait_for_line,
+                     watch, why_no_schedstat)
 
 pytestmark = pytest.mark.timeout(240) if hasattr(pytest.mark, "timeout") else []
 
@@ -426,3 +427,23 @@ def test_a_hung_script_that_says_it_is_alive_is_still_a_stall(tmp_path, loaded):
     assert [f["code"] for f in report["findings"]] == ["SD104"], report["findings"]
     quoted = json.dumps(report["findings"])
     assert "heartbeat" not in quoted and "GET /metrics" not in quoted, quoted
+
+
+def test_a_stall_holds_while_nothing_works_past_the_agents_own_reads(tmp_path: Path) -> None:
+    # GIVEN a dataset preparation script with no torch whose main thread deadlocks on a lock a
+    # worker kept, in its first seconds; watched in observe mode (the default: no kill)
+    script = str(Path(__file__).parent / "scenarios" / "prep_lock_deadlock.py")
+    watcher = start_watch(tmp_path / "run", [sys.executable, script])
+    try:
+        assert watcher.stdout is not None
+        wait_for_line(watcher.stdout, "hang begins", [])
+        # WHEN the hang lasts past the agent's own publishing of the versions (10 s after its
+        # start, for a process that never imports torch)
+        time.sleep(14)
+    finally:
+        stdout, stderr = end_watched(watcher)
+    # THEN one stall, never said to have resumed: the agent's reads are not the job's work
+    assert stderr.count("STALL #") == 1 and "progress resumed" not in stderr, stderr[-3000:]
+    [stall] = Result(watcher.returncode, stderr, tmp_path / "run", stdout).report()["stalls"]
+    assert stall["ended_at"] is None, stall
+    assert "SD104" in stderr and "prep_lock_deadlock.py:" in stderr, stderr[-3000:]

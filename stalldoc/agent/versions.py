@@ -1,7 +1,8 @@
 """The versions a rank runs with, published once for the watcher: the job may run another
 interpreter or virtual environment than stalldoc, so the truth is in the ranks.
 
-Packages are read from their installed metadata (``importlib.metadata``), never imported. torch's
+Packages are read from their installed metadata folders' names, never imported (nor is
+``importlib.metadata``, whose imports read over a megabyte the watcher would count as work). torch's
 CUDA comes from ``torch.version`` when the process imported torch, else from the text of its
 installed ``torch/version.py``; NCCL's only from a torch the process imported itself, through
 ``torch.cuda.nccl.version()``, which returns the version torch was built with (compile-time
@@ -34,27 +35,72 @@ def versions_path(directory: str, pid: int) -> str:
     return os.path.join(directory, f"{FILE_PREFIX}{pid}.json")
 
 
-def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
-    """Each distribution's installed version (None: not installed), from its metadata only."""
-    import importlib.metadata as metadata
-    out: dict[str, str | None] = {}
-    for name in names:
+def package_versions(names: tuple[str, ...] = PACKAGES,
+                     paths: list[str] | None = None) -> dict[str, str | None]:
+    """Each distribution's installed version (None: not installed), the first found on
+    ``sys.path`` as ``importlib.metadata`` finds it, from its metadata folder's name
+    (``torch-2.13.0+cpu.dist-info``); an ``.egg-info`` without a version in its name gives it
+    in its ``PKG-INFO`` (one short read). ``importlib.metadata`` is not used: its own imports
+    read over a megabyte of modules, which the watcher would count as this process's I/O."""
+    return {name: (found[1] if found else None)
+            for name, found in _distributions(names, paths).items()}
+
+
+def _distributions(names: tuple[str, ...], paths: list[str] | None
+                   ) -> dict[str, tuple[str, str] | None]:
+    """name -> (the folder on the path that holds it, its version), or None."""
+    wanted = {_normal(name): name for name in names}
+    out: dict[str, tuple[str, str] | None] = dict.fromkeys(names)
+    for folder in sys.path if paths is None else paths:
         try:
-            out[name] = metadata.version(name)
-        except Exception:  # noqa: BLE001 - not installed, or broken metadata
-            out[name] = None
+            entries = sorted(os.listdir(folder or "."))
+        except OSError:
+            continue
+        for entry in entries:
+            name, version = _named(folder or ".", entry)
+            key = wanted.get(name)
+            if key is not None and out[key] is None and version:
+                out[key] = (folder or ".", version)
     return out
 
 
-def installed_torch_cuda() -> str | None:
+def _named(folder: str, entry: str) -> tuple[str, str]:
+    """(normalised name, version) of a metadata folder ``entry``; ('', '') when it is none."""
+    for suffix in (".dist-info", ".egg-info"):
+        if entry.endswith(suffix):
+            name, _, rest = entry[:-len(suffix)].partition("-")
+            version = rest.split("-py", 1)[0] if rest else _pkg_info_version(
+                os.path.join(folder, entry))
+            return _normal(name), version
+    return "", ""
+
+
+def _pkg_info_version(path: str) -> str:
+    """The ``Version:`` an ``.egg-info`` folder's PKG-INFO (or the file itself) says."""
+    target = os.path.join(path, "PKG-INFO") if os.path.isdir(path) else path
+    try:
+        with open(target, encoding="utf-8", errors="replace") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return ""
+    found = re.search(r"^Version:\s*(\S+)", head, re.M)
+    return found.group(1) if found else ""
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_torch_cuda(paths: list[str] | None = None) -> str | None:
     """The CUDA version of the installed torch, read from its ``torch/version.py`` as text (no
     import); None when torch is not installed, is a CPU build, or the file says nothing usable."""
-    import importlib.metadata as metadata
+    found = _distributions(("torch",), paths)["torch"]
+    if found is None:
+        return None
     try:
-        path = metadata.distribution("torch").locate_file("torch/version.py")
-        with open(str(path), encoding="utf-8") as fh:
+        with open(os.path.join(found[0], "torch", "version.py"), encoding="utf-8") as fh:
             text = fh.read(_VERSION_FILE_LIMIT)
-    except Exception:  # noqa: BLE001
+    except OSError:
         return None
     return cuda_in(text)
 
