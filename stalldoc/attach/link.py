@@ -30,6 +30,7 @@ class AttachLink:
         self.ended_by = "job"
         self.dropped = 0
         self.ending = False                   # attach never ends the job
+        self.interrupted_at: float | None = None   # nor forwards an interrupt to it
         self.relay_gone = True                # the job's end: its tree is empty
         self.reaped: dict[int, int] = {}
         self._lock = threading.Lock()

@@ -320,7 +320,9 @@ class Relay:
             if signum in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
                 self.aborted = signum
             return
-        self.interrupted |= signum == signal.SIGINT and self.code is None
+        if signum == signal.SIGINT and self.code is None:
+            self.interrupted = True
+            self.link.outbox.control("I")   # the user's interrupt: what ends now is theirs
         if signum == signal.SIGWINCH:
             for stream in self.streams.values():
                 stream.sync_size()

@@ -26,6 +26,14 @@ _UNKNOWN_FIX = ("Nothing says it failed: the launcher did not report an error fo
                "went wrong, read the rank's own log.")
 
 
+def _interrupted(window: Window, dead: RankExit) -> bool:
+    """The rank ended on the user's interrupt: killed by SIGINT, or its agent saw it raise
+    KeyboardInterrupt (a launcher's worker exits 1 with it)."""
+    agent = window.agents.get(dead.rank)
+    return dead.signal == signal.SIGINT or bool(
+        agent is not None and agent.error.startswith("KeyboardInterrupt"))
+
+
 class DeadRank(Rule):
     """A rank ended (by a signal or a non-zero exit) while the others ran on or hung.
 
@@ -33,7 +41,10 @@ class DeadRank(Rule):
         Watches every rank's process; when one ends abnormally before the job does, blames it by
         name with its exit code or signal, the phase it was in, and the exception it raised when
         the agent saw one. The first rank to die is the cause; ranks the launcher ended after it
-        are collateral and listed as such. A rank that exits 0 is never blamed. A status nobody
+        are collateral and listed as such. A rank that exits 0 is never blamed, nor one the user
+        interrupted: the first to end killed by SIGINT or raising KeyboardInterrupt (Ctrl-C at a
+        terminal reaches the job's process group directly), or any while the interrupt
+        stalldoc passed on settles. A status nobody
         saw (the launcher reaped the rank first) is taken from the launcher's report in the log,
         from the agent (an uncaught exception), or is 0 once the launcher exits 0; otherwise it
         is reported as unknown, at info level. When the first rank to end badly had finished
@@ -71,6 +82,8 @@ class DeadRank(Rule):
         bad = sorted((e for e in window.exits if e.exit_code not in (0, None)), key=lambda e: e.t)
         if bad and teardowns(window):
             return   # the first rank to end badly had done its work: SD115 says so
+        if bad and _interrupted(window, bad[0]):
+            return   # Ctrl-C at a terminal reaches the job's ranks directly: the user's end
         if bad:
             first = bad[0]
             fix, cause = self._fix(window, first)

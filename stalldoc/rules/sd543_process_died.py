@@ -16,8 +16,9 @@ _DEEPSPEED = rf"\bexits with return code = {_NOT_ZERO}"
 _DATALOADER = (r"\bDataLoader worker \(pid(?:\(s\))? [\d, ]+\) (?:is killed by signal|exited "
                r"unexpectedly)")
 _BUS_WORKER = r"\bUnexpected bus error encountered in worker"
-_ELASTIC_AGENT = (r"\bReceived (?:Signals\.)?\w+ death signal, shutting down workers",
-                  r"\bProcess \d+ got signal: \d+")
+# SIGINT is the user's Ctrl-C, which the launcher passes on: no process died of its own
+_ELASTIC_AGENT = (r"\bReceived (?:Signals\.)?(?!2 |SIGINT )\w+ death signal, shutting down "
+                  r"workers", r"\bProcess \d+ got signal: (?!2\b)\d+")
 _SPAWN = r"\bprocess \d+ terminated with (?:signal SIG[A-Z]+|exit code -?\d+)"
 _SUBPROCESS = (r"\bdied with <Signals\.SIG[A-Z]+: \d+>", r"\breturned non-zero exit status \d+")
 _MPIRUN = (r"\bprocess rank \d+ with PID \d+ on node (?:\S+ )?exited on signal \d+",
@@ -68,7 +69,8 @@ class ProcessDied(LogKind):
         Killed.``, torch.multiprocessing's ``process 1 terminated with signal SIGKILL``,
         accelerate's ``died with <Signals.SIGKILL: 9>``, mpirun's and srun's reports, the
         shell's ``Killed`` and ``Segmentation fault (core dumped)``, ``Fatal Python error``.
-        A launcher's own ``closing signal SIGTERM`` to the survivors is no death of its own.
+        A launcher's own ``closing signal SIGTERM`` to the survivors is no death of its own,
+        nor a launcher's ``Received 2 death signal``: the user's Ctrl-C, passed on.
 
     Why is this bad?
         One dead process ends the job, or (a DataLoader worker, a rollout worker) leaves the

@@ -5,6 +5,8 @@ Relay → sidecar, written without ever blocking the relay. Control records are 
   ``J <pid> <started_at>``     the job started
   ``X <pid> <wait status>``    a process the relay reaped (orphaned ranks end under the relay)
   ``T``                        the relay is ending the job (its ranks' deaths are not findings)
+  ``I``                        the user interrupted the job: SIGINT reached the relay and went
+                               on to the job (what ends in the next minute is the user's doing)
   ``G<o|e>``                   output of that stream was dropped just before the next chunk
   ``Z<o|e>``                   that stream ended
   ``E <code> <dropped> <watch code> <ended by>``  the job exited with ``code``; ``dropped``

@@ -4,6 +4,7 @@ book, and the few things that change as the watch goes on; and ``Sources``, the 
 the parts read the job from. Neither is the watcher: no part imports ``watcher.py``."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from stalldoc.detect.progress import ProgressTracker
@@ -27,6 +28,11 @@ from stalldoc.sidecar.ray_job import RayJob
 from stalldoc.sidecar.sampling import Sampler
 from stalldoc.sidecar.served import ServedRanks
 from stalldoc.store.db import RunStore
+
+
+# after the user's interrupt (Ctrl-C), how long the job's ranks ending is the user's doing: a
+# launcher passes the signal on and waits for its workers (torchrun: up to 30 s, then SIGKILL)
+INTERRUPT_GRACE = 60.0
 
 
 def say_on(link: RelayLink, message: str) -> None:
@@ -55,8 +61,13 @@ class Context:
 
     @property
     def ending(self) -> bool:
-        """The job is being ended on purpose: its ranks' deaths are ours, not findings."""
-        return self.link.ending or self.killed_for_stall
+        """The job is being ended on purpose: its ranks' deaths are ours, not findings; or the
+        user interrupted it (Ctrl-C, forwarded to the job) less than ``INTERRUPT_GRACE`` ago:
+        what ends then is theirs (a job that caught the interrupt and went on is judged again
+        after that)."""
+        interrupted = self.link.interrupted_at
+        return self.link.ending or self.killed_for_stall or (
+            interrupted is not None and time.time() - interrupted < INTERRUPT_GRACE)
 
     def say(self, message: str) -> None:
         say_on(self.link, message)

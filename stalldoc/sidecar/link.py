@@ -35,6 +35,7 @@ class RelayLink:
         self.ended_by = "job"                 # job / stalldoc / interrupt, the relay says
         self.dropped = 0
         self.ending = False
+        self.interrupted_at: float | None = None   # the user's SIGINT reached the job then
         self.relay_gone = False
         self.reaped: dict[int, int] = {}      # pid -> raw wait status, as the relay reaped it
         self.on_line: Callable[[LogLine], None] | None = None
@@ -106,6 +107,8 @@ class RelayLink:
             self.reaped[int(fields[0])] = int(fields[1])
         elif kind == "T":
             self.ending = True
+        elif kind == "I":
+            self.interrupted_at = time.time()
         elif kind == "E":
             self.dropped = int(fields[1])
             if len(fields) >= 4:
