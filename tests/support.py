@@ -547,6 +547,7 @@ class RecordingLink:
         self.sent: list[dict[str, Any]] = []
         self.on_line: Any = None
         self.ending = False
+        self.interrupted_at: float | None = None
         self.reaped: dict[int, int] = {}
         self.watch_code: int | None = None
         self.ended_by = "job"
