@@ -100,6 +100,7 @@ from stalldoc.rules.sd542_monitor_verdict import MonitorVerdict
 from stalldoc.rules.sd543_process_died import ProcessDied
 from stalldoc.rules.sd544_filesystem_error import FilesystemError
 from stalldoc.rules.sd545_hub_network_error import HubNetworkError
+from stalldoc.rules.sd546_server_request_raised import ServerRequestRaised
 
 RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, DeadRank,
                                  PythonDeadlock, StoppedRank, NoProgress, WaitingOnServer,
@@ -130,7 +131,7 @@ RULES: tuple[type[Rule], ...] = (RankOutsideCollective, CollectiveMismatch, Dead
                                  VllmEngineNotStarted, VendorHangVerdict,
                                  SglangEngineProcessDied, OutOfMemory, CudaFault,
                                  RanksOutOfStep, MonitorVerdict, ProcessDied, FilesystemError,
-                                 HubNetworkError)
+                                 HubNetworkError, ServerRequestRaised)
 STICKY: frozenset[str] = frozenset(rule.code for rule in RULES if rule.sticky)
 ENDS_WITH_PROGRESS: frozenset[str] = frozenset(rule.code for rule in RULES
                                                if rule.ends_with_progress)
