@@ -8,10 +8,10 @@ metrics are read once, when a stall of it is diagnosed: reading them every tick 
 socket traffic of ours in the server.
 
 A server that a rank of a distributed job started below it (a reward model or a rollout server a
-trainer runs as a child) is no serving of that rank: the rank is a trainer, judged by its own
-work, and the server is a part of the job that the rank may wait on (``JobServer``). Only a rank
-watched alone, as the job's one process, serves through the processes below it (``vllm serve
---api-server-count N``)."""
+trainer runs as a child), or that serves below no rank (a launch script's, a Ray driver's), is
+no serving of a rank: the ranks are judged by their own work, and the server is a part of the
+job they may wait on (``JobServer``). Only a rank watched alone, as the job's one process,
+serves through the processes below it (``vllm serve --api-server-count N``)."""
 from __future__ import annotations
 
 import dataclasses
