@@ -18,7 +18,7 @@ from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 __all__ = ["is_library", "user_frame", "frame_strings", "in_collective", "waits_on_network",
            "waits_on_http", "server_wait",
            "waits_on_lock", "waits_on_build_lock", "signature", "group_by_main_stack",
-           "child_wait", "CHILD_WAITS", "handling"]
+           "child_wait", "CHILD_WAITS", "handling", "INNER_EXPRESSIONS", "own_function"]
 
 # What a thread waits for when it waits on the rank's own processes, and what they are called
 # (the most specific first).
@@ -250,8 +250,18 @@ def blocked_in_io(stacks: RankStacks | None, wait: KernelWait) -> bool:
         and not classify(stacks).working
 
 
+# frames of an expression inside a function (a generator expression, a comprehension, a
+# lambda): what runs there runs in that function
+INNER_EXPRESSIONS = frozenset({"<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>", "<lambda>"})
 # where a server's thread waits between requests: its event loop, a select, its pool's queue
 _SERVER_IDLE = frozenset({"select", "event loop", "queue", "socket"})
+
+
+def own_function(thread: ThreadStack) -> Frame | None:
+    """The innermost frame of the user's own code that is a function's, not an expression's
+    inside it (a comprehension's frame is its function's line); None when there is none."""
+    return next((f for f in thread.frames if not is_library(f.filename)
+                 and f.name not in INNER_EXPRESSIONS), None)
 
 
 def handling(stacks: RankStacks) -> tuple[ThreadStack, Frame, str] | None:
@@ -262,7 +272,7 @@ def handling(stacks: RankStacks) -> tuple[ThreadStack, Frame, str] | None:
     for thread in stacks.threads:
         if is_own(thread) or not thread.frames:
             continue
-        frame = next((f for f in thread.frames if not is_library(f.filename)), None)
+        frame = own_function(thread)
         wait = thread_wait(thread)
         if frame is not None and wait not in _SERVER_IDLE:
             return thread, frame, wait

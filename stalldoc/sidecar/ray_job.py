@@ -34,7 +34,8 @@ import psutil
 
 from stalldoc.agent.ray_facts import FILE_PREFIX
 from stalldoc.detect.progress import resample_every
-from stalldoc.detect.stack_kind import StackKind, classify, is_library
+from stalldoc.analysis.stacks import INNER_EXPRESSIONS, own_function
+from stalldoc.detect.stack_kind import StackKind, classify
 from stalldoc.detect.work import IO_WORK_BPS
 from stalldoc.model.ray_job import ACTOR, JobOutside, OutsideSeen, RayProcess, RayState
 from stalldoc.model.ranks import RankProcess
@@ -303,9 +304,8 @@ class RayJob:
             self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-# frames of an expression inside a function (a generator expression, a comprehension, a
-# lambda): a loop that spins in ``sum(x for x in values)`` is in that function all the time
-_INNER = frozenset({"<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>", "<lambda>"})
+# a loop that spins in ``sum(x for x in values)`` is in its function all the time
+_INNER = INNER_EXPRESSIONS
 
 
 def _spin_signature(kind: StackKind) -> tuple:
@@ -320,9 +320,8 @@ def _place(kind: StackKind | None, stacks: RankStacks | None) -> Frame | None:
         return kind.frame if kind is not None else None
     thread = next((t for t in stacks.threads if t.thread_id == kind.thread), None) or next(
         (t for t in stacks.threads if kind.frame is not None and kind.frame in t.frames), None)
-    own = [f for f in thread.frames if not is_library(f.filename)
-           and f.name not in _INNER] if thread is not None else []
-    return own[0] if own else kind.frame
+    own = own_function(thread) if thread is not None else None
+    return own or kind.frame
 
 
 def _state_of(driver: RayProcess) -> RayState:

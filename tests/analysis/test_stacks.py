@@ -81,6 +81,7 @@ IDLE_WORKER = ThreadStack(11, "AnyIO worker thread", False, False, (
     Frame("WorkerThread.run", f"{SITE}/anyio/_backends/_asyncio.py", 967)))
 HANDLING = ThreadStack(12, "AnyIO worker thread", False, False, (
     Frame("Condition.wait", f"{LIB}/threading.py", 327),
+    Frame("serve.<locals>.wait_for_batch.<locals>.<listcomp>", "/job/reward.py", 52),
     Frame("serve.<locals>.wait_for_batch", "/job/reward.py", 52),
     Frame("serve.<locals>.score_texts", "/job/reward.py", 66),
     Frame("run_sync_in_worker_thread", f"{SITE}/anyio/to_thread.py", 56),
@@ -88,6 +89,7 @@ HANDLING = ThreadStack(12, "AnyIO worker thread", False, False, (
 
 
 def test_a_server_handling_a_request_is_read_at_the_thread_that_handles_it():
+    # (at its function's frame, not the comprehension's inside it)
     stacks = RankStacks(-7, 7, 0.0, "py-spy", (EVENT_LOOP, IDLE_WORKER, HANDLING))
     thread, frame, wait = handling(stacks)
     assert (thread.thread_id, str(frame), wait) == (
