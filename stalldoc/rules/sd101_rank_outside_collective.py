@@ -71,9 +71,9 @@ class RankOutsideCollective(Rule):
         data-parallel sync (vLLM's ``has_unfinished_dp``, ``coordinate_batch_across_dp``; SGLang's
         DP-attention batch exchange), a collective on the engine's DP group, while the waiting
         ranks of that group are outside their engine: the replicas are out of step. The waiting
-        ranks' own collective is then no second finding. Ranks that wait for each other in two groups'
-        collectives (those missing from one group's all wait in the other's, which its waiting
-        ranks never entered) are one finding naming every rank of both sides, with
+        ranks' own collective is then no second finding. Ranks that wait for each other in
+        two groups' collectives (those missing from one group's all wait in the other's, which
+        its waiting ranks never entered) are one finding naming every rank of both sides, with
         ``crossed`` (the other group's collective: group, seq, op, waiting and missing ranks)
         and ``cause`` "crossed_groups". ``waits_on_child``, for a culprit whose
         main thread waits on its own processes (DataLoader workers, a pool, a child, a subprocess):
