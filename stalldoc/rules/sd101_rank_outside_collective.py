@@ -75,7 +75,8 @@ class RankOutsideCollective(Rule):
         two groups' collectives (those missing from one group's all wait in the other's, which
         its waiting ranks never entered) are one finding naming every rank of both sides, with
         ``crossed`` (the other group's collective: group, seq, op, waiting and missing ranks)
-        and ``cause`` "crossed_groups". ``waits_on_child``, for a culprit whose
+        and ``cause`` "crossed_groups", unless a side waits in its rollout engine's own
+        collective (the engine cause says more). ``waits_on_child``, for a culprit whose
         main thread waits on its own processes (DataLoader workers, a pool, a child, a subprocess):
         the first such child whose stack, taken on the stall, is in code outside libraries
         (``pid``, ``what``, ``frame``, ``frames``, ``waits_on_lock``); the summary says where
@@ -127,7 +128,7 @@ class RankOutsideCollective(Rule):
                               **{r: rr.groups for r, rr in remote.items()}}, live | set(remote))
         flight = [g for g in ([] if gaps else flight_gaps(window.flight, live))
                   if g.missing or self._outside(window, g.silent)]
-        pairs = crossed(gaps)
+        pairs = [pair for pair in crossed(gaps) if not _in_engine(window, pair)]
         paired = [id(g) for pair in pairs for g in pair]
         yield from _one_per_engine_wait([self._crossing(window, *pair) for pair in pairs]
                                         + [self._from_rings(window, gap) for gap in gaps
@@ -223,6 +224,13 @@ class RankOutsideCollective(Rule):
             yield self.finding(outside, summary, {**rank_evidence(window, outside[0]),
                                                   "source": "stacks",
                                                   "waiting_ranks": sorted(inside)})
+
+
+def _in_engine(window: Window, pair: tuple[MissingFromCollective, ...]) -> bool:
+    """Whether either side of a crossed pair waits in its rollout engine's own collective (a
+    colocated engine's TP or DP group): the engine cause says more than a crossing does."""
+    return any(getattr(cause_of(window, gap.missing, sorted(gap.waiting)), "kind", "")
+               == "engine_collective" for gap in pair)
 
 
 def _one_per_engine_wait(findings: list[Finding]) -> list[Finding]:
