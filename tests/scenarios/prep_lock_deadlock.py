@@ -25,8 +25,11 @@ def tokenize(shard: int) -> int:
 
 def main() -> None:
     with ThreadPoolExecutor(2) as pool:
-        for shard, tokens in enumerate(pool.map(tokenize, range(4))):
+        for shard, tokens in enumerate(pool.map(tokenize, range(3))):
             print(f"shard {shard}: {tokens} tokens", flush=True)
+        # the last shard once the others are written (a worker still tokenising would
+        # otherwise wait on the lock too, and the pool would never finish)
+        print(f"shard 3: {pool.submit(tokenize, 3).result()} tokens", flush=True)
     print("hang begins", flush=True)
     with progress_lock:     # the final report: waits for the lock the worker kept
         print(f"{len(done)} shards written", flush=True)
