@@ -76,9 +76,13 @@ class JobServer:
         if self.frame:
             doing = f" waiting on a {self.waits_on}" if self.waits_on else " working"
             at = f", its thread \"{self.thread}\" in {self.frame}{doing}"
-        whose = f"a server below rank {self.owner}" if self.owner is not None else \
-            "a server of the job"
-        return f"pid {self.pid}{what}, {whose} at {self.url}{held}{at}"
+        return f"pid {self.pid}{what}, {self.place}{held}{at}"
+
+    @property
+    def place(self) -> str:
+        """'a server below rank 0 at URL', 'a server of the job at URL' (below no rank)."""
+        whose = f"below rank {self.owner}" if self.owner is not None else "of the job"
+        return f"a server {whose} at {self.url}"
 
     def as_dict(self) -> dict[str, object]:
         return {"pid": self.pid, "rank": self.owner, "url": self.url, "command": self.command,

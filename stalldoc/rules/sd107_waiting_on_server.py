@@ -84,7 +84,7 @@ class WaitingOnServer(Rule):
             evidence = {**rank_evidence(window, rank), "peers": peers}
             if servers:
                 evidence["job_servers"] = [s.as_dict() for s in servers]
-                evidence.update(blamed((s.pid, _whose(s)) for s in servers if s.in_flight))
+                evidence.update(blamed((s.pid, s.place) for s in servers if s.in_flight))
             if helper:
                 evidence.update(frame=str(frame), frames=frame_strings(thread),
                                 thread=thread.name or str(thread.thread_id))
@@ -104,9 +104,3 @@ def _fix(servers: tuple[JobServer, ...]) -> str | None:
             f"--pid {pids}`) to see what it waits for (a batcher waiting for a full batch, an "
             "engine that stopped stepping, a lock); give the client call a timeout so that a "
             "hung server becomes an error in the trainer, not a silent wait.")
-
-
-def _whose(server: JobServer) -> str:
-    if server.owner is None:
-        return f"a server of the job at {server.url}"
-    return f"a server below rank {server.owner} at {server.url}"

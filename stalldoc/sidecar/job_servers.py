@@ -36,8 +36,9 @@ def waited_servers(served: ServedRanks, live: Iterable[RankProcess],
         return {}
     held = connected_servers(waiting, served.parts)
     pids = {pid for found in held.values() for pid in found}
-    servers = {pid: _where(server, probe) for pid, server in
-               served.job_servers({pid: command_of(pid) for pid in pids}).items()}
+    servers = {pid: _where(server, probe) for pid, server in   # py-spy only those waited on
+               served.job_servers({pid: command_of(pid) for pid in pids}).items()
+               if pid in pids}
     return {rank: tuple(servers[pid] for pid in found if pid in servers)
             for rank, found in held.items()}
 
