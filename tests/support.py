@@ -11,8 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -68,16 +70,36 @@ def launcher(name: str, nproc: int, scenario: str) -> list[str]:
 STAND_INS = Path(__file__).resolve().parent / "stand_ins" / "site-packages"   # vLLM's
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    """A test server's handler that logs nothing."""
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _serving(handler: type[BaseHTTPRequestHandler], release: threading.Event) -> Iterator[int]:
+    """A threaded HTTP server on 127.0.0.1 (its port yielded) until the block ends; then
+    ``release`` is set first, so that the requests its handlers hold let go."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+
+
 @contextlib.contextmanager
 def silent_rollout_server() -> Iterator[int]:
     """A local HTTP server on a free port (yielded) that answers a vLLM rollout server's health
     and world-size checks (and init_communicator), and takes every other request without ever
     answering it, until the block ends."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    import threading
     release = threading.Event()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:   # noqa: N802 - http.server's name
             self._answer({"world_size": 1} if "get_world_size" in self.path else {})
 
@@ -96,18 +118,48 @@ def silent_rollout_server() -> Iterator[int]:
             self.end_headers()
             self.wfile.write(data)
 
-        def log_message(self, *args: Any) -> None:
-            pass
+    with _serving(Handler, release) as port:
+        yield port
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield server.server_address[1]
-    finally:
-        release.set()
-        server.shutdown()
-        server.server_close()
+
+@dataclass
+class Storage:
+    """A remote store outside the job (``trickle_storage``): its base URL, and when each held
+    download stopped sending (name -> time.time())."""
+
+    url: str
+    held_at: dict[str, float]
+
+
+@contextlib.contextmanager
+def trickle_storage(size: int, rate: int, hold_after: dict[str, int] | None = None
+                    ) -> Iterator[Storage]:
+    """A local HTTP server standing in for remote storage (a hub, an object store): ``GET
+    /NAME`` answers ``size`` bytes at ``rate`` bytes a second; a name in ``hold_after`` stops
+    sending after that many bytes and keeps its connection open (a download that stalls), until
+    the block ends."""
+    release, held = threading.Event(), {}
+    chunk = max(1, rate // 20)
+
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:   # noqa: N802 - http.server's name
+            limit = (hold_after or {}).get(self.path.strip("/"), size)
+            self.send_response(200)
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            sent = 0
+            while sent < min(size, limit) and not release.is_set():
+                part = min(chunk, size - sent, limit - sent)
+                self.wfile.write(b"\0" * part)
+                sent += part
+                time.sleep(part / rate)
+            if sent < size:
+                self.wfile.flush()
+                held[self.path.strip("/")] = time.time()
+                release.wait()
+
+    with _serving(Handler, release) as port:
+        yield Storage(f"http://127.0.0.1:{port}", held)
 
 
 def run_with_agent(run_dir: Path, code: str) -> Any:

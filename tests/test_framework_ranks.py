@@ -7,7 +7,9 @@ burner; each hang once, on an idle machine or under the burner."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +20,8 @@ from typing import Any, Iterator
 import pytest
 
 from load import cpu_burner
-from support import SCENARIOS, STALL_TIMEOUT, Result, free_port, start_watch, watch
+from support import (SCENARIOS, STALL_TIMEOUT, Result, free_port, start_watch,
+                     trickle_storage, watch)
 from test_launcher_ranks import job_pid
 
 pytestmark = pytest.mark.timeout(420)
@@ -149,34 +152,71 @@ def test_ray_train_healthy_ranks_are_the_train_workers(tmp_path: Path, ray_env: 
     assert f"pid {job_pid(result)} is not rank 0" in result.stderr
 
 
+@LOADED
 def test_a_ray_driver_waiting_on_its_tasks_is_no_stalled_rank(tmp_path: Path,
-                                                              ray_env: dict[str, str]) -> None:
-    # GIVEN `python prepare.py`: ray.init(), then the driver waits in ray.get while Ray tasks
-    # pull checkpoint shards for 12 s (no CPU, no process group: nothing is a rank yet),
-    # watched with a 3 s stall timeout and the kill action armed
-    result = run(tmp_path, "ray_prepare.py", {**ray_env, "FETCH_SECONDS": "12"}, False,
-                 "--on-stall", "kill")
-    # THEN the run ends as it would have, no stall: the driver handed its work to Ray and is
-    # taken for rank 0 only until it started its Ray node
+                                                              ray_env: dict[str, str],
+                                                              loaded: bool) -> None:
+    # GIVEN `python prepare.py`: ray.init(), then the driver waits in ray.get while two Ray
+    # tasks pull 3 MiB checkpoint shards from remote storage at 256 KiB/s, 12 s (no CPU, no
+    # process group: nothing is a rank), watched with a 3 s stall timeout and the kill armed,
+    # both cores busy
+    with trickle_storage(3 << 20, 256 << 10) as storage:
+        result = run(tmp_path, "ray_prepare.py", {**ray_env, "STORAGE_URL": storage.url},
+                     loaded, "--on-stall", "kill")
+    # THEN the run ends as it would have, no stall: the driver is taken for rank 0 only until
+    # it started its Ray node; then the job is its driver and its tasks, and the tasks' reads
+    # are its work
     assert result.code == 0, result.stderr[-3000:]
-    assert "fetched 2 shards" in result.stdout
+    assert f"fetched 2 shards ({2 * (3 << 20)} bytes)" in result.stdout
     report = result.report()
     assert report["stalls"] == [] and report["ranks"] == [], result.stderr[-3000:]
     if f"rank 0: pid {job_pid(result)}" in result.stderr:   # seen before ray.init (usually)
         assert f"pid {job_pid(result)} is not rank 0" in result.stderr
 
 
+def test_a_ray_download_that_stalls_is_named_in_its_task(tmp_path: Path,
+                                                         ray_env: dict[str, str]) -> None:
+    # GIVEN the same preparation, where storage stops sending shard 1 after 512 KiB and keeps
+    # the connection open (no timeout in the client, as in hub downloads that hang at a %)
+    with trickle_storage(3 << 20, 256 << 10, {"shard-1": 512 << 10}) as storage:
+        result = run(tmp_path, "ray_prepare.py", {**ray_env, "STORAGE_URL": storage.url},
+                     False, "--on-stall", "kill")
+        held = storage.held_at.get("shard-1")
+    assert result.code == 124 and held is not None, result.stderr[-3000:]
+    # THEN once nothing in the job has worked for the stall timeout, the job is stalled: no
+    # rank is named (none exists), and the job is said to wait in the task's socket read, at
+    # the task's own frame, on the storage's address
+    report = result.report()
+    [stall] = report["stalls"]
+    assert stall["ranks"] == [] and stall["started_at"] >= held - 1, (stall, held)
+    [finding] = result.findings("SD120")
+    assert finding["ranks"] == [] and "none of its processes is a rank" in finding["summary"]
+    [call] = [c for c in finding["evidence"]["calls"] if c["call"] == "fetch_checkpoint_shard"]
+    assert call["kind"].startswith("waiting: ") and call["frame"].startswith(
+        "fetch_checkpoint_shard (") and "ray_prepare.py" in call["frame"], call
+    assert storage.url.removeprefix("http://") in call["peers"], call
+    assert f"fetch_checkpoint_shard (pid {call['pid']}" in finding["summary"], finding["summary"]
+    # AND the driver's agent listed the processes Ray started for its node (none of them the
+    # driver or a worker of the job): their CPU is Ray's, not the job's
+    driver = finding["evidence"]["driver"]["pid"]
+    facts = json.loads((result.run_dir / "agents" / f"ray-{driver}.json").read_text())
+    daemons = {int(p) for p in facts["daemons"].split(",")}
+    assert len(daemons) >= 4 and not daemons & {driver, call["pid"]}, facts
+
+
 def test_a_ray_job_whose_gpus_never_come_is_named_with_what_it_asks(tmp_path: Path,
                                                                     ray_env: dict[str, str]
                                                                     ) -> None:
     # GIVEN verl's driver waiting for its rollout worker group's placement group, 2 bundles of
-    # one GPU each, on a node whose Ray has no GPU (the driver gives up after 15 s)
+    # one GPU each, on a node whose Ray has no GPU (the driver would give up after 15 s), no
+    # dashboard (no state API), watched with the kill armed
     result = run(tmp_path, "ray_unschedulable.py", {**ray_env, "WAIT_SECONDS": "15"}, False,
                  "--on-stall", "kill")
-    assert result.code == 1 and "was not placed in" in result.stdout, result.stderr[-3000:]
+    assert result.code == 124 and "was not placed in" not in result.stdout, \
+        result.stderr[-3000:]
     # THEN Ray's autoscaler line is read as a request no node can hold, said while it waited:
     # what it asks for, and the fix; no rank is named (the driver waits, Ray's workers never
-    # started) and no stall is declared (there is no rank to judge)
+    # started)
     report = result.report()
     [finding] = result.findings("SD534")
     assert finding["severity"] == "error" and finding["ranks"] == [], finding
@@ -184,8 +224,15 @@ def test_a_ray_job_whose_gpus_never_come_is_named_with_what_it_asks(tmp_path: Pa
     assert evidence["kind"] == "infeasible" and "'GPU': 2.0" in evidence["request"], evidence
     assert "\x1b" not in evidence["last_line"], evidence["last_line"]   # Ray's colours: words
     assert "[SD534 error] Ray cannot schedule {" in result.stderr
-    assert report["stalls"] == [] and report["ranks"] == [], result.stderr[-3000:]
-    assert [f["code"] for f in report["findings"]] == ["SD534"], report["findings"]
+    # AND since Ray says no node type of the cluster can hold it (no node is coming) and
+    # nothing of the job works, the job is stalled: no rank, the driver's wait named
+    [stall] = report["stalls"]
+    assert stall["ranks"] == [] and report["ranks"] == [], result.stderr[-3000:]
+    [waits] = result.findings("SD120")
+    assert re.search(r"the driver \(pid \d+\) waits on ray\.get at main \(\S+"
+                     r"ray_unschedulable\.py:\d+\)", waits["summary"]), waits["summary"]
+    assert sorted(f["code"] for f in report["findings"]) == ["SD120", "SD534"], \
+        report["findings"]
     # AND the job's log, saved and read back by `stalldoc logs`, gives what was said live
     result.read_back(tmp_path)
 

@@ -1,8 +1,9 @@
 """What this process is to Ray, said by Ray itself from inside it: the driver of a job, or a
 worker, and then which actor (its id and class); the job, and where the cluster's dashboard
 serves its state API, the node it runs on, and whether the driver started its cluster or joined
-one started apart. The watcher reads which process is the driver and which an actor from
-here, never from words in a command line.
+one started apart, and the processes Ray started for a node the driver made (its daemons). The
+watcher reads which process is the driver, which an actor and which a task worker from here,
+never from words in a command line.
 
 The agent's heartbeat thread calls ``RayFacts.tick`` every beat: one dictionary look-up while
 the process has not imported ``ray`` (the agent never imports it); once the job connected to a
@@ -50,7 +51,21 @@ def read_facts(ray: Any) -> dict[str, str] | None:
         # cluster started apart (``ray start``, then ``ray.init(address=...)``) only connects
         facts["cluster"] = ("started" if getattr(node, "head", False) else "joined") \
             if node else ""
+        facts["daemons"] = _daemons(node)
     return facts
+
+
+def _daemons(node: Any) -> str:
+    """The processes Ray started for the node this driver made (GCS, raylet, dashboard, log
+    monitor...), as Ray lists them: their pids, comma separated ('' for a driver that joined a
+    cluster started apart, which started none)."""
+    pids: list[int] = []
+    for infos in list((getattr(node, "all_processes", None) or {}).values()):
+        for info in list(infos or ()):
+            pid = getattr(getattr(info, "process", None), "pid", None)
+            if isinstance(pid, int) and pid > 0:
+                pids.append(pid)
+    return ",".join(str(p) for p in sorted(set(pids)))
 
 
 def _actor_class(worker: Any, actor: str) -> str:

@@ -9,14 +9,16 @@ from stalldoc.model.stacks import Frame, RankStacks
 
 DRIVER = "driver"
 ACTOR = "actor"
+WORKER = "worker"     # a worker process of the job that holds no actor: it runs plain tasks
 
 
 @dataclass(frozen=True)
 class RayProcess:
-    """A process of the job that Ray says is its driver, or an actor that is no rank."""
+    """A process of the job that Ray says is its driver, an actor that is no rank, or a worker
+    that runs its plain tasks."""
 
     pid: int
-    role: str                 # DRIVER or ACTOR
+    role: str                 # DRIVER, ACTOR or WORKER
     actor_class: str = ""     # an actor's class, as Ray knows it
     actor_id: str = ""
     job_id: str = ""
@@ -25,11 +27,14 @@ class RayProcess:
     joined: bool = False      # a driver that joined a cluster started apart (``ray start``)
     adopted: bool = False     # an actor of such a cluster, known from Ray's state API alone
                               # (outside the watched command's tree, without stalldoc's agent)
+    daemons: tuple[int, ...] = ()   # a driver's: the processes Ray started for its node
 
     @property
     def label(self) -> str:
         if self.role == DRIVER:
             return f"the driver (pid {self.pid})"
+        if self.role == WORKER:
+            return f"task worker (pid {self.pid})"
         return f"actor {self.actor_class or '?'} (pid {self.pid})"
 
 

@@ -13,8 +13,8 @@ import urllib.request
 from typing import Any, Iterable
 
 from stalldoc.agent.ray_facts import facts_path
-from stalldoc.model.ray_job import (ACTOR, DRIVER, RayActor, RayPlacementGroup, RayProcess,
-                                    RayState, RayTask)
+from stalldoc.model.ray_job import (ACTOR, DRIVER, WORKER, RayActor, RayPlacementGroup,
+                                    RayProcess, RayState, RayTask)
 
 MAX_BYTES = 8 << 20
 LIMIT = 1000
@@ -30,14 +30,31 @@ def ray_processes(directory: str | None, pids: Iterable[int]) -> dict[int, RayPr
         facts = _facts(directory, pid) if directory else None
         if facts is None:
             continue
-        role = DRIVER if facts.get("mode") == "driver" else ACTOR if facts.get("actor_id") else ""
+        role = _role(facts)
         if role:
             found[pid] = RayProcess(pid, role, str(facts.get("actor_class", "")),
                                     str(facts.get("actor_id", "")), str(facts.get("job_id", "")),
                                     str(facts.get("dashboard", "")),
                                     str(facts.get("node_id", "")),
-                                    role == DRIVER and facts.get("cluster") == "joined")
+                                    role == DRIVER and facts.get("cluster") == "joined",
+                                    daemons=_pids(facts.get("daemons")))
     return found
+
+
+def _role(facts: dict[str, Any]) -> str:
+    """The driver, an actor, or a worker that runs plain tasks ('' for anything else Ray
+    starts: its I/O and spilling workers say another mode)."""
+    mode = facts.get("mode")
+    if mode == "driver":
+        return DRIVER
+    return (ACTOR if facts.get("actor_id") else WORKER) if mode == "worker" else ""
+
+
+def _pids(value: Any) -> tuple[int, ...]:
+    """'12,34' -> (12, 34); anything else -> ()."""
+    if not isinstance(value, str):
+        return ()
+    return tuple(int(p) for p in value.split(",") if p.isdigit() and int(p) > 0)[:64]
 
 
 def drivers(directory: str | None, pids: Iterable[int]) -> set[int]:

@@ -2,7 +2,8 @@
 a stable code, and the engine that runs it over a ``Window``.
 
 May import: ``model``, ``analysis``, ``launch`` (the launch rules' arithmetic), ``agent`` (the
-state file's status values), ``redact``.
+state file's status values), ``redact``, ``detect`` (a line the watcher reads as well: Ray's
+request that no node can hold).
 """
 from __future__ import annotations
 

@@ -22,17 +22,18 @@ class JobWaitsOutsideRanks(Rule):
     What it does
         At a stall of the job itself (every rank of a Ray job idles in its task loop, and
         neither the driver nor any actor that is no rank has shown work for the stall
-        timeout; or, for a driver that joined a Ray cluster started apart, whose actors carry no
-        agent and so no rank is known, nothing of the job has shown work and its actors and
-        tasks in Ray's state API have not changed), says where the job stands: the driver's
+        timeout; or, in a Ray job with no rank known, nothing of the job has shown work and its
+        actors and tasks in Ray's state API have not changed: a driver that joined a Ray
+        cluster started apart, whose actors carry no agent, or a job whose driver, actors and
+        task workers joined no process group), says where the job stands: the driver's
         frame, and when it waits in ``ray.get``, the actor calls that run (Ray's state API: the
         call, how long it has run, the calls queued behind it on the same actor) with that
         actor's own frame and what it waits on, and the calls that wait for an actor that is
         not alive (never created because no node can place what it asks, restarting, dead:
         with what it asks and why it died), and the job's placement groups not placed (their
-        bundles, and Ray's word for why: infeasible, no resources). Which process is the driver and which an actor is
-        what Ray says inside each (their agents; for a cluster started apart, its state API),
-        never words of a command line.
+        bundles, and Ray's word for why: infeasible, no resources). Which process is the
+        driver, which an actor and which a task worker is what Ray says inside each (their
+        agents; for a cluster started apart, its state API), never words of a command line.
 
     Why is this bad?
         In an RL loop the ranks only train when the driver hands them a batch. A reward
@@ -81,13 +82,21 @@ class JobWaitsOutsideRanks(Rule):
             where += [f"{s.process.label} {_doing(s)}" for s in outside.seen
                       if s is not driver and s.kind != BETWEEN_TASKS]
         seconds = window.now - outside.since
-        summary = ((f"{join_ranks(ranks)} wait for their next task for {seconds:.0f} s, and "
-                    "the job waits outside them: ") if ranks else (
-                    f"nothing in the job has shown work for {seconds:.0f} s (which of its "
-                    "processes are ranks is not known: its actors run in a Ray cluster started "
-                    "apart, without stalldoc's agent): "))
+        summary = (f"{join_ranks(ranks)} wait for their next task for {seconds:.0f} s, and "
+                   "the job waits outside them: ") if ranks else _no_ranks(outside, seconds)
         summary += "; ".join(where or ["the driver and its actors wait too"])
         yield self.finding(ranks, summary, _evidence(outside, calls, window.now))
+
+
+def _no_ranks(outside: JobOutside, seconds: float) -> str:
+    """The summary's start for a job with no rank known: its actors run in a cluster started
+    apart (no agent in them), or none of its processes joined a process group."""
+    driver = outside.driver
+    why = ("which of its processes are ranks is not known: its actors run in a Ray cluster "
+           "started apart, without stalldoc's agent" if driver and driver.process.joined else
+           "none of its processes is a rank: its driver, actors and tasks joined no process "
+           "group")
+    return f"nothing in the job has shown work for {seconds:.0f} s ({why}): "
 
 
 def _doing(seen: OutsideSeen) -> str:

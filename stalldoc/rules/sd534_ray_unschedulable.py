@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator
 
+from stalldoc.detect.cluster_wait import INFEASIBLE_REQUEST
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 from stalldoc.rules.log_signature import LogSignature, matching_lines
@@ -11,8 +12,7 @@ from stalldoc.rules.log_signature import LogSignature, matching_lines
 _DICT = r"\{[^{}]*\}"
 _CLAIMED = (r"The following resource request cannot be scheduled right now: (?P<request>" + _DICT
             + ")")
-_INFEASIBLE = (r"No available node types can fulfill resource request "
-               r"(?:defaultdict\(<class 'float'>, )?(?P<request>" + _DICT + ")")
+_INFEASIBLE = INFEASIBLE_REQUEST   # the line the watcher also reads as a wait for the cluster
 _OLD_CLAIMED = r"The actor or task with ID (?P<task_id>\w+) cannot be scheduled right now"
 _REQUIRED = r"Required resources for this actor or task: (?P<request>" + _DICT + ")"
 _NO_NODES = (r"Failed to schedule placement group (?P<placement_group>[^,\s]+), id: "

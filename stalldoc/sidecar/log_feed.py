@@ -15,6 +15,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from stalldoc.detect.cluster_wait import unplaceable
 from stalldoc.detect.progress_lines import ProgressLines
 from stalldoc.detect.raised_lines import RaisedLines
 from stalldoc.model.samples import LogLine, words_of
@@ -28,13 +29,15 @@ CLOCK_EVERY = 256      # lines drained between two looks at the clock
 
 @dataclass(frozen=True)
 class Drained:
-    """What one drain found: the new lines, when the newest progress line was printed, and
-    when the newest counted step line was (``ProgressLines.is_counted``)."""
+    """What one drain found: the new lines, when the newest progress line was printed, when
+    the newest counted step line was (``ProgressLines.is_counted``), and when Ray last said no
+    node type of the cluster can hold a request of the job (``detect/cluster_wait.py``)."""
 
     lines: list[LogLine]
     progress_at: float | None
     counted_at: float | None = None
     left: int = 0      # lines still queued when the tick's time for them ran out
+    unplaceable_at: float | None = None   # the newest line saying no node type can hold one
 
 
 @dataclass
@@ -59,7 +62,7 @@ class LogFeed:
     def drain(self, seconds: float | None = None) -> Drained:
         """The queued lines, oldest first, read for at most ``seconds`` (None: all of them)."""
         batch: list[LogLine] = []
-        progress_at = counted_at = None
+        progress_at = counted_at = unplaceable_at = None
         deadline = None if seconds is None else time.monotonic() + seconds
         while self.lines:
             if deadline is not None and len(batch) % CLOCK_EVERY == 0 and batch \
@@ -74,10 +77,12 @@ class LogFeed:
                 progress_at = line.t
             if self.progress.is_counted(line.text):
                 counted_at = line.t
+            if unplaceable(line.text):
+                unplaceable_at = line.t
             parsed = parse_launcher_line(line.text)
             if parsed:
                 self.launcher_codes[parsed[0]] = parsed[1]
-        return Drained(batch, progress_at, counted_at, len(self.lines))
+        return Drained(batch, progress_at, counted_at, len(self.lines), unplaceable_at)
 
     def take_unread(self) -> tuple[LogLine, ...]:
         unread, self.unread = tuple(self.unread), []

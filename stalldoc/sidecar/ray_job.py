@@ -36,12 +36,13 @@ from stalldoc.agent.ray_facts import FILE_PREFIX
 from stalldoc.detect.progress import resample_every
 from stalldoc.analysis.stacks import INNER_EXPRESSIONS, own_function
 from stalldoc.detect.stack_kind import StackKind, classify
-from stalldoc.detect.work import IO_WORK_BPS
-from stalldoc.model.ray_job import ACTOR, JobOutside, OutsideSeen, RayProcess, RayState
+from stalldoc.detect.work import BUSY_CPU_PERCENT, CHILD_CPU_PERCENT, IO_WORK_BPS
+from stalldoc.model.ray_job import (ACTOR, DRIVER, WORKER, JobOutside, OutsideSeen, RayProcess,
+                                    RayState)
 from stalldoc.model.ranks import RankProcess
 from stalldoc.model.stacks import Frame, RankStacks
 from stalldoc.probes.connections import external_peers
-from stalldoc.probes.proc_table import ProcessGone, read_io
+from stalldoc.probes.proc_table import ProcessGone, ProcessTable, read_io
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
 from stalldoc.probes.ray_state import job_state, ray_processes, read_state
 
@@ -60,6 +61,10 @@ class _Process:
     spun: tuple[StackKind, RankStacks] | None = None   # the latest sample of that one stack
     created: float = 0.0             # an adopted actor's process start (a reused pid is not it)
     io: tuple[float, int] | None = None   # (when, rchar + wchar) at its latest I/O reading
+    cpu: tuple[float, float] | None = None   # (when, its CPU seconds) at its latest reading
+    busy: bool = True                # its own CPU at its latest reading was a busy one's
+    children: dict[int, tuple[int, float]] = dataclasses.field(default_factory=dict)
+                                     # its own children's (start, CPU seconds) at that reading
 
 
 class RayJob:
@@ -85,16 +90,23 @@ class RayJob:
         self.fingerprint: tuple = ()           # the job's actors and tasks, as last answered
         self.changed_at = 0.0                  # when an answer first showed them as they are
         self.ranked = False                    # the job has ranks (as the last refresh said)
+        self.rank_pids: set[int] = set()
+        self.alone_turn = False                # the turn is this part's because no rank is known
+        self.unplaceable_since: float | None = None   # a placement group no node can hold since
+        self.hopeless_at: float | None = None   # the job's output last said no node type can
 
-    def refresh(self, pids: Iterable[int], ranks: Iterable[int],
-                now: float | None = None) -> list[str]:
-        """Learn the driver and the actors among the job's processes ``pids``; ``ranks`` (the
-        ranks, and every process whose agent claims one) are the ranks' part, not this one.
-        Returns what to say of the new ones."""
+    def refresh(self, pids: Iterable[int], ranks: Iterable[int], now: float | None = None,
+                table: ProcessTable | None = None) -> list[str]:
+        """Learn the driver, the actors and the task workers among the job's processes
+        ``pids``; ``ranks`` (the ranks, and every process whose agent claims one) are the
+        ranks' part, not this one. ``table``: this tick's process table, for the CPU of each
+        process here and of its own children. Returns what to say of the new ones (a task
+        worker goes unsaid: Ray keeps a pool of them)."""
         if not self.agent_dir:
             return []
+        now = time.time() if now is None else now
         pids, ranks = set(pids), set(ranks)
-        self.ranked = bool(ranks)
+        self.ranked, self.rank_pids = bool(ranks), ranks
         found = ray_processes(self.agent_dir, (self._published() & pids) - ranks)
         said = []
         for pid in [p for p, s in self.known.items() if p not in found and not s.process.adopted]:
@@ -102,10 +114,42 @@ class RayJob:
         for pid, process in found.items():
             if pid not in self.known or self.known[pid].process != process:
                 self.known[pid] = _Process(process)
-                said.append(f"{process.label}: its ranks' work comes from it, it is no rank"
-                            + (" (it joined a Ray cluster started apart)" if process.joined
-                               else ""))
-        return said + self._adopt(time.time() if now is None else now, pids)
+                if process.role != WORKER:
+                    said.append(f"{process.label}: its ranks' work comes from it, it is no "
+                                "rank" + (" (it joined a Ray cluster started apart)"
+                                          if process.joined else ""))
+        if table is not None:
+            self._read_cpu(table, now)
+        return said + self._adopt(now, pids)
+
+    def _read_cpu(self, table: ProcessTable, now: float) -> None:
+        """Each process's own CPU since its last reading (a task worker's decides whether its
+        stack is worth reading), and its descendants': at ``CHILD_CPU_PERCENT`` of a core they
+        work for it (a reward sandbox, an engine's core process; below the driver's Ray, a
+        worker starting or a runtime environment being installed), whatever its stack waits
+        on. Its descendants stop at the job's other processes here and its ranks (judged on
+        their own), and leave out the processes Ray started for its node themselves (the GCS,
+        the raylet, the dashboard: Ray's upkeep, not the job's work)."""
+        stop = set(self.known) | self.rank_pids
+        daemons = {d for s in self.known.values() for d in s.process.daemons}
+        for seen in self.known.values():
+            info = table.get(seen.process.pid)
+            if info is None:
+                continue
+            before, seen.cpu = seen.cpu, (table.t, info.cpu_seconds)
+            children = {c: (table.procs[c].start_ticks, table.procs[c].cpu_seconds)
+                        for c in _below(table, seen.process.pid, stop) if c not in daemons}
+            earlier, seen.children = seen.children, children
+            if before is None or table.t <= before[0]:
+                continue
+            seconds = table.t - before[0]
+            seen.busy = 100 * (info.cpu_seconds - before[1]) / seconds >= BUSY_CPU_PERCENT
+            spent = sum(cpu - earlier[c][1] if c in earlier and earlier[c][0] == start
+                        else cpu if table.procs[c].started_at >= before[0] - 1 else 0.0
+                        for c, (start, cpu) in children.items())
+            if 100 * spent / seconds >= CHILD_CPU_PERCENT:
+                seen.worked_at = now
+                self.moved_at = max(self.moved_at, now)
 
     @property
     def joined(self) -> RayProcess | None:
@@ -113,12 +157,30 @@ class RayJob:
         return next((s.process for s in self.known.values() if s.process.joined
                      and s.process.dashboard and s.process.job_id), None)
 
+    @property
+    def alone(self) -> bool:
+        """No rank is known and a driver is: the job is this part, all the time (a driver
+        whose actors run in a cluster started apart; or a Ray job whose processes joined no
+        process group: a data preparation, an RL loop of actors calling each other)."""
+        return not self.ranked and any(s.process.role == DRIVER for s in self.known.values())
+
+    @property
+    def asked(self) -> RayProcess | None:
+        """The driver whose job is asked of Ray's state API every ``every`` seconds: a joined
+        one, and one of a job that is this part alone (its changes are the job moving, its
+        placement groups say whether it waits for the cluster to grow)."""
+        joined = self.joined
+        if joined is not None or not self.alone:
+            return joined
+        return next((s.process for s in self.known.values() if s.process.role == DRIVER
+                     and s.process.dashboard and s.process.job_id), None)
+
     def _adopt(self, now: float, pids: set[int]) -> list[str]:
         """The processes of a driver that joined a cluster started apart, from Ray's state API:
         its job's actors and the workers running its tasks, on its node, outside the job's
         tree. Asked every ``every`` seconds in a thread; the answer is taken on a later
         tick."""
-        driver = self.joined
+        driver = self.asked
         said: list[str] = []
         if self.asking is not None and self.asking.done():
             state, self.asking = self._answer(self.asking), None
@@ -129,7 +191,7 @@ class RayJob:
         if driver is not None and self.asking is None and now - self.asked_at >= self.every:
             self.pool = self.pool or ThreadPoolExecutor(1, thread_name_prefix="stalldoc-ray")
             self.asked_at = now
-            self.asking = self.pool.submit(job_state, driver.dashboard, driver.job_id)
+            self.asking = self.pool.submit(job_state, driver.dashboard, driver.job_id, 3.0, True)
         return said
 
     @staticmethod
@@ -143,11 +205,16 @@ class RayJob:
         """Adopt what the answer shows here; a change in the job's actors or tasks since the
         last answer is the job moving."""
         fingerprint = (sorted((a.actor_id, a.state, a.pid or 0) for a in state.actors),
-                       sorted((t.name, t.state, t.actor_id, t.pid or 0) for t in state.tasks))
+                       sorted((t.name, t.state, t.actor_id, t.pid or 0) for t in state.tasks),
+                       sorted((g.group_id, g.state) for g in state.placement_groups))
         if fingerprint != self.fingerprint:   # the job moved: a call ended or began
             self.fingerprint, self.changed_at = fingerprint, self.asked_at
             self.moved_at = max(self.moved_at, self.asked_at)
         self.read_at = self.asked_at
+        unplaceable = any(g.pending and g.scheduling == INFEASIBLE
+                          for g in state.placement_groups)
+        self.unplaceable_since = (self.unplaceable_since or self.asked_at) if unplaceable \
+            else None
         here = {a.pid: (a.class_name, a.actor_id) for a in state.actors
                 if a.pid and a.state != "DEAD" and a.node_id == driver.node_id}
         here.update({t.pid: (t.name.split(".")[0], t.actor_id) for t in state.tasks
@@ -189,12 +256,15 @@ class RayJob:
         read comes late, and the turn holds). Takes the samples finished since the last tick
         and asks for those due. A driver that joined a cluster started apart, with no rank
         known, has the turn all the time."""
-        if between or (not self.ranked and self.joined is not None):
+        alone = self.alone
+        if between or alone:
             self.between_at = now
             self.turn_since = now if self.turn_since is None else self.turn_since
-        elif self.turn_since is not None and in_task and now - self.between_at > self.hold:
-            self.turn_since = None   # a rank has had work in hand for a while: the ranks' turn
-            for seen in self.known.values():
+            self.alone_turn = alone and not between
+        elif self.turn_since is not None and (
+                self.alone_turn or (in_task and now - self.between_at > self.hold)):
+            self.turn_since = None   # a rank has had work in hand for a while, or the job
+            for seen in self.known.values():   # has ranks now: the ranks' turn
                 seen.busy_since = None
         for stacks in self.background.done():
             if stacks.pid in self.known:
@@ -203,7 +273,12 @@ class RayJob:
             self._read_io(seen, now)
         if self.turn_since is not None:
             for seen in self.known.values():
-                if now - seen.at >= self.every:
+                if now - seen.at < self.every:
+                    continue
+                if seen.process.role == WORKER and not seen.busy:
+                    seen.kind, seen.stacks, seen.at = NO_CPU, None, now   # no stack to read
+                    seen.busy_since, seen.signature, seen.spun = None, (), None
+                else:
                     self.background.request(_as_rank(seen.process))
 
     def _read_io(self, seen: _Process, now: float) -> None:
@@ -248,16 +323,34 @@ class RayJob:
         if self.turn_since is None or not self.known:
             return None
         fresh = 2 * self.every + 2
-        joined = self.joined is not None
-        if joined and (self.read_at is None or now - self.read_at > fresh + self.every):
+        asked = self.asked is not None
+        if asked and (self.read_at is None or now - self.read_at > fresh + self.every):
             return None   # the job's actors and tasks not asked for lately
+        if self._waits_for_cluster(now):
+            return None   # it waits for the cluster to grow: a node takes minutes to join
         seen = list(self.known.values())
         if any(s.kind is None or s.at < self.turn_since or now - s.at > fresh for s in seen):
             return None
         if any(s.kind.working for s in seen if s.kind is not None):
             return None
         return max([self.turn_since] + [s.worked_at for s in seen]
-                   + ([self.changed_at] if joined else []))
+                   + ([self.changed_at] if asked else []))
+
+    def said_unplaceable(self, t: float) -> None:
+        """The job's output said at ``t`` that no node type of the cluster can hold a request
+        of the job (Ray's autoscaler, ``detect/cluster_wait.py``): the cluster will not grow
+        for it by itself."""
+        self.hopeless_at = t
+
+    def _waits_for_cluster(self, now: float) -> bool:
+        """Ray's state says a placement group of the job waits for a node the cluster does not
+        have (INFEASIBLE), for less than ``RESOURCE_WAIT``, and its autoscaler has not said
+        lately that no node type can hold it: a node may be on its way (an autoscaler
+        launching one, a node started late), and the job waits for the cluster, not on
+        itself."""
+        said = self.hopeless_at is not None and now - self.hopeless_at < RESOURCE_WAIT
+        return (self.unplaceable_since is not None and not said
+                and now - self.unplaceable_since < RESOURCE_WAIT)
 
     def spinning(self, now: float, busy_timeout: float) -> tuple[OutsideSeen, ...]:
         """The processes here busy in one unchanging stack for ``busy_timeout`` while every
@@ -270,14 +363,17 @@ class RayJob:
         """Where the job stands at a stall: fresh stacks of each process here, the servers
         outside the job they talk to (``job_pids``: the job's own processes), and Ray's state
         from the driver's dashboard."""
-        for seen in self.known.values():
-            self._seen(seen, self.probe.capture(_as_rank(seen.process), False, True, False))
-        peers = external_peers([_as_rank(s.process) for s in self.known.values()],
-                               set(job_pids) | set(self.known) | self._cluster())
         driver = next((s.process for s in self.known.values() if s.process.dashboard), None)
         state = _state_of(driver) if driver is not None else None
+        running = {t.pid for t in state.tasks if t.running} if state is not None else set()
+        shown = {pid: s for pid, s in self.known.items()
+                 if s.process.role != WORKER or s.kind is not NO_CPU or pid in running}
+        for seen in shown.values():
+            self._seen(seen, self.probe.capture(_as_rank(seen.process), False, True, False))
+        peers = external_peers([_as_rank(s.process) for s in shown.values()],
+                               set(job_pids) | set(self.known) | self._cluster())
         seen = tuple(dataclasses.replace(self._outside(s, now), peers=peers.get(-pid, ()))
-                     for pid, s in self.known.items())
+                     for pid, s in shown.items())
         return JobOutside(self.turn_since or now, seen, state)
 
     def _cluster(self) -> set[int]:
@@ -306,6 +402,25 @@ class RayJob:
 
 # a loop that spins in ``sum(x for x in values)`` is in its function all the time
 _INNER = INNER_EXPRESSIONS
+# a task worker that used no CPU since its last reading: between tasks, or waiting in one (its
+# stack is read at a stall when Ray says it runs a task)
+NO_CPU = StackKind("idle: no CPU")
+INFEASIBLE = "INFEASIBLE"   # Ray's scheduling state of a placement group no node can hold
+# how long a job whose placement group no node can hold waits for the cluster to grow before its
+# quiet counts: an autoscaler's node, or one started by hand, takes minutes to boot and join
+RESOURCE_WAIT = 300.0
+
+
+def _below(table: ProcessTable, pid: int, stop: set[int]) -> list[int]:
+    """The processes below ``pid``, leaving out those in ``stop`` and what is below them."""
+    found, todo = [], list(table.children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        if child in stop:
+            continue
+        found.append(child)
+        todo.extend(table.children.get(child, ()))
+    return found
 
 
 def _spin_signature(kind: StackKind) -> tuple:

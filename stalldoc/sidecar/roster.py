@@ -69,13 +69,13 @@ class Roster:
         return Discovered(tuple(lines), tuple(launched))
 
     def refresh_outside(self, now: float) -> list[str]:
-        """The Ray part learns the driver and the actors among this scan's processes (the
-        ranks, and the processes whose agent claims one this scan, are not theirs); what to
-        say of the new ones."""
+        """The Ray part learns the driver, the actors and the task workers among this scan's
+        processes (the ranks, and the processes whose agent claims one this scan, are not
+        theirs) and reads their CPU from its table; what to say of the new ones."""
         if self.found is None:
             return []
         ranks = self.found.claimed | {r.pid for r in self.live()}   # claims read this scan
-        return self.sources.ray_job.refresh(self.found.pids, ranks, now)
+        return self.sources.ray_job.refresh(self.found.pids, ranks, now, self.found.table)
 
     def live(self) -> list[RankProcess]:
         """The ranks whose present process has not ended."""

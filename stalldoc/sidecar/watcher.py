@@ -326,6 +326,8 @@ class Watcher:
         drained = self.logs.drain(None if final else max(DRAIN_MIN_S,
                                                          DRAIN_SHARE * self.opts.interval))
         self.sources.sleep_log.feed(drained.lines)
+        if drained.unplaceable_at is not None:
+            self.ray_job.said_unplaceable(drained.unplaceable_at)
         if drained.progress_at is not None:
             self.tracker.job_progressed(drained.progress_at)
         elif drained.counted_at is not None and len(self.ranks) == 1:

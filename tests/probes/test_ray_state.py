@@ -13,24 +13,30 @@ from typing import Any, Iterator
 import pytest
 
 from stalldoc.agent.ray_facts import publish
-from stalldoc.model.ray_job import ACTOR, DRIVER
+from stalldoc.model.ray_job import ACTOR, DRIVER, WORKER
 from stalldoc.probes.ray_state import drivers, job_state, ray_processes, read_state
 
 
-def test_the_driver_and_the_actors_are_what_their_agents_say(tmp_path: Path) -> None:
+def test_the_driver_the_actors_and_the_task_workers_are_what_their_agents_say(
+        tmp_path: Path) -> None:
     publish(str(tmp_path), 10, {"mode": "driver", "job_id": "01000000", "actor_id": "",
-                                "actor_class": "", "dashboard": "127.0.0.1:8265"})
+                                "actor_class": "", "dashboard": "127.0.0.1:8265",
+                                "daemons": "31,32,x,-4,33"})
     publish(str(tmp_path), 11, {"mode": "worker", "job_id": "01000000", "actor_id": "ab12",
                                 "actor_class": "RewardWorker", "dashboard": ""})
     publish(str(tmp_path), 12, {"mode": "worker", "job_id": "01000000", "actor_id": "",
                                 "actor_class": "", "dashboard": ""})   # a plain task's worker
     (tmp_path / "ray-13.json").write_text("{not json")
-    found = ray_processes(str(tmp_path), [10, 11, 12, 13, 14])
-    assert sorted(found) == [10, 11]
+    publish(str(tmp_path), 15, {"mode": "3", "job_id": "", "actor_id": ""})   # a spill worker
+    found = ray_processes(str(tmp_path), [10, 11, 12, 13, 14, 15])
+    assert sorted(found) == [10, 11, 12]
     assert found[10].role == DRIVER and found[10].dashboard == "127.0.0.1:8265"
+    assert found[10].daemons == (31, 32, 33)     # what Ray started for its node, as it says
     assert found[11].role == ACTOR and found[11].actor_class == "RewardWorker"
     assert found[11].label == "actor RewardWorker (pid 11)"
-    assert ray_processes(str(tmp_path), [11, 12]).keys() == {11}   # only the pids asked
+    assert found[12].role == WORKER and found[12].label == "task worker (pid 12)"
+    assert found[11].daemons == found[12].daemons == ()
+    assert ray_processes(str(tmp_path), [11, 13]).keys() == {11}   # only the pids asked
 
 
 @pytest.fixture

@@ -1,27 +1,34 @@
-"""A Ray driver whose first remote work joins no process group and takes a while, as jobs do
-before their trainers start: ``python prepare.py`` calls ``ray.init()`` (a local cluster) and waits
-in ``ray.get`` while SHARDS Ray tasks each pull a checkpoint shard from remote storage (here a
-wait of FETCH_SECONDS, default 12: network, no CPU). Nothing in the job is a rank. Prints
-``fetched N shards`` and exits 0."""
+"""A Ray driver whose first remote work joins no process group, as jobs do before their trainers
+start: ``python prepare.py`` calls ``ray.init()`` (a local cluster) and waits in ``ray.get`` while
+SHARDS Ray tasks each pull a checkpoint shard over HTTP from remote storage (``STORAGE_URL``,
+``/shard-<i>``; a hub or an object store), writing it to a local file as it arrives. Nothing in
+the job is a rank. Prints ``fetched N shards (B bytes)`` and exits 0; a download that stalls
+holds its task, and the driver, in their waits."""
 import os
-import time
+import tempfile
+import urllib.request
 
 import ray
 
 SHARDS = int(os.environ.get("SHARDS", "2"))
-FETCH_SECONDS = float(os.environ.get("FETCH_SECONDS", "12"))
+STORAGE_URL = os.environ["STORAGE_URL"]
 
 
 @ray.remote(num_cpus=1)
 def fetch_checkpoint_shard(index: int) -> int:
-    time.sleep(FETCH_SECONDS)   # the object store's transfer, as slow as it is
-    return index
+    received = 0
+    with urllib.request.urlopen(f"{STORAGE_URL}/shard-{index}") as response, \
+            tempfile.NamedTemporaryFile(suffix=".safetensors") as local:
+        while chunk := response.read1(1 << 16):
+            local.write(chunk)           # the shard's local copy, as hub downloads keep it
+            received += len(chunk)
+    return received
 
 
 def main() -> None:
     ray.init(num_cpus=SHARDS)
-    shards = ray.get([fetch_checkpoint_shard.remote(i) for i in range(SHARDS)])
-    print(f"fetched {len(shards)} shards", flush=True)
+    sizes = ray.get([fetch_checkpoint_shard.remote(i) for i in range(SHARDS)])
+    print(f"fetched {len(sizes)} shards ({sum(sizes)} bytes)", flush=True)
     ray.shutdown()
 
 

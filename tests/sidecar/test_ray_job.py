@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -23,10 +24,12 @@ import pytest
 
 from load import cpu_burner
 from stalldoc.detect.stack_kind import classify
-from stalldoc.model.ray_job import ACTOR, DRIVER, RayProcess
+from stalldoc.model.ray_job import (ACTOR, DRIVER, WORKER, RayPlacementGroup, RayProcess,
+                                    RayState)
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 from stalldoc.probes.pyspy import StackProbe
-from stalldoc.sidecar.ray_job import RayJob, _place, _Process
+from stalldoc.probes.proc_table import scan
+from stalldoc.sidecar.ray_job import NO_CPU, RESOURCE_WAIT, RayJob, _place, _Process
 from support import SCENARIOS, Result, end_watched, start_watch, wait_in_file, watch
 
 pytestmark = pytest.mark.timeout(420)
@@ -341,6 +344,7 @@ def test_the_drivers_turn_holds_while_no_rank_is_seen_with_work() -> None:
     # neither set): the driver's spin clock must not start again; a rank seen in a task ends it
     job = RayJob(None, StackProbe(None), 10.0)
     job.known[7] = seen = _Process(RayProcess(7, DRIVER))
+    job.ranked = True   # the job's learners are ranks
     job.observe(100.0, True)
     job._seen(seen, sampled(100.0, "normalise", "main"))
     job.observe(130.0, False, in_task=False)
@@ -494,3 +498,139 @@ def test_a_spin_is_placed_in_its_function_not_in_the_expression_it_spins_in() ->
     kind = dataclasses.replace(classify(stacks), thread=12345)
     place = _place(kind, stacks)
     assert place is not None and place.function == "normalise", place
+
+
+# ----- a Ray job with no rank: its driver, actors and task workers are the job -----------------
+BURN = "import sys; print('ready', flush=True)\nwhile True: pass"
+SLEEP = "import time; print('ready', flush=True); time.sleep(60)"
+
+
+def _started(code: str) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    return child
+
+
+# a process Ray started (its raylet, say) that starts one of its own (a worker, a runtime
+# environment's pip), which burns a core or sleeps
+BELOW = ("import subprocess, sys; subprocess.Popen([sys.executable, '-c', sys.argv[1]]); "
+         "print('ready', flush=True); import time; time.sleep(60)")
+
+
+@pytest.mark.parametrize("busy", ["daemon", "below-daemon", "sandbox"])
+def test_a_drivers_own_descendants_work_for_it_and_rays_daemons_do_not(busy: str) -> None:
+    # GIVEN a job that is its driver alone (no rank), the driver waiting on its children: one
+    # that Ray says it started for its node (its raylet, say), with a child of its own, and
+    # one the driver's own (a reward sandbox); one of the three burns a core, the rest sleep
+    daemon = subprocess.Popen([sys.executable, "-c", BELOW if busy == "below-daemon" else
+                               BURN if busy == "daemon" else SLEEP,
+                               BURN if busy == "below-daemon" else SLEEP],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert daemon.stdout is not None and daemon.stdout.readline().strip() == "ready"
+    sandbox = _started(BURN if busy == "sandbox" else SLEEP)
+    try:
+        job = RayJob(None, StackProbe(None), 10.0)
+        job.background.request = lambda rank: None   # type: ignore  # py-spy: a child too
+        me = os.getpid()
+        job.known[me] = seen = _Process(RayProcess(me, DRIVER, daemons=(daemon.pid,)))
+        start = time.time()
+        job.observe(start, False)
+        job._seen(seen, _waiting_in_socket(me, start))
+        # WHEN its CPU and its descendants' are read a second apart
+        job._read_cpu(scan(), start)
+        time.sleep(1.0)
+        job._read_cpu(scan(), start + 1.0)
+        job.observe(start + 1.0, False)
+        quiet = job.quiet_since(start + 1.0)
+    finally:
+        os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.wait()
+        sandbox.kill()
+        sandbox.wait()
+    # THEN it is the job's turn from the start (no rank); the sandbox's CPU is the driver's
+    # work, and so is what runs below Ray's daemon (a worker starting); the daemon's own is
+    # Ray's upkeep, not the job's
+    assert job.alone and job.turn_since == start
+    assert quiet == (start if busy == "daemon" else start + 1.0), (quiet, start)
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+def test_a_task_worker_is_read_by_its_cpu_before_its_stack(busy: bool) -> None:
+    # GIVEN a job with no rank: its driver and a task worker of Ray's pool, idle or running a
+    # task that burns a core
+    worker = _started(BURN if busy else SLEEP)
+    try:
+        job = RayJob(None, StackProbe(None), 10.0)
+        requested: list[int] = []
+        job.background.request = lambda rank: requested.append(rank.pid)   # type: ignore
+        job.known[1] = _Process(RayProcess(1, DRIVER))
+        job.known[worker.pid] = seen = _Process(RayProcess(worker.pid, WORKER))
+        start = time.time()
+        job._read_cpu(scan(), start)
+        time.sleep(1.0)
+        job._read_cpu(scan(), start + 1.0)
+        # WHEN the turn's samples are asked for
+        job.observe(start + 1.0, False)
+    finally:
+        worker.kill()
+        worker.wait()
+    # THEN the busy worker's stack is read (is it work, or a spinning wait?); the idle one's
+    # is not: it used no CPU, so it has no work, and it is seen so now
+    assert (worker.pid in requested) == busy and 1 in requested
+    assert (seen.kind is NO_CPU and seen.at == start + 1.0) != busy
+
+
+def _quiet_driver(job: RayJob, t: float) -> _Process:
+    job.known[7] = seen = _Process(RayProcess(7, DRIVER))
+    job.observe(t, False)
+    job._seen(seen, _waiting_in_socket(7, t))
+    return seen
+
+
+@pytest.mark.parametrize("scheduling", ["INFEASIBLE", "NO_RESOURCES"])
+def test_a_placement_group_is_a_wait_for_the_cluster_only_where_no_node_can_hold_it(
+        scheduling: str) -> None:
+    # GIVEN Ray's state of a driver's job alone, waiting from t=100: one placement group
+    # pending, which no node of the cluster can hold (INFEASIBLE: a node may be on its way,
+    # an autoscaler's), or which waits for resources the job itself holds
+    job = RayJob(None, StackProbe(None), 10.0)
+    seen = _quiet_driver(job, 100.0)
+    group = RayPlacementGroup("a1", "rollout", "PENDING", ("{'GPU': 1.0}",) * 2, scheduling)
+    job.asked_at = 104.0
+    job._take(RayState(placement_groups=(group,)), RayProcess(7, DRIVER), {7})
+    # THEN only the first waits for the cluster, for RESOURCE_WAIT; the second is the job's
+    # own deadlock, quiet since its wait began
+    infeasible = scheduling == "INFEASIBLE"
+    assert (job.unplaceable_since == 104.0) == infeasible
+    for now, waits in ((110.0, infeasible), (104.0 + RESOURCE_WAIT - 1, infeasible),
+                       (104.0 + RESOURCE_WAIT, False)):
+        job._seen(seen, _waiting_in_socket(7, now))
+        assert job._waits_for_cluster(now) == waits
+
+
+def test_no_node_type_for_a_request_said_by_rays_autoscaler_ends_the_wait_for_the_cluster(
+        ) -> None:
+    # GIVEN the same infeasible placement group in Ray's state, and the autoscaler's line in
+    # the job's output: no node type of the cluster can hold the request
+    job = RayJob(None, StackProbe(None), 10.0)
+    _quiet_driver(job, 100.0)
+    group = RayPlacementGroup("a1", "rollout", "PENDING", ("{'GPU': 1.0}",) * 2, "INFEASIBLE")
+    job.asked_at = 104.0
+    job._take(RayState(placement_groups=(group,)), RayProcess(7, DRIVER), {7})
+    assert job._waits_for_cluster(105.0)
+    job.said_unplaceable(106.0)
+    # THEN no node is coming for it: the job waits on nothing that works
+    assert not job._waits_for_cluster(107.0)
+
+
+def test_the_turn_of_a_job_alone_ends_once_a_process_claims_a_rank() -> None:
+    # GIVEN a job that is its driver alone; then its actors start with RANK in their
+    # environment (verl hands it through runtime_env), before they join their process group
+    job = RayJob(None, StackProbe(None), 10.0)
+    _quiet_driver(job, 100.0)
+    assert job.alone and job.turn_since == 100.0
+    job.ranked = True
+    job.observe(101.0, False, in_task=False)
+    # THEN the job is its ranks' now: this part's turn ends at once (no rank read yet is no
+    # reason to judge the job on its driver alone)
+    assert job.turn_since is None and job.quiet_since(101.0) is None
