@@ -92,6 +92,7 @@ class RayJob:
         self.ranked = False                    # the job has ranks (as the last refresh said)
         self.rank_pids: set[int] = set()
         self.alone_turn = False                # the turn is this part's because no rank is known
+        self.up_at: float | None = None        # when the driver's Ray node was first seen up
         self.unplaceable_since: float | None = None   # a placement group no node can hold since
         self.hopeless_at: float | None = None   # the job's output last said no node type can
 
@@ -128,17 +129,22 @@ class RayJob:
         work for it (a reward sandbox, an engine's core process; below the driver's Ray, a
         worker starting or a runtime environment being installed), whatever its stack waits
         on. Its descendants stop at the job's other processes here and its ranks (judged on
-        their own), and leave out the processes Ray started for its node themselves (the GCS,
-        the raylet, the dashboard: Ray's upkeep, not the job's work)."""
+        their own), and leave out the processes Ray started for its node (the GCS, the raylet,
+        the dashboard) and what ran below them once that node was up (its agents, the
+        dashboard's modules): Ray's upkeep, not the job's work. Thirteen such processes idle
+        at a jiffy or two each summed to a tenth of a core in a half-second tick."""
         stop = set(self.known) | self.rank_pids
         daemons = {d for s in self.known.values() for d in s.process.daemons}
+        if daemons and self.up_at is None:
+            self.up_at = table.t   # the driver's Ray is up: what runs below it now is Ray's
         for seen in self.known.values():
             info = table.get(seen.process.pid)
             if info is None:
                 continue
             before, seen.cpu = seen.cpu, (table.t, info.cpu_seconds)
             children = {c: (table.procs[c].start_ticks, table.procs[c].cpu_seconds)
-                        for c in _below(table, seen.process.pid, stop) if c not in daemons}
+                        for c, rays in _below(table, seen.process.pid, stop, daemons)
+                        if not rays or table.procs[c].started_at > (self.up_at or 0.0)}
             earlier, seen.children = seen.children, children
             if before is None or table.t <= before[0]:
                 continue
@@ -411,15 +417,19 @@ INFEASIBLE = "INFEASIBLE"   # Ray's scheduling state of a placement group no nod
 RESOURCE_WAIT = 300.0
 
 
-def _below(table: ProcessTable, pid: int, stop: set[int]) -> list[int]:
-    """The processes below ``pid``, leaving out those in ``stop`` and what is below them."""
-    found, todo = [], list(table.children.get(pid, ()))
+def _below(table: ProcessTable, pid: int, stop: set[int], daemons: set[int]
+           ) -> list[tuple[int, bool]]:
+    """The processes below ``pid``, leaving out those in ``stop`` and what is below them, and
+    the ``daemons`` themselves; each with whether it runs below one of them (Ray's)."""
+    found, todo = [], [(c, False) for c in table.children.get(pid, ())]
     while todo:
-        child = todo.pop()
+        child, rays = todo.pop()
         if child in stop:
             continue
-        found.append(child)
-        todo.extend(table.children.get(child, ()))
+        rays = rays or child in daemons
+        if child not in daemons:
+            found.append((child, rays))
+        todo.extend((c, rays) for c in table.children.get(child, ()))
     return found
 
 
