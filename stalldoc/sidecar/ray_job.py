@@ -42,6 +42,7 @@ from stalldoc.model.ray_job import (ACTOR, DRIVER, WORKER, JobOutside, OutsideSe
 from stalldoc.model.ranks import RankProcess
 from stalldoc.model.stacks import Frame, RankStacks
 from stalldoc.probes.connections import external_peers
+from stalldoc.probes.host import descendants
 from stalldoc.probes.proc_table import ProcessGone, ProcessTable, read_io
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
 from stalldoc.probes.ray_state import job_state, ray_processes, read_state
@@ -92,7 +93,8 @@ class RayJob:
         self.ranked = False                    # the job has ranks (as the last refresh said)
         self.rank_pids: set[int] = set()
         self.alone_turn = False                # the turn is this part's because no rank is known
-        self.up_at: float | None = None        # when the driver's Ray node was first seen up
+        self.up_ticks: int | None = None       # when the driver's Ray node was first seen up
+        self.last_uptime: int | None = None    # when the last process table was read
         self.unplaceable_since: float | None = None   # a placement group no node can hold since
         self.hopeless_at: float | None = None   # the job's output last said no node type can
 
@@ -135,23 +137,26 @@ class RayJob:
         at a jiffy or two each summed to a tenth of a core in a half-second tick."""
         stop = set(self.known) | self.rank_pids
         daemons = {d for s in self.known.values() for d in s.process.daemons}
-        if daemons and self.up_at is None:
-            self.up_at = table.t   # the driver's Ray is up: what runs below it now is Ray's
+        if daemons and self.up_ticks is None:
+            self.up_ticks = table.uptime   # the driver's Ray is up: what runs below it is Ray's
+        upkeep = daemons | {p for d in daemons for p in descendants(d, table.children, stop)
+                            if table.procs[p].start_ticks < (self.up_ticks or 0)}
+        last, self.last_uptime = self.last_uptime, table.uptime
         for seen in self.known.values():
             info = table.get(seen.process.pid)
             if info is None:
                 continue
             before, seen.cpu = seen.cpu, (table.t, info.cpu_seconds)
             children = {c: (table.procs[c].start_ticks, table.procs[c].cpu_seconds)
-                        for c, rays in _below(table, seen.process.pid, stop, daemons)
-                        if not rays or table.procs[c].started_at > (self.up_at or 0.0)}
+                        for c in descendants(seen.process.pid, table.children, stop)
+                        if c not in upkeep}
             earlier, seen.children = seen.children, children
             if before is None or table.t <= before[0]:
                 continue
             seconds = table.t - before[0]
             seen.busy = 100 * (info.cpu_seconds - before[1]) / seconds >= BUSY_CPU_PERCENT
             spent = sum(cpu - earlier[c][1] if c in earlier and earlier[c][0] == start
-                        else cpu if table.procs[c].started_at >= before[0] - 1 else 0.0
+                        else cpu if last is not None and start >= last else 0.0
                         for c, (start, cpu) in children.items())
             if 100 * spent / seconds >= CHILD_CPU_PERCENT:
                 seen.worked_at = now
@@ -415,22 +420,6 @@ INFEASIBLE = "INFEASIBLE"   # Ray's scheduling state of a placement group no nod
 # how long a job whose placement group no node can hold waits for the cluster to grow before its
 # quiet counts: an autoscaler's node, or one started by hand, takes minutes to boot and join
 RESOURCE_WAIT = 300.0
-
-
-def _below(table: ProcessTable, pid: int, stop: set[int], daemons: set[int]
-           ) -> list[tuple[int, bool]]:
-    """The processes below ``pid``, leaving out those in ``stop`` and what is below them, and
-    the ``daemons`` themselves; each with whether it runs below one of them (Ray's)."""
-    found, todo = [], [(c, False) for c in table.children.get(pid, ())]
-    while todo:
-        child, rays = todo.pop()
-        if child in stop:
-            continue
-        rays = rays or child in daemons
-        if child not in daemons:
-            found.append((child, rays))
-        todo.extend((c, rays) for c in table.children.get(child, ()))
-    return found
 
 
 def _spin_signature(kind: StackKind) -> tuple:

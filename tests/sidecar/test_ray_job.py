@@ -525,8 +525,7 @@ def test_a_drivers_own_descendants_work_for_it_and_rays_daemons_do_not(busy: str
     # one the driver's own (a reward sandbox); one of the three burns a core, the rest sleep.
     # The daemon's child started once the driver's Ray was up (a worker starting, a runtime
     # environment's pip), or with the node (its dashboard agent, which Ray keeps)
-    up_at = time.time()
-    time.sleep(1.1)   # a process's start is read in whole seconds of boot time: up to 1 s early
+    up_ticks = scan().uptime
     below = busy.startswith("below-daemon")
     daemon = subprocess.Popen([sys.executable, "-c", BELOW if below else
                                BURN if busy == "daemon" else SLEEP, BURN if below else SLEEP],
@@ -536,7 +535,7 @@ def test_a_drivers_own_descendants_work_for_it_and_rays_daemons_do_not(busy: str
     try:
         job = RayJob(None, StackProbe(None), 10.0)
         job.background.request = lambda rank: None   # type: ignore  # py-spy: a child too
-        job.up_at = up_at if busy == "below-daemon-since-up" else time.time()
+        job.up_ticks = up_ticks if busy == "below-daemon-since-up" else scan().uptime + 1
         me = os.getpid()
         job.known[me] = seen = _Process(RayProcess(me, DRIVER, daemons=(daemon.pid,)))
         start = time.time()
