@@ -642,7 +642,7 @@ def idle_host(t: float, rank: int, pid: int, cpu: float = 0.5) -> Any:
 
 
 RANKS_LAUNCHER = """
-import os, subprocess, sys
+import os, subprocess, sys, time
 if os.fork():
     os._exit(0)
 print(os.getpid(), flush=True)
@@ -653,6 +653,11 @@ for line in sys.stdin:
         env = dict(os.environ, RANK=rank, LOCAL_RANK=rank, WORLD_SIZE="2")
         ranks[rank] = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.readline(); "
                                         "sys.exit(3)"], env=env, stdin=subprocess.PIPE)
+        # Popen returns once the exec closed its pipe, before the kernel set the new program's
+        # environment up (a window of microseconds, longer under load): the rank is started
+        # once its environment reads
+        while b"RANK=" not in open(f"/proc/{ranks[rank].pid}/environ", "rb").read():
+            time.sleep(0.001)
         print(ranks[rank].pid, flush=True)
     elif word == "fail":
         ranks[rank].stdin.close()
