@@ -196,6 +196,7 @@ def test_a_ray_download_that_stalls_is_named_in_its_task(tmp_path: Path,
         "fetch_checkpoint_shard (") and "ray_prepare.py" in call["frame"], call
     assert storage.url.removeprefix("http://") in call["peers"], call
     assert f"fetch_checkpoint_shard (pid {call['pid']}" in finding["summary"], finding["summary"]
+    assert [b["pid"] for b in finding["evidence"]["blamed"]] == [call["pid"]], finding
     # AND the driver's agent listed the processes Ray started for its node (none of them the
     # driver or a worker of the job): their CPU is Ray's, not the job's
     driver = finding["evidence"]["driver"]["pid"]

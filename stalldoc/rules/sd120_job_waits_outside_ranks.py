@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+from stalldoc.analysis.outside_blame import blamed_processes, outside_cause
 from stalldoc.analysis.stacks import frame_strings
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.ray_job import JobOutside, OutsideSeen, RayActor, RayPlacementGroup, RayTask
 from stalldoc.model.stacks import BETWEEN_TASKS
 from stalldoc.model.window import Window
-from stalldoc.rules.base import Rule, join_ranks
+from stalldoc.rules.base import Rule, blamed, join_ranks
 
 # an actor's state in Ray's words (ray.util.state's ActorState), said as what it means
 _ACTOR_STATES = {"PENDING_CREATION": "never created: no node can place it yet",
@@ -48,7 +49,12 @@ class JobWaitsOutsideRanks(Rule):
         on, the calls queued behind it); the calls held by an actor that is not alive (its
         state, resources asked, death cause); the placement groups not placed (their bundles,
         Ray's scheduling state); the actors' processes; where Ray's state was read (or why it
-        was not).
+        was not). The processes blamed (``blamed``): the running calls that wait on no other
+        call, else the job's processes that are not idle between tasks (the driver's own work
+        or wait); the cause where their stacks and Ray's state say it (``cause.kind``): a
+        placement group not placed, an actor not alive, a process group's rendezvous whose
+        members have not joined, a server that does not answer, or work in one place; the
+        first blamed process's frame (``frame``).
 
     Fix
         Read the frame named: the driver's own code (a reward or a normaliser that does not
@@ -72,20 +78,33 @@ class JobWaitsOutsideRanks(Rule):
         if outside is None or not outside.seen:
             return
         ranks = sorted(r.rank for r in window.ranks)
-        driver = outside.driver
         calls = _running_calls(outside)
-        where = [f"{driver.process.label} {_doing(driver)}"] if driver else []
-        where += [_describe_call(call, seen, outside, window.now) for call, seen in calls]
-        where += [_describe_held(call, actor) for call, actor in _held(outside)]
-        where += [_describe_group(group) for group in _pending_groups(outside)]
-        if not calls:
-            where += [f"{s.process.label} {_doing(s)}" for s in outside.seen
-                      if s is not driver and s.kind != BETWEEN_TASKS]
         seconds = window.now - outside.since
         summary = (f"{join_ranks(ranks)} wait for their next task for {seconds:.0f} s, and "
                    "the job waits outside them: ") if ranks else _no_ranks(outside, seconds)
-        summary += "; ".join(where or ["the driver and its actors wait too"])
-        yield self.finding(ranks, summary, _evidence(outside, calls, window.now))
+        summary += "; ".join(_where(outside, calls, window.now)
+                             or ["the driver and its actors wait too"])
+        held = blamed_processes(outside, calls)
+        evidence = {**_evidence(outside, calls, window.now),
+                    **blamed((s.process.pid, s.process.label) for s in held)}
+        if held and held[0].frame:   # the first blamed process's own frame
+            evidence["frame"] = str(held[0].frame)
+        yield self.caused(ranks, summary, evidence, outside_cause(outside, held))
+
+
+def _where(outside: JobOutside, calls: list[tuple[RayTask, OutsideSeen]], now: float
+           ) -> list[str]:
+    """Where the job stands: the driver, the calls that run, the calls held by an actor not
+    alive, the placement groups not placed; with no call running, what the others do."""
+    driver = outside.driver
+    where = [f"{driver.process.label} {_doing(driver)}"] if driver else []
+    where += [_describe_call(call, seen, outside, now) for call, seen in calls]
+    where += [_describe_held(call, actor) for call, actor in _held(outside)]
+    where += [_describe_group(group) for group in _pending_groups(outside)]
+    if not calls:
+        where += [f"{s.process.label} {_doing(s)}" for s in outside.seen
+                  if s is not driver and s.kind != BETWEEN_TASKS]
+    return where
 
 
 def _no_ranks(outside: JobOutside, seconds: float) -> str:
@@ -109,7 +128,7 @@ def _doing(seen: OutsideSeen) -> str:
     return f"({seen.kind or 'no stack read'}){frame}"
 
 
-def _running_calls(outside: JobOutside) -> list[tuple[RayTask, OutsideSeen | None]]:
+def _running_calls(outside: JobOutside) -> list[tuple[RayTask, OutsideSeen]]:
     """The actor calls Ray runs in processes that are no rank, with what those show."""
     if outside.ray is None:
         return []
@@ -157,7 +176,7 @@ def _describe_call(call: RayTask, seen: OutsideSeen | None, outside: JobOutside,
     return f"{behind}{call.name} (pid {call.pid}{ran}){doing}"
 
 
-def _evidence(outside: JobOutside, calls: list[tuple[RayTask, OutsideSeen | None]],
+def _evidence(outside: JobOutside, calls: list[tuple[RayTask, OutsideSeen]],
               now: float) -> dict[str, Any]:
     driver = outside.driver
     ray = outside.ray
@@ -167,7 +186,7 @@ def _evidence(outside: JobOutside, calls: list[tuple[RayTask, OutsideSeen | None
         "calls": [{"call": t.name, "pid": t.pid, "state": t.state,
                    "running_seconds": round(now - t.started_at, 1) if t.started_at else None,
                    "queued_behind": [q.name for q in ray.queued_behind(t)] if ray else [],
-                   **(_seen(s) if s else {})} for t, s in calls],
+                   **_seen(s)} for t, s in calls],
         "actors": [_seen(s) for s in outside.seen if s is not driver],
         "held_by_actors": [{"call": t.name, "actor_class": a.class_name, "state": a.state,
                             "resources": a.resources, "death": a.death}

@@ -91,6 +91,10 @@ def test_a_weight_sync_that_never_completes_is_named_where_the_job_waits(
     assert call["actor_class"] == "GenerationServer" and call["queued_behind"] == [
         "GenerationServer.ping"], call
     assert any("_create_c10d_store" in f for f in call["frames"]), call["frames"]
+    # (the server's call is blamed, the innermost of the chain, in a rendezvous not complete)
+    assert [b["pid"] for b in evidence["blamed"]] == [call["pid"]], evidence["blamed"]
+    assert evidence["cause"]["kind"] == "rendezvous_incomplete", evidence["cause"]
+    assert evidence["frame"].startswith("GenerationServer.load_weights ("), evidence["frame"]
     if runner:
         assert re.search(r"TaskRunner\.run \(pid \d+, running for \d+ s\), waits on ray\.get "
                          r"at rl_loop \(\S+ray_rl_driver\.py:\d+\)", summary), summary
@@ -129,6 +133,13 @@ def test_a_pool_no_node_can_hold_is_named_with_what_it_asks(
     [group] = finding["evidence"]["placement_groups"]
     assert (group["name"], group["state"], group["scheduling"]) == (
         "rollout_pool", "PENDING", "INFEASIBLE"), group
+    # AND the process that waits for the group is blamed (the TaskRunner's call, else the
+    # driver), for a placement group Ray has not placed
+    evidence = finding["evidence"]
+    waiting = ([c["pid"] for c in evidence["calls"] if c["call"] == "TaskRunner.run"] if runner
+               else [evidence["driver"]["pid"]])
+    assert [b["pid"] for b in evidence["blamed"]] == waiting, evidence
+    assert evidence["cause"]["kind"] == "placement_group_not_placed", evidence["cause"]
 
 
 def test_a_server_no_node_can_place_is_named_with_what_it_asks(
@@ -147,6 +158,7 @@ def test_a_server_no_node_can_place_is_named_with_what_it_asks(
                      finding["summary"]), finding["summary"]
     [held] = finding["evidence"]["held_by_actors"]
     assert held["state"] == "PENDING_CREATION" and held["actor_class"] == "GenerationServer"
+    assert finding["evidence"]["cause"]["kind"] == "actor_not_alive", finding["evidence"]
 
 
 @RUNNER
@@ -180,6 +192,10 @@ def test_a_loop_waiting_on_a_silent_verifier_is_named_with_the_server(
         assert re.search(rf"the driver \(pid \d+\) {waits}", summary), summary
         assert evidence["driver"]["peers"] == [f"127.0.0.1:{port}"]
         assert evidence["calls"] == []   # no actor call holds it
+    # AND the process in the read is blamed, waiting on a server that does not answer
+    reading = evidence["calls"][0]["pid"] if runner else evidence["driver"]["pid"]
+    assert [b["pid"] for b in evidence["blamed"]] == [reading], evidence
+    assert evidence["cause"]["kind"] == "server_not_answering", evidence["cause"]
 
 
 @pytest.mark.parametrize("runner,loaded", [(False, False),

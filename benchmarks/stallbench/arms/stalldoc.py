@@ -98,17 +98,26 @@ MISMATCH_KINDS = frozenset({"uneven_steps", "skipped_step", "forward_on_some_ran
                             "collective_order", "different_collectives", "crossed_groups"})
 
 
+# the kinds of SD120's ``cause`` (what holds a Ray job outside its ranks) in the scenarios' words
+JOB_WAIT_KINDS = {"placement_group_not_placed": "unschedulable",
+                  "rendezvous_incomplete": "rendezvous_missing_node",
+                  "server_not_answering": "waiting_on_server", "busy": "cpu_busy",
+                  "actor_not_alive": "engine_dead"}
+
+
 def said_cause(evidence: dict, io: bool = True) -> str:
     """The cause kind a finding's words name beyond its code's: the cause sentence of a
-    mismatch, or of engines out of step; a culprit said to be blocked in the kernel on a file,
-    a pipe or a socket ("blocked in openat(/mnt/ckpt/...)") waits on I/O (where ``io``).
-    '' when none."""
+    mismatch, of engines out of step, or of what holds a Ray job outside its ranks; a culprit
+    said to be blocked in the kernel on a file, a pipe or a socket ("blocked in
+    openat(/mnt/ckpt/...)") waits on I/O (where ``io``). '' when none."""
     cause = evidence.get("cause")
     kind = cause.get("kind", "") if isinstance(cause, dict) else ""
     if kind in MISMATCH_KINDS:
         return "collective_mismatch"
     if kind == "engine_collective":
         return "engine_out_of_step"
+    if kind in JOB_WAIT_KINDS:
+        return JOB_WAIT_KINDS[kind]
     culprits = evidence.get("culprits")
     blocked = [evidence] + (list(culprits.values()) if isinstance(culprits, dict) else [])
     if io and any(isinstance(e, dict) and e.get("kernel_wait") for e in blocked):
