@@ -5,7 +5,8 @@ The job waits on the actor calls that run while nothing works: of those, the one
 themselves wait in ``ray.get`` on another call (the innermost links of the chain; all of them
 where every one waits so). With no call running (or none known: no state API), the processes
 of the job that are not idle between tasks, the driver included: its own work or wait holds the
-job; again those not waiting in ``ray.get`` where any is not. A blamed process is never a guess
+job; again those not waiting in ``ray.get`` where any is not, and never a driver in ``ray.get``
+while an actor or a task worker is in a call (what it waits on runs there). A blamed process is never a guess
 by name: it is the pid Ray's state API or the process's own agent said runs the call, or the
 driver, actor or task worker the agents said it is.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from stalldoc.analysis.causes import Cause
-from stalldoc.model.ray_job import JobOutside, OutsideSeen, RayTask
+from stalldoc.model.ray_job import DRIVER, JobOutside, OutsideSeen, RayTask
 from stalldoc.model.stacks import BETWEEN_TASKS
 
 RAY_GET = "waiting: ray.get"
@@ -45,7 +46,10 @@ def blamed_processes(outside: JobOutside, calls: Iterable[tuple[RayTask, Outside
     running = [seen for _, seen in calls]
     if not running:
         running = [s for s in outside.seen if s.kind != BETWEEN_TASKS]
-    innermost = [s for s in running if s.kind != RAY_GET] or running
+    # a driver in ray.get waits on what the job's actors and tasks run: one of them in a call
+    # is further down the chain, whatever it waits on
+    deeper = [s for s in running if s.process.role != DRIVER or s.kind != RAY_GET]
+    innermost = [s for s in deeper if s.kind != RAY_GET] or deeper or running
     return list({s.process.pid: s for s in innermost}.values())
 
 

@@ -77,6 +77,20 @@ def test_calls_that_all_wait_on_ray_get_are_all_blamed():
     assert outside_cause(outside, held) is None
 
 
+def test_without_state_api_an_actor_in_a_call_is_blamed_over_the_driver_waiting_on_it():
+    # GIVEN no state API (a dashboard-less Ray): the driver in ray.get, verl's TaskRunner in
+    # ray.get too, in its call (it waits for a placement group no one can say is pending)
+    driver = seen(4000, DRIVER, "waiting: ray.get", RAY_GET)
+    runner = seen(4100, ACTOR, "waiting: ray.get", RAY_GET, "TaskRunner")
+    outside = JobOutside(0.0, (driver, runner), None)
+    # THEN the TaskRunner is blamed, the driver not; no cause said
+    held = blamed_processes(outside, [])
+    assert held == [runner] and outside_cause(outside, held) is None
+    # AND a driver alone in ray.get (what it waits on shows nowhere) is blamed
+    alone = JobOutside(0.0, (driver, seen(4200, WORKER, BETWEEN_TASKS)), None)
+    assert blamed_processes(alone, []) == [driver]
+
+
 def test_without_state_api_the_working_driver_is_blamed_as_busy():
     # GIVEN no call known (no state API): the driver works in one place, an actor idles
     driver = OutsideSeen(RayProcess(4000, DRIVER), None, "working", busy_for=93.4)
