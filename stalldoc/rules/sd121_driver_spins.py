@@ -12,9 +12,10 @@ class DriverSpins(Rule):
     """The driver (or an actor that is no rank) burns CPU in one place while every rank waits.
 
     What it does
-        Every tick, while every rank of a Ray job idles in its task loop, finds the driver or
-        an actor that is no rank busy on the CPU in a working frame whose stack keeps the same
-        functions (an expression's own frames, a generator or a comprehension, left out) for
+        Every tick, while every rank of a Ray job idles in its task loop (or, in a Ray job with
+        no rank, while nothing else of it works), finds the driver or an actor that is no rank
+        busy on the CPU in a working frame whose stack keeps the same functions (an
+        expression's own frames, a generator or a comprehension, left out) for
         ``--busy-timeout`` (default 600 s, at least twice the stall timeout). It works, so it
         is never a stall: a warning, never a reason to end the job, resolved once that stack
         moves on. Not sooner: a reward model computing in torch's C++ shows py-spy the same
@@ -47,11 +48,13 @@ class DriverSpins(Rule):
     trigger = "tick"
 
     def check(self, window: Window) -> Iterator[Finding]:
+        others = ("every rank waits for its next task" if window.ranks else
+                  "nothing else of the job works (it has no rank)")
         for seen in window.spinning:
             main = seen.stacks.main if seen.stacks else None
             summary = (f"{seen.process.label} has been busy in one unchanging stack for "
-                       f"{seen.busy_for:.0f} s at {seen.frame or 'an unknown frame'} while every "
-                       f"rank waits for its next task: a loop that never ends?")
+                       f"{seen.busy_for:.0f} s at {seen.frame or 'an unknown frame'} while "
+                       f"{others}: a loop that never ends?")
             yield self.finding([], summary, {
                 "pid": seen.process.pid, "role": seen.process.role,
                 "actor_class": seen.process.actor_class,

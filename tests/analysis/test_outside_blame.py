@@ -127,3 +127,4 @@ def test_a_task_waiting_on_a_server_outside_the_job():
     cause = outside_cause(outside, held)
     assert held == [task] and cause is not None
     assert (cause.kind, cause.facts) == ("server_not_answering", {"peers": ["10.0.0.7:8000"]})
+
