@@ -23,8 +23,9 @@ class HostSample:
     cpu_percent: float | None = None   # since the previous tick; 100 = one core
     children: int = 0                  # live descendants that are not ranks themselves
     children_cpu_percent: float | None = None   # those descendants' CPU since the previous tick
-    io_bps: float | None = None        # bytes read + written per second (rchar + wchar, the
-                                       # rank and its descendants) since the previous tick
+    io_bps: float | None = None        # bytes read + written per second (rchar + wchar and
+                                       # TCP bytes received + sent, the rank and its
+                                       # descendants) since the previous tick
     cpu_wait_percent: float | None = None   # its threads runnable but waiting for a CPU (the
                                        # run-queue delay) since the previous tick; 100 = one
                                        # thread the whole time. None: the kernel keeps no count

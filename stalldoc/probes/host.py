@@ -1,7 +1,8 @@
 """Host probe (psutil): per rank CPU time and %, RSS, threads and state, the share of time its
 threads were runnable but waiting for a CPU (a starved rank works, slowly), and the work of its
 own process tree (its descendants' CPU and CPU wait, the bytes the rank and its descendants read
-and write); for the node, available memory, swap traffic and load against cores."""
+and write, to files and pipes and over TCP: ``tcp_bytes``); for the node, available memory,
+swap traffic and load against cores."""
 from __future__ import annotations
 
 import os
@@ -14,12 +15,13 @@ from stalldoc.model.ranks import RankProcess
 from stalldoc.model.samples import HostMemory, HostSample
 from stalldoc.probes.proc_table import (ProcessGone, ProcessTable, ProcInfo, read_cpu_wait,
                                         read_io, scan)
+from stalldoc.probes.tcp_bytes import TcpBytes
 
 
 @dataclass(frozen=True)
 class _Usage:
-    """A process's cumulative CPU seconds, I/O bytes (rchar + wchar) and seconds runnable but
-    waiting for a CPU at one moment."""
+    """A process's cumulative CPU seconds, I/O bytes (rchar + wchar, and its TCP connections'
+    bytes) and seconds runnable but waiting for a CPU at one moment."""
 
     t: float
     cpu: float
@@ -39,11 +41,15 @@ class _Rates:
     wait: float | None = None
 
 
-def _reading(now: float, info: ProcInfo, threads: bool) -> _Usage | None:
-    """The process's usage now (its I/O and CPU wait read at once: of every thread with
-    ``threads``, else of its main thread); None when it ended since the scan."""
+def _reading(now: float, info: ProcInfo, threads: bool, tcp: TcpBytes) -> _Usage | None:
+    """The process's usage now (its I/O, files' and TCP sockets' bytes, and CPU wait read at
+    once: of every thread with ``threads``, else of its main thread); None when it ended since
+    the scan."""
     try:
-        return _Usage(now, info.cpu_seconds, read_io(info.pid), info.start_ticks,
+        io = read_io(info.pid)
+        if io is not None:
+            io += tcp.of(info.pid, info.start_ticks)
+        return _Usage(now, info.cpu_seconds, io, info.start_ticks,
                       read_cpu_wait(info.pid, threads))
     except ProcessGone:
         return None
@@ -90,6 +96,7 @@ class HostProbe:
         self._swap: tuple[float, int, int] | None = None    # (t, sin, sout)
         self._last_tick: float | None = None                # when sample() last ran
         self._last_uptime: int | None = None                # and its table was read (ticks)
+        self._tcp = TcpBytes()                              # TCP bytes moved, per process
 
     def sample(self, now: float, ranks: list[RankProcess],
                parents: Mapping[int, int] | None = None,
@@ -104,6 +111,7 @@ class HostProbe:
         child of the rank does: it is the rank's work."""
         table = scan(now=now) if table is None else table
         available = psutil.virtual_memory().available
+        self._tcp.refresh()
         rank_pids, apart = {r.pid for r in ranks}, set(apart)
         children = children_of(parents or {})
         out, seen = [], set()
@@ -116,6 +124,7 @@ class HostProbe:
             if sample is not None:
                 out.append(sample)
         self._forget(set(self._usage) - seen)
+        self._tcp.forget(seen)
         self._last_tick, self._last_uptime = now, table.uptime
         return out
 
@@ -124,7 +133,7 @@ class HostProbe:
         info = table.get(rank.pid)
         if info is None or info.dead:   # gone, or a zombie: its memory reads 0, not a sample
             return None
-        own = _reading(now, info, threads=True)
+        own = _reading(now, info, True, self._tcp)
         if own is None:
             return None
         rates = self._rates(rank.pid, own)
@@ -152,7 +161,7 @@ class HostProbe:
             info = table.get(pid)
             if info is not None and info.dead:
                 continue
-            usage = None if info is None else _reading(now, info, threads=False)
+            usage = None if info is None else _reading(now, info, False, self._tcp)
             if usage is None:
                 self._forget([pid])
                 continue

@@ -9,9 +9,10 @@ is sampled off the tick (py-spy ``--nonblocking``, never a pause) every ``resamp
 seconds and read for its kind: a process whose stack works has work in hand (a reward model
 scoring, an engine generating); one that waits (``ray.get``, a socket, a lock, a rendezvous)
 or idles in its task loop has none, unless it reads or writes bytes at a rank's rate of work
-(``IO_WORK_BPS``, its I/O read each tick: an actor downloading a checkpoint waits in a socket
-and works all the same). A process busy in one unchanging stack for the busy timeout is said to
-spin (SD121, a warning): it works, so it is never a stall.
+(``IO_WORK_BPS``, its I/O read each tick, files' bytes and its TCP sockets': an actor
+downloading a checkpoint waits in a socket and works all the same). A process busy in one
+unchanging stack for the busy timeout is said to spin (SD121, a warning): it works, so it is
+never a stall.
 
 A driver that joined a cluster started apart (``ray start``, then ``ray.init(address=...)``, as
 verl's multi-node docs do) is the only process of the watched command: its actors are the
@@ -44,6 +45,7 @@ from stalldoc.model.stacks import Frame, RankStacks
 from stalldoc.probes.connections import external_peers
 from stalldoc.probes.host import descendants
 from stalldoc.probes.proc_table import ProcessGone, ProcessTable, read_io
+from stalldoc.probes.tcp_bytes import TcpBytes
 from stalldoc.probes.pyspy import BackgroundStacks, StackProbe
 from stalldoc.probes.ray_state import job_state, ray_processes, read_state
 
@@ -61,7 +63,7 @@ class _Process:
                                      # stack is no move; two differing samples in a row are)
     spun: tuple[StackKind, RankStacks] | None = None   # the latest sample of that one stack
     created: float = 0.0             # an adopted actor's process start (a reused pid is not it)
-    io: tuple[float, int] | None = None   # (when, rchar + wchar) at its latest I/O reading
+    io: tuple[float, int] | None = None   # (when, rchar + wchar + TCP bytes) at its last
     cpu: tuple[float, float] | None = None   # (when, its CPU seconds) at its latest reading
     busy: bool = True                # its own CPU at its latest reading was a busy one's
     children: dict[int, tuple[int, float]] = dataclasses.field(default_factory=dict)
@@ -84,6 +86,7 @@ class RayJob:
         self.between_at = 0.0   # the last tick every rank waited (a rank's stack read late on
                                 # a loaded node leaves it unknown for a tick or two)
         self.moved_at = 0.0                    # the latest tick something here worked
+        self.tcp = TcpBytes()                  # TCP bytes each process moved (downloads)
         self.pool: ThreadPoolExecutor | None = None   # reads Ray's state API off the tick
         self.asking: Future | None = None
         self.asked_at = float("-inf")
@@ -280,8 +283,11 @@ class RayJob:
         for stacks in self.background.done():
             if stacks.pid in self.known:
                 self._seen(self.known[stacks.pid], stacks)
+        if self.known:
+            self.tcp.refresh()
         for seen in self.known.values():
             self._read_io(seen, now)
+        self.tcp.forget(set(self.known))
         if self.turn_since is not None:
             for seen in self.known.values():
                 if now - seen.at < self.every:
@@ -297,6 +303,8 @@ class RayJob:
         work, it worked now, whatever its stack waits on."""
         try:
             total = read_io(seen.process.pid)
+            if total is not None:   # and over TCP (a download: recv is no read in rchar)
+                total += self.tcp.of(seen.process.pid)
         except ProcessGone:
             total = None
         before, seen.io = seen.io, (now, total) if total is not None else None

@@ -30,7 +30,8 @@ from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 from stalldoc.probes.pyspy import StackProbe
 from stalldoc.probes.proc_table import scan
 from stalldoc.sidecar.ray_job import NO_CPU, RESOURCE_WAIT, RayJob, _place, _Process
-from support import SCENARIOS, Result, end_watched, start_watch, wait_in_file, watch
+from support import (SCENARIOS, Result, end_watched, start_watch, trickle_storage,
+                     wait_in_file, watch)
 
 pytestmark = pytest.mark.timeout(420)
 STALL = 10
@@ -370,14 +371,14 @@ def test_the_drivers_turn_holds_while_no_rank_is_seen_with_work() -> None:
     assert job.turn_since is None and job.spinning(131.0, 20.0) == ()
 
 
-# an actor downloading a checkpoint: its main thread waits in a socket read, its bytes come in
+# an actor downloading a checkpoint into memory (a hub client's BytesIO): its main thread waits
+# in a socket read, its bytes come in over TCP (no rchar: recv is no read)
 DOWNLOADING = r'''
-import sys, time
-with open("/dev/zero", "rb") as source:
+import sys, urllib.request
+with urllib.request.urlopen(sys.argv[1]) as source:
     print("ready", flush=True)
-    while True:
-        source.read(256 * 1024)   # about 2.5 MB/s, read as rchar like a socket's bytes
-        time.sleep(0.1)
+    while source.read(64 * 1024):
+        pass
 '''
 IN_SOCKET = (Frame("SocketIO.readinto", "/usr/lib/python3.11/socket.py", 706),
              Frame("download_shard", JOB, 40), Frame("<module>", JOB, 200))
@@ -391,9 +392,21 @@ def _waiting_in_socket(pid: int, t: float) -> RankStacks:
 @pytest.mark.parametrize("reads", [True, False], ids=["downloading", "silent"])
 def test_an_actor_reading_bytes_in_a_socket_wait_works(reads: bool) -> None:
     # GIVEN the job's turn (every rank between tasks) and an actor whose stack waits in a
-    # socket read: a real process that reads bytes all along, or one that only sleeps
-    code = DOWNLOADING if reads else "import time; print('ready', flush=True); time.sleep(60)"
-    actor = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    # socket read: a real process that downloads at 512 kB/s all along, or one whose storage
+    # stopped sending once the connection was open
+    with trickle_storage(64 << 20, 512 << 10, {"shard-0": 0 if not reads else 64 << 20}) \
+            as storage:
+        quiet, start = _download_ticks(storage.url + "/shard-0")
+    # THEN the one reading bytes worked to the last tick (no quiet spell); the silent one has
+    # been quiet since the turn began
+    assert quiet == (start + 2.0 if reads else start), (quiet, start)
+
+
+def _download_ticks(url: str) -> tuple[float | None, float]:
+    """The Ray part's quiet spell after two seconds of ticks, the actor downloading ``url``;
+    and when its turn began."""
+    actor = subprocess.Popen([sys.executable, "-c", DOWNLOADING, url], stdout=subprocess.PIPE,
+                             text=True)
     try:
         assert actor.stdout is not None and actor.stdout.readline().strip() == "ready"
         job = RayJob(None, StackProbe(None), 10.0)
@@ -406,13 +419,10 @@ def test_an_actor_reading_bytes_in_a_socket_wait_works(reads: bool) -> None:
             time.sleep(0.5)
             job.observe(start + tick * 0.5, True)
         job._seen(seen, _waiting_in_socket(actor.pid, start + 2.0))
-        quiet = job.quiet_since(start + 2.0)
+        return job.quiet_since(start + 2.0), start
     finally:
         actor.kill()
         actor.wait()
-    # THEN the one reading bytes worked to the last tick (no quiet spell); the silent one has
-    # been quiet since the turn began
-    assert quiet == (start + 2.0 if reads else start), (quiet, start)
 
 
 # ----- a Ray cluster started apart: `ray start`, then the driver under watch --------------------
