@@ -152,16 +152,19 @@ def test_ray_train_healthy_ranks_are_the_train_workers(tmp_path: Path, ray_env: 
     assert f"pid {job_pid(result)} is not rank 0" in result.stderr
 
 
-@LOADED
+@pytest.mark.parametrize("loaded,in_memory", [(True, False), (False, True)],
+                         ids=["to-disk-cpu-burner", "into-memory"])
 def test_a_ray_driver_waiting_on_its_tasks_is_no_stalled_rank(tmp_path: Path,
                                                               ray_env: dict[str, str],
-                                                              loaded: bool) -> None:
+                                                              loaded: bool,
+                                                              in_memory: bool) -> None:
     # GIVEN `python prepare.py`: ray.init(), then the driver waits in ray.get while two Ray
     # tasks pull 3 MiB checkpoint shards from remote storage at 256 KiB/s, 12 s (no CPU, no
-    # process group: nothing is a rank), watched with a 3 s stall timeout and the kill armed,
-    # both cores busy
+    # process group: nothing is a rank), to disk with both cores busy, or into memory (no
+    # byte of it in rchar or wchar), watched with a 3 s stall timeout and the kill armed
     with trickle_storage(3 << 20, 256 << 10) as storage:
-        result = run(tmp_path, "ray_prepare.py", {**ray_env, "STORAGE_URL": storage.url},
+        result = run(tmp_path, "ray_prepare.py", {**ray_env, "STORAGE_URL": storage.url,
+                                                  "IN_MEMORY": "1" if in_memory else "0"},
                      loaded, "--on-stall", "kill")
     # THEN the run ends as it would have, no stall: the driver is taken for rank 0 only until
     # it started its Ray node; then the job is its driver and its tasks, and the tasks' reads
