@@ -5,9 +5,11 @@ run (``psutil.pids()`` and a read of every /proc/PID/stat: the floor of any one-
 
 Each job is a launcher with ranks started like torchrun's (RANK, LOCAL_RANK, WORLD_SIZE... in
 their environment), each rank with forked workers (dataloader-like): one busy worker per rank
-(on the CPU ``--duty`` of the time), the others asleep. Each rank has an agent state file.
+(on the CPU ``--duty`` of the time), the others asleep. Each rank has an agent state file and
+holds ``--fds`` descriptors open, which its workers inherit (the TCP bytes probe reads each
+process's descriptors).
 
-    python benchmarks/tick_cost.py [--sizes 8 32 128] [--ticks 100] [--duty 0.1]
+    python benchmarks/tick_cost.py [--sizes 8 32 128] [--ticks 100] [--duty 0.1] [--fds 300]
 
 Run on demand; the figures depend on the machine and on what else runs on it.
 """
@@ -36,6 +38,7 @@ from stalldoc.sidecar.sampling import Sampler  # noqa: E402
 RANK = r'''
 import os, sys, time
 workers, duty = int(sys.argv[1]), float(sys.argv[2])
+held = [open(os.devnull) for _ in range(int(os.environ.get("TICK_FDS", "0")))]
 for n in range(workers):
     if os.fork() == 0:
         while n == 0 and duty > 0:          # the busy worker: duty x 100 ms on the CPU
@@ -159,7 +162,11 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=0.05, help="seconds between ticks")
     parser.add_argument("--duty", type=float, default=0.1,
                         help="share of the time each rank's busy worker is on the CPU")
+    parser.add_argument("--fds", type=int, default=0,
+                        help="descriptors each rank holds open, its workers too (a CUDA rank "
+                             "holds hundreds: its devices, NCCL's sockets, shared memory)")
     args = parser.parse_args()
+    os.environ["TICK_FDS"] = str(args.fds)
     print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
           f"{len(psutil.pids())} processes on the machine before the jobs")
     print(f"{'job procs':>9} {'ranks':>5} {'first ms':>8} {'tick ms':>8} {'p95 ms':>7} "

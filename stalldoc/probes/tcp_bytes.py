@@ -32,9 +32,10 @@ _BYTES_AT = 120                                    # their offset in struct tcp_
 _ALL_BUT_LISTEN = 0xFFFFFFFF & ~(1 << 10)          # TCP_LISTEN moves no bytes
 
 
-def tcp_traffic() -> dict[int, int]:
+def tcp_traffic() -> dict[int, int] | None:
     """Socket inode -> bytes received + bytes acked, for every TCP socket of this network
-    namespace (IPv4 and IPv6); {} where the kernel refuses the dump."""
+    namespace (IPv4 and IPv6) that is not listening ({}: none); None where the kernel refuses
+    the dump."""
     found: dict[int, int] = {}
     try:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as nl:
@@ -42,7 +43,7 @@ def tcp_traffic() -> dict[int, int]:
             for family in (socket.AF_INET, socket.AF_INET6):
                 found.update(_dump(nl, family))
     except (OSError, struct.error, ValueError):
-        return {}
+        return None
     return found
 
 
@@ -131,7 +132,7 @@ class TcpBytes:
     RELINK = 10
 
     def __init__(self) -> None:
-        self._traffic: dict[int, int] = {}
+        self._traffic: dict[int, int] | None = None
         self._counted: dict[tuple[int, int], _Counted] = {}   # (pid, start) -> its count
 
     def refresh(self) -> None:
@@ -142,7 +143,7 @@ class TcpBytes:
         over TCP since it was first read: 0 at its first reading."""
         key = (pid, start)
         counted = self._counted.get(key)
-        if not self._traffic:   # refused this tick: what was counted stands
+        if self._traffic is None:   # refused this tick: what was counted stands
             return counted.total if counted else 0
         if counted is None:
             counted = self._counted[key] = _Counted()
@@ -151,9 +152,10 @@ class TcpBytes:
             first = False
         counted.reads = (counted.reads + 1) % self.RELINK
         known = counted.fds if counted.reads else {}
-        gone = frozenset(i for i in counted.sockets if i not in self._traffic)
+        traffic = self._traffic
+        gone = frozenset(i for i in counted.sockets if i not in traffic)
         counted.fds = _descriptors(pid, known, again=gone)
-        now = {i: self._traffic[i] for i in counted.fds.values() if i in self._traffic}
+        now = {i: traffic[i] for i in counted.fds.values() if i in traffic}
         if not first:
             counted.total += sum(max(0, moved - counted.sockets.get(inode, 0))
                                  for inode, moved in now.items())

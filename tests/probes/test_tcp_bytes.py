@@ -12,6 +12,7 @@ from stalldoc.detect.work import IO_WORK_BPS
 from stalldoc.model.ranks import RankProcess
 from stalldoc.probes.host import HostProbe
 from stalldoc.probes.proc_table import read_io, scan
+from stalldoc.probes import tcp_bytes
 from stalldoc.probes.tcp_bytes import TcpBytes, socket_inodes
 from support import trickle_storage
 
@@ -118,3 +119,32 @@ def test_a_socket_on_a_descriptor_that_held_a_file_counts_in_full_once_its_link_
     # THEN the accepted side counts at once (a new number); the socket on the file's old
     # number is found within RELINK readings, and its bytes count in full, none lost
     assert (1 << 20) <= counts[0] < 2 << 20 and counts[-1] >= 2 << 20, counts
+
+
+def test_a_machine_with_no_connection_yet_counts_the_first_ones_in_full(monkeypatch):
+    # GIVEN a first reading on a machine with no TCP connection open (what CI's worker met
+    # once: the dump then is empty, which is no refusal), then a connection moving 1 MB each
+    # way; the empty machine stood in for by the dump's answer, the only part faked
+    real = tcp_bytes.tcp_traffic
+    monkeypatch.setattr(tcp_bytes, "tcp_traffic", lambda: {})
+    tcp = TcpBytes()
+    tcp.refresh()
+    pid = os.getpid()
+    assert tcp.of(pid) == 0
+    monkeypatch.setattr(tcp_bytes, "tcp_traffic", real)
+    with socket.create_server(("127.0.0.1", 0)) as server, \
+            socket.create_connection(server.getsockname()) as client:
+        accepted, _ = server.accept()
+        with accepted:
+            client.sendall(b"\0" * (1 << 20))
+            got = 0
+            while got < 1 << 20:
+                got += len(accepted.recv(1 << 16))
+            tcp.refresh()
+            moved = tcp.of(pid)
+    # THEN the new connection's bytes count in full (both of its ends are this process's)
+    assert moved >= 2 << 20, moved
+    # AND a refused dump is told from an empty one: the count stands
+    monkeypatch.setattr(tcp_bytes, "tcp_traffic", lambda: None)
+    tcp.refresh()
+    assert tcp.of(pid) == moved
