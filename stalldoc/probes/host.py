@@ -96,7 +96,7 @@ class HostProbe:
         self._swap: tuple[float, int, int] | None = None    # (t, sin, sout)
         self._last_tick: float | None = None                # when sample() last ran
         self._last_uptime: int | None = None                # and its table was read (ticks)
-        self._tcp = TcpBytes()                              # TCP bytes moved, per process
+        self._tcp = TcpBytes(os.getpid())                   # TCP bytes moved, per process
 
     def sample(self, now: float, ranks: list[RankProcess],
                parents: Mapping[int, int] | None = None,

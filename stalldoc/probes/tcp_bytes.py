@@ -6,7 +6,8 @@ on any descriptor, but not ``recv``/``send`` on a socket: an HTTP client (urllib
 httpx, a hub download), gloo's and Ray's transports and every ``socket.recv_into`` leave them
 still. Each tick one ``sock_diag`` dump (netlink, what ``ss -ti`` reads, no privilege needed)
 gives every TCP socket's ``tcpi_bytes_received`` and ``tcpi_bytes_acked`` (Linux 4.1+) by its
-inode; a process's sockets are the ``socket:[INODE]`` links among its descriptors. A process's
+inode; a process's sockets are the ``socket:[INODE]`` links among its descriptors, listed when
+a socket that moved bytes is not known to be anyone's (``TcpBytes``). A process's
 count only grows: a socket counts from when it is first seen (a new one in full), and one that
 closes keeps what it had moved. Where netlink is refused (a sandbox without it) the counts stay
 at zero and the I/O is rchar + wchar alone, as before.
@@ -116,46 +117,61 @@ class _Counted:
     sockets: dict[int, int] = field(default_factory=dict)   # inode -> bytes at last reading
     total: int = 0                                          # bytes moved since first seen
     fds: dict[str, int] = field(default_factory=dict)       # descriptor -> socket inode or 0
-    reads: int = 0                                          # readings since all links read
+    inodes: tuple[int, ...] = ()                            # its sockets, from ``fds``
 
 
 class TcpBytes:
     """Each process's TCP bytes moved, a count that only grows; ``refresh`` once a tick, then
-    ``of(pid)`` for each process read that tick.
+    ``of(pid)`` for each process read that tick, then ``forget`` with the processes read.
 
-    A descriptor's link is read when its number is new, when the socket it held closed, and
-    every ``RELINK`` readings for all of them (a number that held a file and now holds a
-    socket): a link costs some microseconds, and a rank holds hundreds of descriptors. A
-    socket found late counts in full (its bytes since it opened): its bytes come late, never
-    lost."""
+    Listing a process's descriptors costs about a microsecond each, and a rank and its workers
+    hold hundreds: they are listed only at a process's first reading and on a tick whose dump
+    shows a *stray*, a socket that moved bytes and that no process read holds nor is known to
+    be no process's of the job (its new numbers' links read then); a stray still unclaimed
+    after that is looked for once more with every link read again (a number that held a file
+    may hold it now), then taken for another program's. The sockets a process is known to
+    hold are counted every tick from the dump alone. A socket found late counts in full (its
+    bytes since it opened): its bytes come late, never lost."""
 
-    RELINK = 10
-
-    def __init__(self) -> None:
+    def __init__(self, watcher: int | None = None) -> None:
+        self._watcher = watcher   # a process whose sockets are never the job's: the watcher's
         self._traffic: dict[int, int] | None = None
         self._counted: dict[tuple[int, int], _Counted] = {}   # (pid, start) -> its count
+        self._strays: frozenset[int] = frozenset()   # moved, held by no process read
+        self._suspects: frozenset[int] = frozenset()  # strays a listing did not find
+        self._foreign: set[int] = set()               # strays no link of the job's holds
 
     def refresh(self) -> None:
-        self._traffic = tcp_traffic()
+        before, self._traffic = self._traffic, tcp_traffic()
+        if self._traffic is None:
+            return
+        self._foreign &= set(self._traffic)
+        held = {i for c in self._counted.values() for i in c.inodes}
+        strays = {i for i, moved in self._traffic.items()
+                  if moved and (before is None or before.get(i) != moved)
+                  and i not in held and i not in self._foreign}
+        if strays and self._watcher is not None:   # its own (Ray's state API, a scrape)
+            self._foreign.update(socket_inodes(self._watcher))
+        self._strays = frozenset((strays | (self._suspects & set(self._traffic)))
+                                 - self._foreign)
 
     def of(self, pid: int, start: int = 0) -> int:
         """Bytes the process (``start``: its start, so that a reused pid starts anew) has moved
         over TCP since it was first read: 0 at its first reading."""
         key = (pid, start)
         counted = self._counted.get(key)
-        if self._traffic is None:   # refused this tick: what was counted stands
+        traffic = self._traffic
+        if traffic is None:   # refused this tick: what was counted stands
             return counted.total if counted else 0
+        first = counted is None
         if counted is None:
             counted = self._counted[key] = _Counted()
-            first = True
-        else:
-            first = False
-        counted.reads = (counted.reads + 1) % self.RELINK
-        known = counted.fds if counted.reads else {}
-        traffic = self._traffic
-        gone = frozenset(i for i in counted.sockets if i not in traffic)
-        counted.fds = _descriptors(pid, known, again=gone)
-        now = {i: traffic[i] for i in counted.fds.values() if i in traffic}
+        gone = frozenset(i for i in counted.inodes if i not in traffic)
+        if first or gone or self._strays:
+            known = {} if self._strays & self._suspects else counted.fds
+            counted.fds = _descriptors(pid, known, again=gone)
+            counted.inodes = tuple(i for i in counted.fds.values() if i)
+        now = {i: traffic[i] for i in counted.inodes if i in traffic}
         if not first:
             counted.total += sum(max(0, moved - counted.sockets.get(inode, 0))
                                  for inode, moved in now.items())
@@ -163,6 +179,12 @@ class TcpBytes:
         return counted.total
 
     def forget(self, keep: set[int]) -> None:
-        """Drop the counts of processes not in ``keep`` (pids)."""
+        """The tick's end: drop the counts of processes not in ``keep`` (pids); the strays no
+        listing found are looked for once more, with every link read, then are foreign."""
         for key in [k for k in self._counted if k[0] not in keep]:
             del self._counted[key]
+        held = {i for c in self._counted.values() for i in c.inodes}
+        unclaimed = self._strays - held
+        self._foreign |= unclaimed & self._suspects
+        self._suspects = unclaimed - self._suspects
+        self._strays = frozenset()

@@ -86,7 +86,7 @@ class RayJob:
         self.between_at = 0.0   # the last tick every rank waited (a rank's stack read late on
                                 # a loaded node leaves it unknown for a tick or two)
         self.moved_at = 0.0                    # the latest tick something here worked
-        self.tcp = TcpBytes()                  # TCP bytes each process moved (downloads)
+        self.tcp = TcpBytes(os.getpid())       # TCP bytes each process moved (downloads)
         self.pool: ThreadPoolExecutor | None = None   # reads Ray's state API off the tick
         self.asking: Future | None = None
         self.asked_at = float("-inf")
