@@ -166,7 +166,7 @@ class TcpBytes:
         first = counted is None
         if counted is None:
             counted = self._counted[key] = _Counted()
-        gone = frozenset(i for i in counted.inodes if i not in traffic)
+        gone = frozenset(i for i in counted.sockets if i not in traffic)   # TCP ones closed
         if first or gone or self._strays:
             known = {} if self._strays & self._suspects else counted.fds
             counted.fds = _descriptors(pid, known, again=gone)
