@@ -149,16 +149,18 @@ def test_the_ports_are_read_again_only_when_the_job_or_the_hosts_listeners_chang
             # AND while nothing listens anew and its processes are the same, its descriptors
             # are not read again (a loop-back connection is no listener)
             # (other tests beside this one open listeners of their own: tried until the host's
-            # listeners stood still over a card)
+            # listeners stood still from before the card before to after this one, as the card
+            # compares with what the card before saw)
             with socket.create_connection(("127.0.0.1", port)):
-                host = listening_sockets()
+                seen = [listening_sockets()]
+                listening(15.0, [server.pid])
+                seen.append(listening_sockets())
                 for attempt in range(20):
                     before = len(reads)
-                    assert listening(15.0 + attempt, [server.pid]) == sorted([port, other])
-                    now = listening_sockets()
-                    if now == host:   # unchanged since the card before: it read nothing
+                    assert listening(16.0 + attempt, [server.pid]) == sorted([port, other])
+                    seen.append(listening_sockets())
+                    if seen[-3] == seen[-2] == seen[-1]:
                         break
-                    host = now
             assert attempt < 19 and len(reads) == before
             # AND a change of the job's processes reads them at once
             assert port not in listening(20.0, [os.getpid()])
