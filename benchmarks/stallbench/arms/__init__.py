@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib
 
-NAMES = ("stalldoc", "stalldoc_short", "pytorch", "pytorch_debug", "pyspy", "nvrx")
+NAMES = ("stalldoc", "stalldoc_short", "pytorch", "pytorch_debug", "pyspy", "nvrx", "raytrain")
 
 
 def load(name: str):

@@ -9,7 +9,7 @@ truth: hang
 culprit: 1
 frame: flush_metrics
 cause: other:rank_raised_exception
-needs: ray, torch
+needs: ray, ray.train, torch
 """
 import math
 import os
