@@ -287,6 +287,27 @@ def test_ray_train_worker_group_restarted_after_a_failure_its_hang_is_named_in_a
         "summary"] and "starts it again" in failed["summary"], failed
 
 
+def test_ray_train_report_made_by_rank_0_alone_names_the_ranks_that_skipped_it(
+        tmp_path: Path, ray_env: dict[str, str]) -> None:
+    # GIVEN TorchTrainer(num_workers=3) whose loop reports a checkpoint after every 3rd step on
+    # rank 0 only (ray#38958 without its else): rank 0 waits in report's barrier of every
+    # worker, ranks 1 and 2 go on to the next step and wait in DDP's all-reduce for rank 0
+    env = {**ray_env, "WORKERS": "3", "STEPS": "40", "REPORT_EVERY": "3", "REPORT_RANKS": "0"}
+    result = run(tmp_path, "ray_train_ddp.py", env, False, "--on-stall", "kill")
+    assert result.code == 124, result.stderr[-3000:]
+    # THEN the ranks named are those that skipped the report, at their own frame, not rank 0,
+    # which is outside the all-reduce only because it waits in Ray Train's barrier for them
+    [finding] = result.findings("SD101")
+    assert finding["ranks"] == [1, 2], finding["summary"]
+    assert finding["evidence"]["frame"].startswith("train_loop_per_worker ("), finding["evidence"]
+    cause = finding["evidence"]["cause"]
+    assert cause["kind"] == "train_barrier_skipped" and cause["call"] == "ray.train.report"
+    assert cause["barrier_ranks"] == [0] and cause["skipped_ranks"] == [1, 2], cause
+    assert cause["barrier_frame"].startswith("report_checkpoint ("), cause
+    assert "ranks 1, 2 never joined" in finding["summary"], finding["summary"]
+    assert "checkpoint=None" in finding["fix"], finding["fix"]
+
+
 # ----- two worlds in one Ray job (verl's layout) --------------------------------------------
 def two_worlds(ray_env: dict[str, str], **extra: str) -> tuple[dict[str, str], dict[str, str]]:
     ports = {"actor": f"127.0.0.1:{free_port()}", "rollout": f"127.0.0.1:{free_port()}"}

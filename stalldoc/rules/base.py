@@ -13,6 +13,7 @@ from stalldoc.analysis.causes import (Cause, colocated_tp_size, difference_cause
 from stalldoc.analysis.stacks import (blocked_in_io, child_wait, compiling, engine_code,
                                       engine_standing, frame_strings, in_process_engine,
                                       user_frame, waits_on_lock)
+from stalldoc.analysis.train_barrier import train_barrier_cause
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 
@@ -106,7 +107,8 @@ def cause_of(window: Window, culprits: Iterable[int], waiting: Iterable[int]) ->
     Flight Recorder dumps, stacks and the job's latest output (None where they do not say)."""
     sizes = {rank: size for rank, settings in window.engine_settings.items()
              if (size := colocated_tp_size(settings)) is not None}
-    return (engine_collective_cause(window.stacks, culprits, waiting, sizes)
+    return (train_barrier_cause(window.stacks, culprits, waiting)
+            or engine_collective_cause(window.stacks, culprits, waiting, sizes)
             or difference_cause(window.flight, window.stacks, culprits, waiting,
                                 window.log_tail))
 

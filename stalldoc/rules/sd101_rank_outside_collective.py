@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from stalldoc.analysis.causes import crossed_cause, issued_at
+from stalldoc.analysis.causes import Cause, crossed_cause, issued_at
 from stalldoc.analysis.flight_recorder import FlightGap, flight_gaps
 from stalldoc.analysis.rings import (MissingFromCollective, crossed, groups_by_rank,
                                      missing_ranks, wrapped_evidence)
 from stalldoc.analysis.stacks import in_collective
+from stalldoc.analysis.train_barrier import KIND as BARRIER_SKIPPED
 from stalldoc.model.findings import Finding, Severity
 from stalldoc.model.window import Window
 from stalldoc.rules.base import Rule, cause_of, describe, join_ranks, rank_evidence
@@ -76,7 +77,14 @@ class RankOutsideCollective(Rule):
         its waiting ranks never entered) are one finding naming every rank of both sides, with
         ``crossed`` (the other group's collective: group, seq, op, waiting and missing ranks)
         and ``cause`` "crossed_groups", unless a side waits in its rollout engine's own
-        collective (the engine cause says more). ``waits_on_child``, for a culprit whose
+        collective (the engine cause says more). "train_barrier_skipped", decided from the
+        stacks (Ray Train's barriers are calls to its synchronization actor, in no ring and no
+        dump): every culprit waits in ``ray.train.report`` (with a checkpoint),
+        ``ray.train.collective.barrier`` or ``broadcast_from_rank_zero``, a barrier of every Ray
+        Train worker, and no waiting rank does: the waiting ranks went past it without the call,
+        each side waits for the other, and the finding names the waiting ranks (as Ray Train's
+        own warning does; their frame is ``frame``), with ``call``, ``barrier_ranks``,
+        ``skipped_ranks`` and ``barrier_frame``. ``waits_on_child``, for a culprit whose
         main thread waits on its own processes (DataLoader workers, a pool, a child, a subprocess):
         the first such child whose stack, taken on the stall, is in code outside libraries
         (``pid``, ``what``, ``frame``, ``frames``, ``waits_on_lock``); the summary says where
@@ -99,6 +107,10 @@ class RankOutsideCollective(Rule):
         must issue the collectives of every group in the same order; compare the two frames
         named and find the branch or the order that differs.
 
+        Ray Train (train_barrier_skipped): call ``ray.train.report`` on every worker as often as
+        the others, with ``checkpoint=None`` where a rank saves none, rather than under a branch
+        on the rank; the same for ``ray.train.collective.barrier``.
+
         A colocated vLLM engine with tensor_parallel_size > 1 (engine_collective): every rank of
         a TP group must call generate the same number of times, with the same prompts; gather
         the group's prompts first and let a rank with none of its own still join the call. Its
@@ -114,7 +126,10 @@ class RankOutsideCollective(Rule):
         DP replica out of requests runs dummy batches, gets out of step with the others and
         hangs in the all-reduce of ``coordinate_batch_across_dp``); verl-project/verl#5607
         (a vLLM rollout with DP > 1 hangs the main process for dense models: verl gave vLLM its
-        data-parallel settings only with expert parallelism, so its DP engines never started).
+        data-parallel settings only with expert parallelism, so its DP engines never started);
+        ray-project/ray#38958 and #33360 (reports and checkpoints from some workers only) and
+        Ray Train's ``report`` docstring ("All workers must call `ray.train.report` the same
+        number of times [...] Otherwise, your training will hang").
     """
 
     code = "SD101"
@@ -140,13 +155,15 @@ class RankOutsideCollective(Rule):
     def _from_rings(self, window: Window, gap: MissingFromCollective) -> Finding:
         """Ranks missing from a collective the others wait in, here or on other nodes."""
         waiting = sorted(gap.waiting)
+        cause = cause_of(window, gap.missing, waiting)
+        named = _named(cause, list(gap.missing))
         one = len(gap.missing) == 1
         culprits = ", ".join(f"rank {r}{'' if one else node_tag(window, r)} is "
                              f"{describe_rank(window, r)}" for r in gap.missing)
         missing = join_ranks(gap.missing) + (node_tag(window, gap.missing[0]) if one else "")
         summary = (f"{missing} not in {gap.op} #{gap.seq} (group {gap.group}) that "
                    f"{join_ranks(waiting)} {_wait(waiting)} in; {culprits}")
-        evidence = {**evidence_of(window, gap.missing[0]), "source": "agent",
+        evidence = {**evidence_of(window, named[0]), "source": "agent",
                     "group": gap.group, "seq": gap.seq, "op": gap.op, "waiting_ranks": waiting,
                     "waiting_at": {str(r): {"seq": rec.seq, "op": rec.op}
                                    for r, rec in sorted(gap.waiting.items())},
@@ -155,8 +172,7 @@ class RankOutsideCollective(Rule):
         if window.cluster is not None:
             evidence["nodes"] = {str(r): node_tag(window, r)[2:-1]
                                  for r in sorted({*gap.missing, *waiting})}
-        return self.caused(gap.missing, summary, evidence,
-                           cause_of(window, gap.missing, waiting))
+        return self.caused(named, summary, evidence, cause)
 
     def _crossing(self, window: Window, one: MissingFromCollective,
                   other: MissingFromCollective) -> Finding:
@@ -192,6 +208,8 @@ class RankOutsideCollective(Rule):
         where = issued_at(gap.waiting[waiting[0]])
         where_from = "flight_recorder" if where else "stacks"
         where = where or rank_evidence(window, waiting[0])["frame"]
+        cause = cause_of(window, culprits, waiting)
+        named = _named(cause, list(culprits))
         said = ", ".join(f"rank {r} is {describe(window, r)}" for r in gap.missing)
         silent = (f"; {join_ranks(gap.silent)} sent no Flight Recorder dump"
                   if gap.silent else "")
@@ -200,8 +218,8 @@ class RankOutsideCollective(Rule):
                    f"that {join_ranks(waiting)} {_wait(waiting)} in"
                    f"{' at ' + where if where else ''}"
                    f"{'; ' + said if said else ''}{silent}")
-        return self.caused(culprits, summary, {
-            **rank_evidence(window, culprits[0]), "source": "flight_recorder",
+        return self.caused(named, summary, {
+            **rank_evidence(window, named[0]), "source": "flight_recorder",
             "group": gap.group, "group_desc": gap.group_desc, "seq": gap.seq, "op": gap.op,
             "waiting_ranks": waiting, "missing_ranks": list(gap.missing),
             "no_dump_ranks": list(gap.silent), "collective_frame": where,
@@ -211,8 +229,7 @@ class RankOutsideCollective(Rule):
                                     "frames": [str(f) for f in e.frames]}
                            for r, e in sorted(gap.waiting.items())},
             "dumps": sorted(d.path for d in window.flight.values()),
-            "culprits": {str(r): rank_evidence(window, r) for r in culprits}},
-            cause_of(window, culprits, waiting))
+            "culprits": {str(r): rank_evidence(window, r) for r in culprits}}, cause)
 
     def _from_stacks(self, window: Window, live: set[int]) -> Iterator[Finding]:
         inside = {r for r in live if r in window.stacks and in_collective(window.stacks[r].main)}
@@ -224,6 +241,14 @@ class RankOutsideCollective(Rule):
             yield self.finding(outside, summary, {**rank_evidence(window, outside[0]),
                                                   "source": "stacks",
                                                   "waiting_ranks": sorted(inside)})
+
+
+def _named(cause: Cause | None, culprits: list[int]) -> list[int]:
+    """The ranks a finding names: those missing from the collective, unless they wait in Ray
+    Train's barrier that the waiting ranks skipped (those are named then)."""
+    if cause is not None and cause.kind == BARRIER_SKIPPED:
+        return list(cause.facts["skipped_ranks"])
+    return culprits
 
 
 def _in_engine(window: Window, pair: tuple[MissingFromCollective, ...]) -> bool:

@@ -15,7 +15,12 @@ A worker group restarted after a failure (``FailureConfig(max_failures=MAX_FAILU
 0): with FAIL_RANK set, that rank raises at step FAIL_STEP (default 1) in its first attempt only
 ("corrupt shard", as a bad file on shared storage does); Ray Train then ends the group and
 starts a new one, from scratch. With STUCK_AFTER_FAILURE=1 the stuck rank blocks only in that
-second attempt."""
+second attempt.
+
+A checkpoint reported by some ranks only (ray-project/ray#38958's shape, without its ``else``):
+with REPORT_EVERY set, after every REPORT_EVERY-th step the ranks listed in REPORT_RANKS
+(comma separated) save the model and call ``ray.train.report`` with its checkpoint from
+``report_checkpoint``; the other ranks skip the call and go on to the next step."""
 import os
 import shutil
 import tempfile
@@ -39,11 +44,21 @@ FAIL_RANK = int(os.environ.get("FAIL_RANK", "-1"))
 FAIL_STEP = int(os.environ.get("FAIL_STEP", "1"))
 MAX_FAILURES = int(os.environ.get("MAX_FAILURES", "0"))
 STUCK_AFTER_FAILURE = os.environ.get("STUCK_AFTER_FAILURE") == "1"
+REPORT_EVERY = int(os.environ.get("REPORT_EVERY", "0"))
+REPORT_RANKS = [int(r) for r in os.environ.get("REPORT_RANKS", "").split(",") if r]
 
 
 def load_shard() -> None:
     """Where the stuck rank stops: waits on an event nobody sets."""
     threading.Event().wait()
+
+
+def report_checkpoint(model, step: int, loss: float) -> None:
+    """One checkpoint of the weights (DDP keeps them the same on every rank), reported."""
+    with tempfile.TemporaryDirectory() as folder:
+        torch.save(model.state_dict(), os.path.join(folder, "model.pt"))
+        ray.train.report({"loss": loss, "step": step},
+                         checkpoint=ray.train.Checkpoint.from_directory(folder))
 
 
 def _named(name: str):
@@ -73,6 +88,9 @@ def train_loop_per_worker(config: dict) -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        if config["report_every"] and step % config["report_every"] == config["report_every"] - 1 \
+                and rank in config["report_ranks"]:
+            report_checkpoint(model, step, loss.item())
     ray.train.report({"loss": loss.item(), "steps": config["steps"]})
 
 
@@ -87,7 +105,8 @@ def main() -> None:
                                "stuck_step": STUCK_STEP, "stuck_func": STUCK_FUNC,
                                "fail_rank": FAIL_RANK, "fail_step": FAIL_STEP,
                                "stuck_after_failure": STUCK_AFTER_FAILURE,
-                               "failed_flag": os.path.join(storage or scratch, "failed-once")},
+                               "failed_flag": os.path.join(storage or scratch, "failed-once"),
+                               "report_every": REPORT_EVERY, "report_ranks": REPORT_RANKS},
             scaling_config=ScalingConfig(num_workers=WORKERS, use_gpu=False),
             run_config=RunConfig(name="ray_train_ddp", storage_path=storage or scratch,
                                  failure_config=FailureConfig(max_failures=MAX_FAILURES)),

@@ -95,7 +95,8 @@ def diagnosis(finding: dict, run: Run, pids: dict[int, int]) -> Diagnosis | None
 # collectives ("the ranks ran different numbers of steps", "a branch only some ranks take", ...)
 MISMATCH_KINDS = frozenset({"uneven_steps", "skipped_step", "forward_on_some_ranks",
                             "forward_count_differs", "size_mismatch", "some_ranks_only",
-                            "collective_order", "different_collectives", "crossed_groups"})
+                            "collective_order", "different_collectives", "crossed_groups",
+                            "train_barrier_skipped"})
 
 
 # the kinds of SD120's ``cause`` (what holds a Ray job outside its ranks) in the scenarios' words
