@@ -127,8 +127,11 @@ class DeadRank(Rule):
         return text
 
     def _evidence(self, window: Window, dead: RankExit, collateral: list[RankExit]) -> dict:
-        # the living process's samples: a zombie (killed, not yet reaped) holds no memory
-        samples = [s for s in window.host.get(dead.rank, ()) if s.status != "zombie"]
+        # the living process's samples: a zombie (killed, not yet reaped) holds no memory, nor
+        # does a process in its exit that has released its memory and is no zombie yet (a
+        # living process's RSS is never 0: its code is mapped)
+        samples = [s for s in window.host.get(dead.rank, ())
+                   if s.status != "zombie" and s.rss_bytes > 0]
         agent = window.agents.get(dead.rank)
         evidence = {"frames": [], "phase": phase_of(window, dead.rank),
                     "phase_stack": phase_stack_of(window, dead.rank), "pid": dead.pid,

@@ -11,6 +11,7 @@ from stalldoc.model.agent import AgentSnapshot
 from stalldoc.model.collectives import CollectiveRecord, GroupState
 from stalldoc.model.findings import Severity
 from stalldoc.model.ranks import RankExit, RankProcess
+from stalldoc.model.samples import HostSample
 from stalldoc.model.window import Window
 from stalldoc.model.work import RankWork
 from stalldoc.rules import by_code, run_rules
@@ -146,3 +147,19 @@ def test_sd110_good_a_rank_that_ended_after_the_collective_the_others_wait_in():
     done = AgentSnapshot(101, 1, 1, 3, 1, 0.0, NOW - 4, 3, NOW - 4, 0, (), "", 0, (),
                          (GroupState("world", 5, 5, ()),))
     assert list(by_code("SD110")().check(window(exits=exits, agents={**agents, 1: done}))) == []
+
+
+def test_sd103_memory_is_the_living_processs_not_what_its_exit_released():
+    # GIVEN rank 2 killed (SIGKILL) after growing from 200 to 500 MiB: the ticks in its exit
+    # read 0 bytes, first while it tears its memory down (still "running"), then as a zombie
+    mib = 2**20
+    host = {2: tuple(HostSample(NOW - 10 + i, 2, 102, 1.0 + i, rss, 40, status, 8 << 30)
+                     for i, (rss, status) in enumerate([(200 * mib, "running"),
+                                                        (500 * mib, "running"),
+                                                        (0, "running"), (0, "zombie")]))}
+    exits = (RankExit(2, 102, NOW, -9, 9, "proc"),)
+    [finding] = [f for f in run_rules(window(exits=exits, host=host), "exit")
+                 if f.code == "SD103"]
+    # THEN its memory is what the living process held, first to last
+    assert finding.evidence["rss_bytes_first_last"] == [200 * mib, 500 * mib]
+    assert finding.evidence["last_rss_bytes"] == 500 * mib
