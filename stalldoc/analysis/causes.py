@@ -172,10 +172,10 @@ def engine_collective_cause(stacks: Mapping[int, RankStacks], culprits: Iterable
     launcher makes, its DP group the ranks at the same place of every block, and only waiting
     ranks of that group are named (unknown: every waiting rank, as the group may hold any)."""
     waiting = sorted(waiting)
-    if any(_engine_wait(_main(stacks, r)) for r in waiting):
+    if any(_engine_wait(main_of(stacks, r)) for r in waiting):
         return None
     for culprit in sorted(culprits):
-        main = _main(stacks, culprit)
+        main = main_of(stacks, culprit)
         found = _engine_wait(main)
         if found is None or main is None:
             continue
@@ -230,7 +230,8 @@ def _engine_says(culprit: int, group: str, engine: str, frame: Frame, peers: lis
             f"{outside}, the ranks of one engine did not run the same generate calls")
 
 
-def _main(stacks: Mapping[int, RankStacks], rank: int) -> ThreadStack | None:
+def main_of(stacks: Mapping[int, RankStacks], rank: int) -> ThreadStack | None:
+    """The thread the rank's work runs on, from its stacks (None without them)."""
     found = stacks.get(rank)
     return found.main if found is not None else None
 

@@ -16,18 +16,19 @@ from __future__ import annotations
 import os
 from typing import Iterable, Mapping
 
-from stalldoc.analysis.causes import Cause
+from stalldoc.analysis.causes import Cause, main_of
 from stalldoc.analysis.stacks import user_frame
-from stalldoc.detect.stack_kind import frame_wait
+from stalldoc.detect.stack_kind import file_pattern, frame_in, frame_wait
 from stalldoc.model.stacks import Frame, RankStacks, ThreadStack
 
 KIND = "train_barrier_skipped"
 _EXECUTION = f"ray{os.sep}train{os.sep}v2{os.sep}_internal{os.sep}execution{os.sep}"
-# (file tail, function names): Ray Train's calls that wait for every worker
-_BARRIERS = ((f"{_EXECUTION}context.py", frozenset({"_sync_checkpoint_dir_name_across_ranks"})),
-             (f"{_EXECUTION}collective_impl.py",
+# (file, function names): Ray Train's calls that wait for every worker
+_BARRIERS = ((file_pattern(f"{_EXECUTION}context.py"),
+              frozenset({"_sync_checkpoint_dir_name_across_ranks"})),
+             (file_pattern(f"{_EXECUTION}collective_impl.py"),
               frozenset({"barrier", "broadcast_from_rank_zero"})))
-_REPORT = f"ray{os.sep}train{os.sep}v2{os.sep}api{os.sep}train_fn_utils.py"
+_REPORT = file_pattern(f"ray{os.sep}train{os.sep}v2{os.sep}api{os.sep}train_fn_utils.py")
 FIX = ("Every Ray Train worker must call ray.train.report (and ray.train.collective.barrier, "
        "broadcast_from_rank_zero) the same number of times, Ray Train's docs say, 'otherwise, "
        "your training will hang': a report with a checkpoint is a barrier of every worker. Call "
@@ -41,15 +42,14 @@ def train_barrier(thread: ThreadStack | None) -> tuple[str, Frame] | None:
     if thread is None or not thread.frames or frame_wait(thread.frames[0]) != "ray.get":
         return None
     for index, frame in enumerate(thread.frames):
-        if any(frame.filename.endswith(tail) and frame.name in names
-               for tail, names in _BARRIERS):
+        if any(frame_in(frame, pattern, names) for pattern, names in _BARRIERS):
             return _call(thread.frames[index:], frame), frame
     return None
 
 
 def _call(outward: tuple[Frame, ...], barrier: Frame) -> str:
     """The public call that led into the barrier (``ray.train.report`` for a report)."""
-    if any(f.filename.endswith(_REPORT) and f.name == "report" for f in outward):
+    if any(frame_in(f, _REPORT, frozenset({"report"})) for f in outward):
         return "ray.train.report"
     return f"ray.train.collective.{barrier.name}"
 
@@ -59,20 +59,15 @@ def train_barrier_cause(stacks: Mapping[int, RankStacks], culprits: Iterable[int
     """``train_barrier_skipped`` when every culprit (missing from the collective the waiting
     ranks sit in) waits in one Ray Train barrier and no waiting rank does; else None."""
     culprits, waiting = sorted(culprits), sorted(waiting)
-    found = {r: train_barrier(_thread(stacks, r)) for r in culprits}
+    found = {r: train_barrier(main_of(stacks, r)) for r in culprits}
     if not culprits or not waiting or any(v is None for v in found.values()) \
-            or any(train_barrier(_thread(stacks, r)) for r in waiting):
+            or any(train_barrier(main_of(stacks, r)) for r in waiting):
         return None
     call = found[culprits[0]][0]
-    mine = user_frame(_thread(stacks, culprits[0]))
+    mine = user_frame(main_of(stacks, culprits[0]))
     return Cause(KIND, _says(call, culprits, waiting), FIX, {
         "call": call, "barrier_ranks": culprits, "skipped_ranks": waiting,
         "barrier_frame": str(mine) if mine is not None else ""})
-
-
-def _thread(stacks: Mapping[int, RankStacks], rank: int) -> ThreadStack | None:
-    found = stacks.get(rank)
-    return found.main if found is not None else None
 
 
 def _says(call: str, barrier: list[int], skipped: list[int]) -> str:
