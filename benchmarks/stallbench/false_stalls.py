@@ -170,7 +170,7 @@ def minutes_watched(record: dict[str, Any]) -> float:
 def measure(job: str, args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     folder = next_folder(args.work, job)
     record: dict[str, Any] = {"job": job, "folder": str(folder), "rl_minutes": args.minutes,
-                              "runner": shlex.join(argv)}
+                              "runner": shlex.join(argv), "commit": commit()}
     record.update(watch(job, folder, args.minutes))
     record.update(summarize(report(folder / "run")))
     record["minutes"] = minutes_watched(record)
@@ -178,6 +178,13 @@ def measure(job: str, args: argparse.Namespace, argv: list[str]) -> dict[str, An
     record["start_utc"] = utc(record["start"])
     record["end_utc"] = utc(record["end"])
     return record
+
+
+def commit() -> str:
+    """The commit of the stalldoc that watches (the repository's; '+' when it has changes)."""
+    result = subprocess.run(["git", "describe", "--always", "--dirty=+"], capture_output=True,
+                            text=True, cwd=ROOT, timeout=60)
+    return result.stdout.strip() or "unknown"
 
 
 def utc(stamp: float) -> str:
@@ -253,7 +260,10 @@ def write_markdown(out: Path, records: list[dict[str, Any]]) -> None:
             "defaults. The jobs are healthy, so every stall is false and every exit 124 is a "
             "false kill; a run whose job failed by itself is an other failure and its time is "
             "not counted in hours watched.", "", *table(records), "",
-            "Command: " + "; ".join(f"`{c}`" for c in commands), "", f"Machine: {machine()}.", ""]
+            "Command: " + "; ".join(f"`{c}`" for c in commands), "",
+            "stalldoc's commit: " + ", ".join(sorted({r.get("commit", "unknown")
+                                                       for r in records})) + ".", "",
+            f"Machine: {machine()}.", ""]
     blind = [r for r in records if r.get("ranks") == 0]
     if blind:
         text += [f"In {len(blind)} run(s) ({', '.join(sorted({r['job'] for r in blind}))}) "

@@ -56,6 +56,12 @@ def markdown(scores: list[Score], began: float, ended: float, command: str, wher
               "to the first diagnosis naming the culprit; for healthy twins, *quiet* or what the "
               "arm declared. `–`: the arm said nothing about the culprit.", ""]
     lines += per_scenario(scores)
+    lost = losses(scores)
+    if lost:
+        lines += ["", "## Where stalldoc loses", "",
+                  "Each scenario where another arm said more than a stalldoc arm, or said it "
+                  "sooner (pyspy's seconds excepted: they are the harness's), and each healthy twin "
+                  "where a stalldoc arm declared a stall.", ""] + lost
     skipped = sorted({(s.arm, s.skipped) for s in scores if s.skipped})
     if skipped:
         lines += ["", "## Not run", ""] + [f"- {arm}: {why}" for arm, why in skipped]
@@ -89,6 +95,48 @@ def cell(s: Score | None) -> str:
                                                    ("K", s.cause)))
     took = "–" if s.seconds is None else f"{s.seconds:.0f} s"
     return f"{marks} {took}"
+
+
+def losses(scores: list[Score]) -> list[str]:
+    """One line per scenario and stalldoc arm that another arm beat: the culprit, then the frame
+    or the cause where both named the culprit, then the time; and the twins it stalled."""
+    rows: dict[str, dict[str, Score]] = defaultdict(dict)
+    for s in scores:
+        rows[s.scenario][s.arm] = s
+    lines = []
+    for name, cells in rows.items():
+        for ours in (a for a in cells if a.startswith("stalldoc")):
+            beaten = _beaten_by(cells[ours], [s for a, s in cells.items()
+                                              if not a.startswith("stalldoc")])
+            if beaten:
+                lines.append(f"- {name}: {ours} ({cell(cells[ours])}) " + "; ".join(beaten))
+    return lines
+
+
+def _beaten_by(ours: Score, others: list[Score]) -> list[str]:
+    if ours.skipped:
+        return []
+    if ours.truth == "healthy":
+        return ["declared a stall on a healthy twin"] if ours.false_stall or ours.killed else []
+    said = []
+    for other in (o for o in others if not o.skipped and o.reached):
+        what = _what_more(ours, other)
+        if what:
+            said.append(f"{other.arm} ({cell(other)}) {what}")
+    return said
+
+
+def _what_more(ours: Score, other: Score) -> str:
+    if not other.culprit:
+        return ""
+    if not ours.culprit:
+        return "named the culprit"
+    more = [k for k in ("frame", "cause") if getattr(other, k) and not getattr(ours, k)]
+    if more:
+        return "named the " + " and the ".join(more)
+    sooner = other.arm != "pyspy" and other.seconds is not None and ours.seconds is not None \
+        and other.seconds < ours.seconds - 1
+    return f"named the culprit {ours.seconds - other.seconds:.0f} s sooner" if sooner else ""
 
 
 def svg(scores: list[Score]) -> str:
